@@ -1,0 +1,58 @@
+# Shared by the scripts in Scripts/. Source it; it sets ROOT and defines helpers.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export PATH="/opt/swift/usr/bin:$PATH"
+
+log() { printf '%s\n' "$*" >&2; }
+
+# Debian packages the build and the tests need.
+REQUIRED_PACKAGES=(libseccomp-dev libsqlite3-dev python3)
+
+# Prints the packages of "$@" that are not installed.
+missing_packages() {
+  local missing=()
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done
+  printf '%s\n' "${missing[@]}"
+}
+
+# Installs the packages of "$@" that are missing (apt-get update first, only when needed).
+ensure_packages() {
+  local missing
+  missing=$(missing_packages "$@" | tr '\n' ' ' | sed 's/ *$//')
+  [ -z "$missing" ] && return 0
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+      log "extrun needs these Debian packages: $missing"
+      log "Install them as root: apt-get update && apt-get install -y $missing"
+      exit 1
+    fi
+  fi
+  log "Installing missing packages: $missing"
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >&2
+}
+
+# The debug build products directory.
+bin_dir() { echo "$ROOT/.build/debug"; }
+
+# Where Scripts/extrun stages the example plugins.
+STAGED_PLUGINS="$ROOT/.build/extrun-plugins"
+STAMP="$ROOT/.build/extrun-build.stamp"
+
+# Whether a source file changed since the last build through these scripts.
+build_is_stale() {
+  [ -f "$STAMP" ] && [ -x "$(bin_dir)/extrun" ] || return 0
+  [ -n "$(find "$ROOT/Package.swift" "$ROOT/Sources" "$ROOT/Examples" "$ROOT/Plugins" -newer "$STAMP" -print -quit 2>/dev/null)" ]
+}
+
+build_debug() {
+  log "Building (swift build)..."
+  (cd "$ROOT" && swift build "$@" >&2)
+  "$ROOT/Scripts/stage-plugins" "$(bin_dir)" "$STAGED_PLUGINS"
+  touch "$STAMP"
+}

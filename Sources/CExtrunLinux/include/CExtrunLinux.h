@@ -1,0 +1,66 @@
+#ifndef CEXTRUN_LINUX_H
+#define CEXTRUN_LINUX_H
+
+#include <sys/types.h>
+#include <sys/resource.h>
+#include <stdint.h>
+
+/// One descriptor to install in the child: `source` (in the parent) becomes `target`.
+struct extrun_fd_mapping {
+    int source;
+    int target;
+};
+
+/// Where child set-up failed, reported back to the parent with errno.
+enum extrun_spawn_stage {
+    EXTRUN_STAGE_NONE = 0,
+    EXTRUN_STAGE_FORK = 1,
+    EXTRUN_STAGE_FDS = 2,
+    EXTRUN_STAGE_SETPGID = 3,
+    EXTRUN_STAGE_CHDIR = 4,
+    EXTRUN_STAGE_RLIMIT = 5,
+    EXTRUN_STAGE_NO_NEW_PRIVS = 6,
+    EXTRUN_STAGE_SECCOMP = 7,
+    EXTRUN_STAGE_EXEC = 8,
+    EXTRUN_STAGE_PIPE = 9,
+};
+
+struct extrun_spawn_request {
+    const char *path;
+    char *const *argv;
+    char *const *envp;
+    /// Working directory of the child, or NULL to keep the parent's.
+    const char *cwd;
+    const struct extrun_fd_mapping *fds;
+    int fd_count;
+};
+
+struct extrun_spawn_result {
+    pid_t pid;
+    /// errno of the failure, 0 on success.
+    int error;
+    enum extrun_spawn_stage stage;
+};
+
+/// Forks and execs `request->path` in a new process group. In the child only
+/// async-signal-safe calls run: the descriptors in `fds` are installed, every
+/// other descriptor is closed, signal dispositions and the mask are reset.
+/// A failure in the child before exec is reported in `result` (the child is reaped).
+void extrun_spawn(const struct extrun_spawn_request *request, struct extrun_spawn_result *result);
+
+/// pidfd_open(2): a descriptor that polls readable when `pid` exits. -1 and errno on failure.
+int extrun_pidfd_open(pid_t pid);
+
+/// pipe2(fds, O_CLOEXEC). 0, or -1 and errno.
+int extrun_pipe_cloexec(int fds[2]);
+
+/// fcntl(F_SETPIPE_SZ): best effort; returns the new size or -1.
+int extrun_set_pipe_size(int fd, int size);
+
+/// WIFEXITED & co. as functions, since Swift cannot call the macros.
+int extrun_wifexited(int status);
+int extrun_wexitstatus(int status);
+int extrun_wifsignaled(int status);
+int extrun_wtermsig(int status);
+
+#endif

@@ -1,0 +1,100 @@
+import ExtrunProtocol
+import Foundation
+
+/// Numbers measured for one plugin run.
+public struct RunMetrics: Sendable, Equatable {
+    /// From the start of the launch to the end of the process.
+    public var wallMs: Double
+    /// From the start of the launch to the plugin's handshake.
+    public var launchMs: Double?
+    public var peakMemoryBytes: Int64?
+    public var cpuMs: Double?
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = ["wallMs": .double(wallMs)]
+        if let launchMs { object["launchMs"] = .double(launchMs) }
+        if let peakMemoryBytes { object["peakMemoryBytes"] = .int(peakMemoryBytes) }
+        if let cpuMs { object["cpuMs"] = .double(cpuMs) }
+        return .object(object)
+    }
+}
+
+/// The result of `extrun handle`: what the plugin answered, or why there is no answer.
+public struct HandleReport: Sendable, Equatable {
+    public var id: String?
+    public var intent: String?
+    public var plugin: String?
+    public var mode: Mode?
+    public var response: IntentResponse?
+    public var error: HostError?
+    public var metrics: RunMetrics?
+    /// Whether the response code counts as success for this intent.
+    public var responseIsSuccess = false
+
+    public init(intent: String?) {
+        self.intent = intent
+    }
+
+    /// The process exit status documented in docs/cli.md.
+    public var exitCode: Int32 {
+        if let error { return error.kind.exitCode }
+        if response != nil { return responseIsSuccess ? ExitStatus.success : ExitStatus.unsuccessfulResponse }
+        return ErrorKind.internalError.exitCode
+    }
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [:]
+        if let id { object["id"] = .string(id) }
+        if let intent { object["intent"] = .string(intent) }
+        if let plugin { object["plugin"] = .string(plugin) }
+        if let mode { object["mode"] = .string(mode.rawValue) }
+        if let response { object["response"] = (try? JSONCoding.value(of: response)) ?? .null }
+        if let error { object["error"] = error.json }
+        if let metrics { object["metrics"] = metrics.json }
+        return .object(object)
+    }
+
+    /// A summary for people (`--format text`).
+    public var text: String {
+        var lines: [String] = []
+        let head = [intent, plugin.map { "by \($0)" }, mode.map { "(\($0.rawValue))" }].compactMap { $0 }.joined(separator: " ")
+        if let response {
+            lines.append("\(head): \(response.code)")
+            if let full = response.dialog?.full { lines.append("  \(full)") }
+            if let supporting = response.dialog?.supporting { lines.append("  \(supporting)") }
+            for key in response.properties.keys.sorted() {
+                lines.append("  \(key): \(TextFormat.describe(response.properties[key] ?? .null))")
+            }
+        }
+        if let error {
+            lines.append("\(head.isEmpty ? "extrun" : head): error \(error.kind.rawValue)")
+            lines.append("  \(error.message)")
+        }
+        if let metrics {
+            var parts = ["wall \(TextFormat.ms(metrics.wallMs))"]
+            if let launch = metrics.launchMs { parts.append("launch \(TextFormat.ms(launch))") }
+            if let cpu = metrics.cpuMs { parts.append("cpu \(TextFormat.ms(cpu))") }
+            if let peak = metrics.peakMemoryBytes { parts.append("peak memory \(TextFormat.bytes(peak))") }
+            lines.append("  [\(parts.joined(separator: ", "))]")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+enum TextFormat {
+    static func describe(_ value: JSONValue) -> String {
+        switch value {
+        case .string(let s): s
+        case .object(let fields) where fields["filename"] != nil && fields["data"] != nil:
+            "file \(fields["filename"]?.stringValue ?? "") (\(fields["typeIdentifier"]?.stringValue ?? "public.data"), \((fields["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }?.count) ?? 0) bytes)"
+        case .array(let items): "[" + items.map(describe).joined(separator: ", ") + "]"
+        default: String(decoding: (try? JSONCoding.encoder().encode(value)) ?? Data(), as: UTF8.self)
+        }
+    }
+
+    static func ms(_ value: Double) -> String { String(format: "%.1f ms", value) }
+
+    static func bytes(_ value: Int64) -> String {
+        value >= 1 << 20 ? String(format: "%.1f MiB", Double(value) / 1_048_576) : String(format: "%.0f KiB", Double(value) / 1024)
+    }
+}

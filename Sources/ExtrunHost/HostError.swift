@@ -1,0 +1,78 @@
+import ExtrunProtocol
+
+/// The kinds of error `extrun` reports, each with its own exit status.
+/// The table is documented in docs/cli.md; keep the two in step.
+public enum ErrorKind: String, Codable, Sendable, CaseIterable {
+    /// The intent file is malformed or does not fit the manifest.
+    case invalidIntent
+    /// No plugin handles the intent.
+    case noHandler
+    /// A parameter could not be resolved (a value is needed, or it is unsupported).
+    case parameterUnresolved
+    /// The plugin exited or was killed by a signal before it answered.
+    case pluginCrashed
+    /// The plugin broke the protocol (bad frame, bad message, wrong answer).
+    case protocolError
+    /// The plugin answered a request with an error of its own (a handler threw).
+    case pluginError
+    /// The plugin did not answer before its deadline.
+    case timeout
+    /// The plugin went over its memory cap.
+    case memoryLimitExceeded
+    /// The plugin made a system call the sandbox forbids.
+    case sandboxViolation
+    /// A plugin manifest, the plugin path or the host's policy is wrong.
+    case configurationError
+    /// The host could not do its own work (spawn failed, out of descriptors...).
+    case internalError
+
+    /// The process exit status for this kind of error.
+    public var exitCode: Int32 {
+        switch self {
+        case .parameterUnresolved: 3
+        case .invalidIntent: 4
+        case .noHandler: 5
+        case .pluginCrashed: 6
+        case .protocolError: 7
+        case .timeout: 8
+        case .memoryLimitExceeded: 9
+        case .sandboxViolation: 10
+        case .configurationError: 11
+        case .pluginError: 12
+        case .internalError: 70
+        }
+    }
+}
+
+/// Exit statuses that are not errors.
+public enum ExitStatus {
+    /// The plugin answered `success` (or a custom code declared as success).
+    public static let success: Int32 = 0
+    /// The plugin answered with any other response code.
+    public static let unsuccessfulResponse: Int32 = 1
+    /// The command line was wrong (swift-argument-parser's EX_USAGE).
+    public static let usage: Int32 = 64
+}
+
+/// An error the host reports: its kind, a message for a person, and details for programs.
+public struct HostError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var kind: ErrorKind
+    public var message: String
+    public var details: [String: JSONValue]
+
+    public init(_ kind: ErrorKind, _ message: String, details: [String: JSONValue] = [:]) {
+        self.kind = kind
+        self.message = message
+        self.details = details
+    }
+
+    public var description: String { "\(kind.rawValue): \(message)" }
+
+    /// The error as it appears in the output's `error` field.
+    public var json: JSONValue {
+        var object = details
+        object["kind"] = .string(kind.rawValue)
+        object["message"] = .string(message)
+        return .object(object)
+    }
+}

@@ -1,0 +1,34 @@
+import Foundation
+
+/// Where the host looks for things, from the environment.
+///
+/// - `EXTRUN_HOME`: the host's own directory (default `~/.local/share/extrun`).
+/// - `EXTRUN_PLUGIN_PATH`: colon-separated directories searched for plugins
+///   before `$EXTRUN_HOME/plugins`.
+public struct HostPaths: Sendable, Equatable {
+    public var home: URL
+    public var pluginSearchPath: [URL]
+
+    public init(home: URL, pluginSearchPath: [URL]) {
+        self.home = home
+        self.pluginSearchPath = pluginSearchPath
+    }
+
+    public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) -> HostPaths {
+        let home: URL
+        if let value = environment["EXTRUN_HOME"], !value.isEmpty {
+            home = URL(fileURLWithPath: value, isDirectory: true)
+        } else {
+            let userHome = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+            home = URL(fileURLWithPath: userHome, isDirectory: true).appendingPathComponent(".local/share/extrun", isDirectory: true)
+        }
+        var search: [URL] = []
+        if let value = environment["EXTRUN_PLUGIN_PATH"] {
+            for entry in value.split(separator: ":") where !entry.isEmpty {
+                search.append(URL(fileURLWithPath: String(entry), isDirectory: true))
+            }
+        }
+        search.append(home.appendingPathComponent("plugins", isDirectory: true))
+        return HostPaths(home: home, pluginSearchPath: search)
+    }
+}

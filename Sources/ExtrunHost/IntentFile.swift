@@ -1,0 +1,244 @@
+import ExtrunProtocol
+import Foundation
+
+/// An intent to handle, as read from an intent file (or standard input).
+///
+///     {"intent": "MakeUppercase", "parameters": {"text": "hello world"}, "id": "optional", "mode": "extension"}
+public struct IntentInvocation: Sendable, Equatable {
+    public var intent: String
+    public var id: String?
+    public var mode: Mode?
+    /// Parameter values as given in the file (file parameters not yet loaded).
+    public var parameters: [String: JSONValue]
+    /// Where the intent came from, for error messages: a path or `<stdin>`.
+    public var source: String
+    /// Relative file paths in parameters are resolved against this directory.
+    public var baseDirectory: URL
+
+    public init(
+        intent: String, id: String? = nil, mode: Mode? = nil, parameters: [String: JSONValue] = [:], source: String = "<memory>",
+        baseDirectory: URL = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+    ) {
+        self.intent = intent
+        self.id = id
+        self.mode = mode
+        self.parameters = parameters
+        self.source = source
+        self.baseDirectory = baseDirectory
+    }
+}
+
+public enum IntentFileParser {
+    static let topLevelFields: Set<String> = ["intent", "parameters", "id", "mode"]
+
+    /// Reads an intent file; `-` reads standard input.
+    public static func read(path: String) throws(HostError) -> IntentInvocation {
+        if path == "-" {
+            let data = FileHandle.standardInput.readDataToEndOfFile()
+            return try parse(data, source: "<stdin>", baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+        }
+        let url = URL(fileURLWithPath: path)
+        let data: Data
+        do {
+            data = try Data(contentsOf: url)
+        } catch {
+            throw HostError(
+                .invalidIntent, "\(path): cannot read the intent file: \(Self.reason(error))", details: ["file": .string(path)])
+        }
+        return try parse(data, source: path, baseDirectory: url.deletingLastPathComponent())
+    }
+
+    public static func parse(_ data: Data, source: String, baseDirectory: URL) throws(HostError) -> IntentInvocation {
+        func fail(_ field: String?, _ message: String) -> HostError {
+            var details: [String: JSONValue] = ["file": .string(source)]
+            if let field { details["field"] = .string(field) }
+            return HostError(.invalidIntent, "\(source): \(field.map { "\($0): " } ?? "")\(message)", details: details)
+        }
+        let value: JSONValue
+        do {
+            value = try JSONCoding.decoder().decode(JSONValue.self, from: data)
+        } catch {
+            throw fail(nil, data.isEmpty ? "the intent file is empty" : "not valid JSON: \(JSONCoding.describe(error))")
+        }
+        guard case .object(let object) = value else {
+            throw fail(nil, "expected a JSON object like {\"intent\": \"MakeUppercase\", \"parameters\": {...}}, got \(value.typeName)")
+        }
+        for key in object.keys.sorted() where !topLevelFields.contains(key) {
+            throw fail(key, "unknown field (allowed: intent, parameters, id, mode)")
+        }
+        guard let intentValue = object["intent"] else { throw fail("intent", "missing: name the intent to handle") }
+        guard case .string(let intent) = intentValue, !intent.isEmpty else {
+            throw fail("intent", "expected a non-empty string, got \(intentValue.typeName)")
+        }
+        var invocation = IntentInvocation(intent: intent, source: source, baseDirectory: baseDirectory)
+        switch object["id"] {
+        case nil, .null?: break
+        case .string(let id)?: invocation.id = id
+        case let other?: throw fail("id", "expected a string, got \(other.typeName)")
+        }
+        switch object["mode"] {
+        case nil, .null?: break
+        case .string(let text)?:
+            guard let mode = Mode(rawValue: text) else { throw fail("mode", "'\(text)' is not a mode (extension or in-app)") }
+            invocation.mode = mode
+        case let other?: throw fail("mode", "expected \"extension\" or \"in-app\", got \(other.typeName)")
+        }
+        switch object["parameters"] {
+        case nil, .null?: break
+        case .object(let parameters)?: invocation.parameters = parameters
+        case let other?: throw fail("parameters", "expected an object of parameter values, got \(other.typeName)")
+        }
+        return invocation
+    }
+
+    /// Checks the parameters against the intent's definition and turns them into
+    /// wire values: defaults filled in, files loaded, single values listed where a
+    /// list is expected. A missing value is left out (resolution asks for it).
+    public static func wireParameters(
+        for invocation: IntentInvocation, definition: IntentDefinition
+    ) throws(HostError) -> [String: JSONValue] {
+        func fail(_ field: String, _ message: String) -> HostError {
+            HostError(
+                .invalidIntent, "\(invocation.source): \(field): \(message)",
+                details: ["file": .string(invocation.source), "field": .string(field)])
+        }
+        for name in invocation.parameters.keys.sorted() where definition.parameter(named: name) == nil {
+            let known = definition.parameters.map(\.name)
+            throw fail(
+                "parameters.\(name)",
+                "unknown parameter of \(definition.name) (its parameters: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+        }
+        var wire: [String: JSONValue] = [:]
+        for parameter in definition.parameters {
+            let field = "parameters.\(parameter.name)"
+            guard var value = invocation.parameters[parameter.name], !value.isNull else {
+                if let value = parameter.default, !value.isNull { wire[parameter.name] = value }
+                continue
+            }
+            if parameter.multiple, value.arrayValue == nil { value = .array([value]) }
+            if parameter.type == .file {
+                value = try loadFiles(value, parameter: parameter, field: field, invocation: invocation)
+            } else if case .double(let d) = value, parameter.type == .integer, d.rounded() == d, abs(d) < 9.0e15 {
+                value = .int(Int64(d))
+            }
+            if let problem = ParameterValueCheck.problem(value, for: parameter) {
+                throw fail(field, problem)
+            }
+            wire[parameter.name] = value
+        }
+        return wire
+    }
+
+    static func loadFiles(_ value: JSONValue, parameter: ParameterDefinition, field: String, invocation: IntentInvocation)
+        throws(HostError) -> JSONValue
+    {
+        if case .array(let items) = value {
+            var loaded: [JSONValue] = []
+            for (i, item) in items.enumerated() {
+                loaded.append(try loadFile(item, parameter: parameter, field: "\(field)[\(i)]", invocation: invocation))
+            }
+            return .array(loaded)
+        }
+        return try loadFile(value, parameter: parameter, field: field, invocation: invocation)
+    }
+
+    /// The largest file the host passes to a plugin.
+    public static let maxFileBytes = 32 << 20
+
+    static func loadFile(_ value: JSONValue, parameter: ParameterDefinition, field: String, invocation: IntentInvocation)
+        throws(HostError) -> JSONValue
+    {
+        func fail(_ message: String) -> HostError {
+            HostError(
+                .invalidIntent, "\(invocation.source): \(field): \(message)",
+                details: ["file": .string(invocation.source), "field": .string(field)])
+        }
+        var filename: String
+        var data: Data
+        var typeIdentifier: String?
+        switch value {
+        case .string(let path):
+            (filename, data) = try readFile(path, invocation: invocation, fail: fail)
+        case .object(let fields):
+            typeIdentifier = fields["typeIdentifier"]?.stringValue
+            if let path = fields["path"]?.stringValue {
+                (filename, data) = try readFile(path, invocation: invocation, fail: fail)
+                if let name = fields["filename"]?.stringValue { filename = name }
+            } else if let name = fields["filename"]?.stringValue {
+                filename = name
+                if let text = fields["text"]?.stringValue {
+                    data = Data(text.utf8)
+                } else if let base64 = fields["data"]?.stringValue {
+                    guard let decoded = Data(base64Encoded: base64) else { throw fail("'data' is not valid base64") }
+                    data = decoded
+                } else {
+                    throw fail("a file object needs 'path', or 'filename' with 'text' or 'data' (base64)")
+                }
+            } else {
+                throw fail("a file object needs 'path', or 'filename' with 'text' or 'data' (base64)")
+            }
+        default:
+            throw fail("expected a file: a path string, or an object with 'path', or 'filename' and 'text'/'data'; got \(value.typeName)")
+        }
+        let type = typeIdentifier ?? TypeIdentifiers.forFilename(filename)
+        if let allowed = parameter.allowedTypes, !allowed.isEmpty, !allowed.contains(where: { TypeIdentifiers.conforms(type, to: $0) }) {
+            throw fail("'\(filename)' is of type \(type); \(parameter.name) accepts \(allowed.joined(separator: ", "))")
+        }
+        return .object(["filename": .string(filename), "typeIdentifier": .string(type), "data": .string(data.base64EncodedString())])
+    }
+
+    static func readFile(_ path: String, invocation: IntentInvocation, fail: (String) -> HostError) throws(HostError) -> (String, Data) {
+        let url = path.hasPrefix("/") ? URL(fileURLWithPath: path) : invocation.baseDirectory.appendingPathComponent(path)
+        let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
+        if let size = attributes?[.size] as? Int, size > maxFileBytes {
+            throw fail("\(url.path) is \(size) bytes; files passed to plugins are limited to \(maxFileBytes) bytes")
+        }
+        do {
+            return (url.lastPathComponent, try Data(contentsOf: url))
+        } catch {
+            throw fail("cannot read \(url.path): \(reason(error))")
+        }
+    }
+
+    static func reason(_ error: any Error) -> String {
+        let nsError = error as NSError
+        if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(underlying.code)))
+        }
+        switch nsError.code {
+        case NSFileReadNoSuchFileError: return "no such file"
+        case NSFileReadNoPermissionError: return "permission denied"
+        default: return nsError.localizedDescription
+        }
+    }
+}
+
+/// Uniform type identifiers for common files, and the few parent types plugins ask for.
+public enum TypeIdentifiers {
+    static let byExtension: [String: String] = [
+        "txt": "public.plain-text", "text": "public.plain-text", "md": "net.daringfireball.markdown",
+        "json": "public.json", "html": "public.html", "htm": "public.html", "csv": "public.comma-separated-values-text",
+        "xml": "public.xml", "jpg": "public.jpeg", "jpeg": "public.jpeg", "png": "public.png", "gif": "com.compuserve.gif",
+        "heic": "public.heic", "tif": "public.tiff", "tiff": "public.tiff", "pdf": "com.adobe.pdf", "zip": "public.zip-archive",
+        "mp3": "public.mp3", "m4a": "com.apple.m4a-audio", "mov": "com.apple.quicktime-movie", "mp4": "public.mpeg-4",
+        "swift": "public.swift-source", "py": "public.python-script", "sh": "public.shell-script",
+    ]
+    static let parents: [String: Set<String>] = [
+        "public.image": ["public.jpeg", "public.png", "com.compuserve.gif", "public.heic", "public.tiff"],
+        "public.text": [
+            "public.plain-text", "net.daringfireball.markdown", "public.json", "public.html", "public.comma-separated-values-text",
+            "public.xml", "public.swift-source", "public.python-script", "public.shell-script",
+        ],
+        "public.audiovisual-content": ["public.mp3", "com.apple.m4a-audio", "com.apple.quicktime-movie", "public.mpeg-4"],
+    ]
+
+    public static func forFilename(_ filename: String) -> String {
+        let ext = (filename as NSString).pathExtension.lowercased()
+        return byExtension[ext] ?? "public.data"
+    }
+
+    /// Whether `type` is `parent` or one of its kinds. Everything is `public.data` and `public.item`.
+    public static func conforms(_ type: String, to parent: String) -> Bool {
+        type == parent || parent == "public.data" || parent == "public.item" || (parents[parent]?.contains(type) ?? false)
+    }
+}

@@ -1,0 +1,147 @@
+import ExtrunProtocol
+import Foundation
+
+/// A plugin found on the plugin path.
+public struct DiscoveredPlugin: Sendable, Equatable {
+    public var manifest: PluginManifest
+    public var directory: URL
+    public var manifestURL: URL { directory.appendingPathComponent("manifest.json") }
+    public var executableURL: URL
+    /// Why the plugin cannot run (its executable is missing, for instance), if it cannot.
+    public var problem: String?
+}
+
+/// Something wrong with one file on the plugin path.
+public struct CatalogProblem: Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var message: String
+    public var description: String { "\(file): \(message)" }
+}
+
+/// The plugins on the plugin path, and which intent each one handles.
+///
+/// Search order: each directory of `EXTRUN_PLUGIN_PATH`, then `$EXTRUN_HOME/plugins`.
+/// A directory that holds a `manifest.json` is a plugin; otherwise each of its
+/// subdirectories that holds one is. When two directories hold plugins with the
+/// same id, the first one found is used (like `PATH`). Two different plugins
+/// claiming one intent is an error reported when that intent is asked for.
+public struct PluginCatalog: Sendable {
+    public var plugins: [DiscoveredPlugin]
+    public var problems: [CatalogProblem]
+    /// Plugins skipped because an earlier directory held one with the same id.
+    public var shadowed: [DiscoveredPlugin]
+
+    public static func discover(paths: HostPaths) -> PluginCatalog {
+        var catalog = PluginCatalog(plugins: [], problems: [], shadowed: [], searchPath: paths.pluginSearchPath)
+        let fileManager = FileManager.default
+        for searchDirectory in paths.pluginSearchPath {
+            var isDirectory: ObjCBool = false
+            guard fileManager.fileExists(atPath: searchDirectory.path, isDirectory: &isDirectory), isDirectory.boolValue else {
+                continue
+            }
+            let candidates: [URL]
+            if fileManager.fileExists(atPath: searchDirectory.appendingPathComponent("manifest.json").path) {
+                candidates = [searchDirectory]
+            } else {
+                let entries = (try? fileManager.contentsOfDirectory(atPath: searchDirectory.path)) ?? []
+                candidates = entries.sorted().map { searchDirectory.appendingPathComponent($0, isDirectory: true) }
+                    .filter { fileManager.fileExists(atPath: $0.appendingPathComponent("manifest.json").path) }
+            }
+            for directory in candidates {
+                catalog.load(directory: directory)
+            }
+        }
+        return catalog
+    }
+
+    private mutating func load(directory: URL) {
+        let manifestURL = directory.appendingPathComponent("manifest.json")
+        let manifest: PluginManifest
+        do {
+            manifest = try ManifestLoader.load(manifestURL)
+        } catch {
+            problems.append(CatalogProblem(file: manifestURL.path, message: error.message))
+            return
+        }
+        let executableURL =
+            manifest.executable.hasPrefix("/")
+            ? URL(fileURLWithPath: manifest.executable) : directory.appendingPathComponent(manifest.executable)
+        var plugin = DiscoveredPlugin(manifest: manifest, directory: directory, executableURL: executableURL, problem: nil)
+        if !FileManager.default.fileExists(atPath: executableURL.path) {
+            plugin.problem = "executable '\(manifest.executable)' is missing (looked for \(executableURL.path))"
+        } else if access(executableURL.path, X_OK) != 0 {
+            plugin.problem = "executable \(executableURL.path) is not executable (chmod +x it)"
+        }
+        if let problem = plugin.problem {
+            problems.append(CatalogProblem(file: manifestURL.path, message: problem))
+        }
+        if plugins.contains(where: { $0.manifest.id == manifest.id }) {
+            shadowed.append(plugin)
+        } else {
+            plugins.append(plugin)
+        }
+    }
+
+    /// The plugin that handles `intent`, or the error that says why there is none.
+    public func handler(for intent: String) throws(HostError) -> (DiscoveredPlugin, IntentDefinition) {
+        let claimants = plugins.filter { $0.manifest.intent(named: intent) != nil }
+        if claimants.count > 1 {
+            let list = claimants.map { "\($0.manifest.id) (\($0.manifestURL.path))" }.joined(separator: " and ")
+            throw HostError(
+                .configurationError,
+                "intent '\(intent)' is claimed by more than one plugin: \(list); remove one of them from the plugin path",
+                details: ["files": .array(claimants.map { .string($0.manifestURL.path) })])
+        }
+        guard let plugin = claimants.first, let definition = plugin.manifest.intent(named: intent) else {
+            var message = "no plugin handles the intent '\(intent)'"
+            let known = plugins.flatMap { $0.manifest.intents.map(\.name) }.sorted()
+            message += known.isEmpty ? "; no plugins were found" : "; known intents: \(known.joined(separator: ", "))"
+            message += " (plugin path: \(searchPathDescription))"
+            let unreadable = problems.filter { problem in !plugins.contains { $0.manifestURL.path == problem.file } }
+            if !unreadable.isEmpty {
+                message += "; these manifests could not be read: " + unreadable.map(\.description).joined(separator: "; ")
+            }
+            throw HostError(.noHandler, message, details: ["intent": .string(intent)])
+        }
+        if let problem = plugin.problem {
+            throw HostError(
+                .configurationError, "\(plugin.manifestURL.path): \(problem)",
+                details: ["file": .string(plugin.manifestURL.path)])
+        }
+        return (plugin, definition)
+    }
+
+    /// The directories searched, in order.
+    public var searchPath: [URL]
+
+    var searchPathDescription: String {
+        searchPath.map(\.path).joined(separator: ":")
+    }
+}
+
+/// Reads and checks a manifest file.
+public enum ManifestLoader {
+    public struct LoadError: Error {
+        public var message: String
+    }
+
+    public static func load(_ url: URL) throws(LoadError) -> PluginManifest {
+        let data: Data
+        do {
+            data = try Data(contentsOf: url)
+        } catch {
+            throw LoadError(message: "cannot read the manifest: \(error.localizedDescription)")
+        }
+        let manifest: PluginManifest
+        do {
+            manifest = try JSONCoding.decoder().decode(PluginManifest.self, from: data)
+        } catch {
+            throw LoadError(message: "invalid manifest: \(JSONCoding.describe(error))")
+        }
+        let problems = manifest.problems()
+        if !problems.isEmpty {
+            throw LoadError(message: "invalid manifest: " + problems.joined(separator: "; "))
+        }
+        return manifest
+    }
+}

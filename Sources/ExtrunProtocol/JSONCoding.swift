@@ -1,0 +1,98 @@
+import Foundation
+
+/// The one place that configures JSON coders, so that host, SDK and tests
+/// agree on dates (ISO 8601), data (base64) and key order.
+public enum JSONCoding {
+    public static func encoder(pretty: Bool = false) -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = pretty ? [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes] : [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.dataEncodingStrategy = .base64
+        return encoder
+    }
+
+    public static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = ISODate.parse(text) else {
+                throw DecodingError.dataCorruptedError(
+                    in: container, debugDescription: "'\(text)' is not an ISO 8601 date (e.g. 2026-11-22 or 2026-11-22T10:30:00Z)")
+            }
+            return date
+        }
+        decoder.dataDecodingStrategy = .base64
+        return decoder
+    }
+
+    /// Re-types a JSON value as a `Decodable` type.
+    public static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
+        let data = try encoder().encode(value)
+        return try decoder().decode(type, from: data)
+    }
+
+    /// Turns an `Encodable` value into a JSON value.
+    public static func value(of encodable: some Encodable) throws -> JSONValue {
+        let data = try encoder().encode(encodable)
+        return try decoder().decode(JSONValue.self, from: data)
+    }
+
+    /// A readable reason for a `DecodingError` or a JSON syntax error:
+    /// the path of the field and what was wrong with it.
+    public static func describe(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else {
+            return String(describing: error)
+        }
+        func path(_ codingPath: [any CodingKey]) -> String {
+            let text = codingPath.map { key in key.intValue.map { "[\($0)]" } ?? ".\(key.stringValue)" }.joined()
+            return text.hasPrefix(".") ? String(text.dropFirst()) : text
+        }
+        switch error {
+        case .typeMismatch(let type, let context):
+            return "\(path(context.codingPath)): expected \(typeDescription(type)); \(context.debugDescription)"
+        case .valueNotFound(let type, let context):
+            return "\(path(context.codingPath)): expected \(typeDescription(type)), found null"
+        case .keyNotFound(let key, let context):
+            let prefix = path(context.codingPath)
+            return "\(prefix.isEmpty ? "" : prefix + ": ")missing required field '\(key.stringValue)'"
+        case .dataCorrupted(let context):
+            let underlying = context.underlyingError.map { ": \(syntaxDescription($0))" } ?? ""
+            let where_ = path(context.codingPath)
+            return "\(where_.isEmpty ? "" : where_ + ": ")\(context.debugDescription)\(underlying)"
+        @unknown default:
+            return String(describing: error)
+        }
+    }
+
+    private static func typeDescription(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Int.Type, is Int64.Type: "an integer"
+        case is Double.Type: "a number"
+        case is Bool.Type: "a boolean"
+        default: "\(type)"
+        }
+    }
+
+    private static func syntaxDescription(_ error: any Error) -> String {
+        let nsError = error as NSError
+        if let detail = nsError.userInfo[NSDebugDescriptionErrorKey] as? String { return detail }
+        return String(describing: error)
+    }
+}
+
+/// ISO 8601 dates as parameters carry them: a calendar date (`2026-11-22`)
+/// or a date and time with a zone (`2026-11-22T10:30:00Z`, fractional seconds allowed).
+public enum ISODate {
+    public static func parse(_ text: String) -> Date? {
+        if let date = try? Date(text, strategy: Date.ISO8601FormatStyle()) { return date }
+        if let date = try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)) { return date }
+        if let date = try? Date(text, strategy: Date.ISO8601FormatStyle().year().month().day()) { return date }
+        return nil
+    }
+
+    public static func format(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle())
+    }
+}

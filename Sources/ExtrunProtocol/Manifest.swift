@@ -1,0 +1,293 @@
+/// A plugin's `manifest.json`: who it is, how to start it, what it handles.
+/// The fields are documented in docs/plugin-guide.md.
+public struct PluginManifest: Codable, Sendable, Hashable {
+    /// Reverse-DNS identifier, e.g. `com.example.uppercase`.
+    public var id: String
+    public var version: String
+    /// The owner identity (developer team + app group) whose store the plugin uses.
+    public var owner: String
+    public var protocolVersion: Int
+    /// Path of the executable, relative to the manifest's directory.
+    public var executable: String
+    /// Extra arguments passed to the executable.
+    public var arguments: [String]
+    /// Modes the plugin supports; the first one is its default.
+    public var modes: [Mode]
+    public var intents: [IntentDefinition]
+
+    public init(
+        id: String, version: String, owner: String, protocolVersion: Int = ProtocolVersion.current, executable: String,
+        arguments: [String] = [], modes: [Mode] = [.extension, .inApp], intents: [IntentDefinition]
+    ) {
+        self.id = id
+        self.version = version
+        self.owner = owner
+        self.protocolVersion = protocolVersion
+        self.executable = executable
+        self.arguments = arguments
+        self.modes = modes
+        self.intents = intents
+    }
+
+    private enum CodingKeys: String, CodingKey { case id, version, owner, protocolVersion, executable, arguments, modes, intents }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        version = try c.decode(String.self, forKey: .version)
+        owner = try c.decode(String.self, forKey: .owner)
+        protocolVersion = try c.decode(Int.self, forKey: .protocolVersion)
+        executable = try c.decode(String.self, forKey: .executable)
+        arguments = try c.decodeIfPresent([String].self, forKey: .arguments) ?? []
+        modes = try c.decodeIfPresent([Mode].self, forKey: .modes) ?? [.extension, .inApp]
+        intents = try c.decode([IntentDefinition].self, forKey: .intents)
+    }
+
+    public func intent(named name: String) -> IntentDefinition? {
+        intents.first { $0.name == name }
+    }
+
+    /// The mode used when the caller does not choose one: `extension` when supported.
+    public var defaultMode: Mode {
+        modes.contains(.extension) ? .extension : (modes.first ?? .extension)
+    }
+
+    /// Checks what JSON decoding cannot: versions, uniqueness, defaults that fit their types.
+    /// Returns one line per problem, each naming the field.
+    public func problems() -> [String] {
+        var problems: [String] = []
+        if id.isEmpty || id.contains(where: { $0.isWhitespace || $0 == "/" }) {
+            problems.append("id: '\(id)' is not a valid plugin id (use reverse-DNS, e.g. com.example.uppercase)")
+        }
+        if owner.isEmpty { problems.append("owner: must not be empty") }
+        if protocolVersion != ProtocolVersion.current {
+            problems.append("protocolVersion: \(protocolVersion) is not supported (this host speaks version \(ProtocolVersion.current))")
+        }
+        if executable.isEmpty { problems.append("executable: must not be empty") }
+        if modes.isEmpty { problems.append("modes: must list at least one of extension, in-app") }
+        if intents.isEmpty { problems.append("intents: the plugin declares no intent") }
+        var seenIntents = Set<String>()
+        for (i, intent) in intents.enumerated() {
+            let path = "intents[\(i)]"
+            if intent.name.isEmpty { problems.append("\(path).name: must not be empty") }
+            if !seenIntents.insert(intent.name).inserted { problems.append("\(path).name: intent '\(intent.name)' is declared twice") }
+            problems += intent.problems(path: path)
+        }
+        return problems
+    }
+}
+
+public struct IntentDefinition: Codable, Sendable, Hashable {
+    public var name: String
+    public var title: String?
+    public var description: String?
+    public var parameters: [ParameterDefinition]
+    /// Custom response codes, besides the standard ones.
+    public var responses: [ResponseDefinition]
+
+    public init(
+        name: String, title: String? = nil, description: String? = nil, parameters: [ParameterDefinition] = [],
+        responses: [ResponseDefinition] = []
+    ) {
+        self.name = name
+        self.title = title
+        self.description = description
+        self.parameters = parameters
+        self.responses = responses
+    }
+
+    private enum CodingKeys: String, CodingKey { case name, title, description, parameters, responses }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decode(String.self, forKey: .name)
+        title = try c.decodeIfPresent(String.self, forKey: .title)
+        description = try c.decodeIfPresent(String.self, forKey: .description)
+        parameters = try c.decodeIfPresent([ParameterDefinition].self, forKey: .parameters) ?? []
+        responses = try c.decodeIfPresent([ResponseDefinition].self, forKey: .responses) ?? []
+    }
+
+    public func parameter(named name: String) -> ParameterDefinition? {
+        parameters.first { $0.name == name }
+    }
+
+    /// Whether `code` is a standard code or one this intent declares.
+    public func isKnownResponseCode(_ code: String) -> Bool {
+        ResponseCode.standard.contains(code) || responses.contains { $0.code == code }
+    }
+
+    /// Whether a response with `code` counts as success (exit status 0).
+    public func isSuccessCode(_ code: String) -> Bool {
+        code == ResponseCode.success || responses.contains { $0.code == code && $0.success }
+    }
+
+    func problems(path: String) -> [String] {
+        var problems: [String] = []
+        var seen = Set<String>()
+        for (i, parameter) in parameters.enumerated() {
+            let p = "\(path).parameters[\(i)]"
+            if parameter.name.isEmpty { problems.append("\(p).name: must not be empty") }
+            if !seen.insert(parameter.name).inserted { problems.append("\(p).name: parameter '\(parameter.name)' is declared twice") }
+            problems += parameter.problems(path: p)
+        }
+        var codes = Set<String>()
+        for (i, response) in responses.enumerated() {
+            let r = "\(path).responses[\(i)].code"
+            if ResponseCode.standard.contains(response.code) {
+                problems.append("\(r): '\(response.code)' is a standard code; custom codes need their own names")
+            } else if response.code.isEmpty {
+                problems.append("\(r): must not be empty")
+            }
+            if !codes.insert(response.code).inserted { problems.append("\(r): '\(response.code)' is declared twice") }
+        }
+        return problems
+    }
+}
+
+public enum ParameterType: String, Codable, Sendable, CaseIterable {
+    case string, integer, number, boolean, date
+    case `enum` = "enum"
+    case file
+}
+
+public struct ParameterDefinition: Codable, Sendable, Hashable {
+    public var name: String
+    public var type: ParameterType
+    public var title: String?
+    public var required: Bool
+    /// Whether the parameter takes a list of values.
+    public var multiple: Bool
+    public var `default`: JSONValue?
+    /// What to ask when the value is missing.
+    public var prompt: String?
+    /// For `enum`: the allowed values.
+    public var values: [String]?
+    /// For `file`: allowed type identifiers (e.g. `public.jpeg`); empty or absent means any.
+    public var allowedTypes: [String]?
+
+    public init(
+        name: String, type: ParameterType, title: String? = nil, required: Bool = false, multiple: Bool = false,
+        default: JSONValue? = nil, prompt: String? = nil, values: [String]? = nil, allowedTypes: [String]? = nil
+    ) {
+        self.name = name
+        self.type = type
+        self.title = title
+        self.required = required
+        self.multiple = multiple
+        self.default = `default`
+        self.prompt = prompt
+        self.values = values
+        self.allowedTypes = allowedTypes
+    }
+
+    private enum CodingKeys: String, CodingKey { case name, type, title, required, multiple, `default`, prompt, values, allowedTypes }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decode(String.self, forKey: .name)
+        type = try c.decode(ParameterType.self, forKey: .type)
+        title = try c.decodeIfPresent(String.self, forKey: .title)
+        required = try c.decodeIfPresent(Bool.self, forKey: .required) ?? false
+        multiple = try c.decodeIfPresent(Bool.self, forKey: .multiple) ?? false
+        `default` = try c.decodeIfPresent(JSONValue.self, forKey: .default)
+        prompt = try c.decodeIfPresent(String.self, forKey: .prompt)
+        values = try c.decodeIfPresent([String].self, forKey: .values)
+        allowedTypes = try c.decodeIfPresent([String].self, forKey: .allowedTypes)
+    }
+
+    func problems(path: String) -> [String] {
+        var problems: [String] = []
+        if type == .enum && (values ?? []).isEmpty {
+            problems.append("\(path).values: an enum parameter must list its values")
+        }
+        if type != .enum && values != nil {
+            problems.append("\(path).values: only enum parameters take values")
+        }
+        if let value = `default`, !value.isNull {
+            if type == .file {
+                problems.append("\(path).default: a file parameter cannot have a default")
+            } else if let problem = ParameterValueCheck.problem(value, for: self) {
+                problems.append("\(path).default: \(problem)")
+            }
+        }
+        return problems
+    }
+}
+
+public struct ResponseDefinition: Codable, Sendable, Hashable {
+    public var code: String
+    /// Whether this custom code counts as success.
+    public var success: Bool
+    /// A dialog template, e.g. "Sorry, {soup} is sold out."
+    public var dialog: String?
+    /// The output properties this response carries.
+    public var properties: [String]?
+
+    public init(code: String, success: Bool = false, dialog: String? = nil, properties: [String]? = nil) {
+        self.code = code
+        self.success = success
+        self.dialog = dialog
+        self.properties = properties
+    }
+
+    private enum CodingKeys: String, CodingKey { case code, success, dialog, properties }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        code = try c.decode(String.self, forKey: .code)
+        success = try c.decodeIfPresent(Bool.self, forKey: .success) ?? false
+        dialog = try c.decodeIfPresent(String.self, forKey: .dialog)
+        properties = try c.decodeIfPresent([String].self, forKey: .properties)
+    }
+}
+
+/// Type checks for parameter values as they travel on the wire
+/// (after the host has turned file paths into file objects).
+public enum ParameterValueCheck {
+    /// Returns nil when `value` fits the parameter, or what is wrong with it.
+    public static func problem(_ value: JSONValue, for parameter: ParameterDefinition) -> String? {
+        if parameter.multiple {
+            guard case .array(let items) = value else { return "expected a list of \(parameter.type.rawValue) values, got \(value.typeName)" }
+            for (i, item) in items.enumerated() {
+                if let problem = singleProblem(item, for: parameter) { return "[\(i)]: \(problem)" }
+            }
+            return nil
+        }
+        return singleProblem(value, for: parameter)
+    }
+
+    static func singleProblem(_ value: JSONValue, for parameter: ParameterDefinition) -> String? {
+        switch parameter.type {
+        case .string:
+            if case .string = value { return nil }
+            return "expected a string, got \(value.typeName)"
+        case .integer:
+            if case .int = value { return nil }
+            if case .double(let d) = value, d.rounded() == d, abs(d) < 9.0e15 { return nil }
+            return "expected an integer, got \(value.typeName)"
+        case .number:
+            if case .int = value { return nil }
+            if case .double = value { return nil }
+            return "expected a number, got \(value.typeName)"
+        case .boolean:
+            if case .bool = value { return nil }
+            return "expected a boolean (true or false), got \(value.typeName)"
+        case .date:
+            guard case .string(let text) = value else { return "expected an ISO 8601 date string, got \(value.typeName)" }
+            if ISODate.parse(text) == nil { return "'\(text)' is not an ISO 8601 date (e.g. 2026-11-22 or 2026-11-22T10:30:00Z)" }
+            return nil
+        case .enum:
+            let allowed = parameter.values ?? []
+            guard case .string(let text) = value else {
+                return "expected one of \(allowed.joined(separator: ", ")), got \(value.typeName)"
+            }
+            if !allowed.contains(text) { return "'\(text)' is not one of \(allowed.joined(separator: ", "))" }
+            return nil
+        case .file:
+            guard case .object(let fields) = value, fields["filename"]?.stringValue != nil, fields["data"]?.stringValue != nil else {
+                return "expected a file object with 'filename' and 'data'"
+            }
+            return nil
+        }
+    }
+}

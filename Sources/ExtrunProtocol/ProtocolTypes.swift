@@ -1,0 +1,261 @@
+/// The version of the wire protocol. A plugin states the version it speaks in
+/// its manifest and in its `initialize` result; the host refuses any other.
+public enum ProtocolVersion {
+    public static let current = 1
+}
+
+/// Method names on the wire (see docs/protocol.md).
+public enum Method {
+    // host → plugin requests
+    public static let initialize = "initialize"
+    public static let resolve = "resolve"
+    public static let confirm = "confirm"
+    public static let handle = "handle"
+    public static let shutdown = "shutdown"
+    // host → plugin notifications
+    public static let cancel = "cancel"
+    // plugin → host notifications
+    public static let log = "log"
+    public static let progress = "progress"
+}
+
+/// Channel numbers the plugin speaks the protocol on: it reads the host's
+/// messages from fd 3 and writes its own to fd 4. Standard output and
+/// standard error are captured as log text, so a stray `print()` cannot
+/// corrupt the protocol.
+public enum ProtocolChannels {
+    public static let hostToPlugin: Int32 = 3
+    public static let pluginToHost: Int32 = 4
+    /// Set in the plugin's environment to "3,4".
+    public static let environmentVariable = "EXTRUN_PROTOCOL_FDS"
+}
+
+/// How a plugin runs: as a tightly limited extension, or as the app.
+public enum Mode: String, Codable, Sendable, CaseIterable {
+    case `extension` = "extension"
+    case inApp = "in-app"
+}
+
+public struct InitializeParams: Codable, Sendable, Hashable {
+    public var protocolVersion: Int
+    public var hostVersion: String
+    public var mode: Mode
+    /// The intent the host is about to send, so a plugin can warm up for it.
+    public var intent: String?
+
+    public init(protocolVersion: Int = ProtocolVersion.current, hostVersion: String, mode: Mode, intent: String?) {
+        self.protocolVersion = protocolVersion
+        self.hostVersion = hostVersion
+        self.mode = mode
+        self.intent = intent
+    }
+}
+
+public struct PluginIdentity: Codable, Sendable, Hashable {
+    public var id: String
+    public var version: String
+    public init(id: String, version: String) {
+        self.id = id
+        self.version = version
+    }
+}
+
+public struct InitializeResult: Codable, Sendable, Hashable {
+    public var protocolVersion: Int
+    public var plugin: PluginIdentity
+    public var intents: [String]
+
+    public init(protocolVersion: Int = ProtocolVersion.current, plugin: PluginIdentity, intents: [String]) {
+        self.protocolVersion = protocolVersion
+        self.plugin = plugin
+        self.intents = intents
+    }
+}
+
+/// Parameters of `resolve`: which parameter to resolve, and every parameter's current value.
+public struct ResolveParams: Codable, Sendable, Hashable {
+    public var intent: String
+    public var parameter: String
+    public var parameters: [String: JSONValue]
+
+    public init(intent: String, parameter: String, parameters: [String: JSONValue]) {
+        self.intent = intent
+        self.parameter = parameter
+        self.parameters = parameters
+    }
+}
+
+/// Parameters of `confirm` and `handle`: the intent with its resolved parameters.
+public struct IntentParams: Codable, Sendable, Hashable {
+    public var intent: String
+    public var parameters: [String: JSONValue]
+
+    public init(intent: String, parameters: [String: JSONValue]) {
+        self.intent = intent
+        self.parameters = parameters
+    }
+}
+
+/// The outcome of resolving one parameter, as in SiriKit's resolution results.
+public enum ResolutionResult: Sendable, Hashable {
+    /// The value to use (the plugin may normalize the one it was given).
+    case success(JSONValue)
+    /// A value is needed; `prompt` asks for it.
+    case needsValue(prompt: String?)
+    /// One of several candidates must be chosen.
+    case disambiguation(options: [JSONValue], prompt: String?)
+    /// The value is plausible but the user must confirm it.
+    case confirmationRequired(JSONValue, prompt: String?)
+    /// The value cannot be used. `reason` is a short code, `message` the text for the user.
+    case unsupported(reason: String?, message: String?)
+    /// The parameter is not needed for this intent.
+    case notRequired
+}
+
+extension ResolutionResult: Codable {
+    private enum CodingKeys: String, CodingKey { case result, value, prompt, options, reason, message }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let kind = try c.decode(String.self, forKey: .result)
+        switch kind {
+        case "success":
+            self = .success(try c.decodeIfPresent(JSONValue.self, forKey: .value) ?? .null)
+        case "needsValue":
+            self = .needsValue(prompt: try c.decodeIfPresent(String.self, forKey: .prompt))
+        case "disambiguation":
+            self = .disambiguation(
+                options: try c.decode([JSONValue].self, forKey: .options), prompt: try c.decodeIfPresent(String.self, forKey: .prompt))
+        case "confirmationRequired":
+            self = .confirmationRequired(
+                try c.decodeIfPresent(JSONValue.self, forKey: .value) ?? .null, prompt: try c.decodeIfPresent(String.self, forKey: .prompt))
+        case "unsupported":
+            self = .unsupported(
+                reason: try c.decodeIfPresent(String.self, forKey: .reason), message: try c.decodeIfPresent(String.self, forKey: .message))
+        case "notRequired":
+            self = .notRequired
+        default:
+            throw DecodingError.dataCorruptedError(
+                forKey: .result, in: c,
+                debugDescription: "unknown resolution result '\(kind)' (expected success, needsValue, disambiguation, confirmationRequired, unsupported or notRequired)")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .success(let value):
+            try c.encode("success", forKey: .result)
+            try c.encode(value, forKey: .value)
+        case .needsValue(let prompt):
+            try c.encode("needsValue", forKey: .result)
+            try c.encodeIfPresent(prompt, forKey: .prompt)
+        case .disambiguation(let options, let prompt):
+            try c.encode("disambiguation", forKey: .result)
+            try c.encode(options, forKey: .options)
+            try c.encodeIfPresent(prompt, forKey: .prompt)
+        case .confirmationRequired(let value, let prompt):
+            try c.encode("confirmationRequired", forKey: .result)
+            try c.encode(value, forKey: .value)
+            try c.encodeIfPresent(prompt, forKey: .prompt)
+        case .unsupported(let reason, let message):
+            try c.encode("unsupported", forKey: .result)
+            try c.encodeIfPresent(reason, forKey: .reason)
+            try c.encodeIfPresent(message, forKey: .message)
+        case .notRequired:
+            try c.encode("notRequired", forKey: .result)
+        }
+    }
+}
+
+/// The response codes every plugin may answer with (SiriKit's), besides the
+/// custom codes its manifest declares.
+public enum ResponseCode {
+    public static let success = "success"
+    public static let failure = "failure"
+    public static let continueInApp = "continueInApp"
+    public static let failureRequiringAppLaunch = "failureRequiringAppLaunch"
+    public static let inProgress = "inProgress"
+    public static let ready = "ready"
+    public static let unspecified = "unspecified"
+
+    public static let standard: [String] = [success, failure, continueInApp, failureRequiringAppLaunch, inProgress, ready, unspecified]
+}
+
+public struct Dialog: Codable, Sendable, Hashable {
+    public var full: String?
+    public var supporting: String?
+    public init(full: String? = nil, supporting: String? = nil) {
+        self.full = full
+        self.supporting = supporting
+    }
+}
+
+public struct UserActivity: Codable, Sendable, Hashable {
+    public var activityType: String
+    public var title: String?
+    public var userInfo: [String: JSONValue]?
+    public init(activityType: String, title: String? = nil, userInfo: [String: JSONValue]? = nil) {
+        self.activityType = activityType
+        self.title = title
+        self.userInfo = userInfo
+    }
+}
+
+/// The plugin's answer to `confirm` or `handle`.
+public struct IntentResponse: Codable, Sendable, Hashable {
+    public var code: String
+    public var properties: [String: JSONValue]
+    public var dialog: Dialog?
+    public var userActivity: UserActivity?
+    /// With `inProgress`: how far along the work is, 0...1.
+    public var progress: Double?
+
+    public init(
+        code: String, properties: [String: JSONValue] = [:], dialog: Dialog? = nil, userActivity: UserActivity? = nil,
+        progress: Double? = nil
+    ) {
+        self.code = code
+        self.properties = properties
+        self.dialog = dialog
+        self.userActivity = userActivity
+        self.progress = progress
+    }
+
+    private enum CodingKeys: String, CodingKey { case code, properties, dialog, userActivity, progress }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        code = try c.decode(String.self, forKey: .code)
+        properties = try c.decodeIfPresent([String: JSONValue].self, forKey: .properties) ?? [:]
+        dialog = try c.decodeIfPresent(Dialog.self, forKey: .dialog)
+        userActivity = try c.decodeIfPresent(UserActivity.self, forKey: .userActivity)
+        progress = try c.decodeIfPresent(Double.self, forKey: .progress)
+    }
+}
+
+/// Parameters of the `log` notification a plugin may send.
+public struct LogParams: Codable, Sendable, Hashable {
+    public var level: String
+    public var message: String
+    public init(level: String, message: String) {
+        self.level = level
+        self.message = message
+    }
+}
+
+/// Parameters of the `progress` notification.
+public struct ProgressParams: Codable, Sendable, Hashable {
+    public var fraction: Double?
+    public var message: String?
+    public init(fraction: Double? = nil, message: String? = nil) {
+        self.fraction = fraction
+        self.message = message
+    }
+}
+
+/// Parameters of the `cancel` notification.
+public struct CancelParams: Codable, Sendable, Hashable {
+    public var reason: String
+    public init(reason: String) { self.reason = reason }
+}

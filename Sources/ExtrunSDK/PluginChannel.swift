@@ -1,0 +1,101 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import Synchronization
+
+/// The plugin's end of the protocol channels: it reads the host's frames from
+/// fd 3 on a thread of its own and writes frames to fd 4.
+final class PluginChannel: Sendable {
+    let inputFD: Int32
+    let outputFD: Int32
+    private let writeLock = Mutex<Void>(())
+    private let nextID = Mutex<Int64>(1)
+    private let pending = Mutex<[RequestID: CheckedContinuation<Result<JSONValue, RPCError>, Never>]>([:])
+
+    init(inputFD: Int32 = ProtocolChannels.hostToPlugin, outputFD: Int32 = ProtocolChannels.pluginToHost) {
+        self.inputFD = inputFD
+        self.outputFD = outputFD
+    }
+
+    /// Whether both protocol descriptors are open (they are not when a person runs the plugin by hand).
+    var isConnected: Bool {
+        fcntl(inputFD, F_GETFD) != -1 && fcntl(outputFD, F_GETFD) != -1
+    }
+
+    /// Messages from the host, in order. The stream ends at end of file.
+    func messages() -> AsyncThrowingStream<Message, any Error> {
+        AsyncThrowingStream { continuation in
+            let fd = inputFD
+            let thread = Thread {
+                var decoder = FrameDecoder()
+                var buffer = [UInt8](repeating: 0, count: 64 << 10)
+                while true {
+                    let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                    if count < 0 {
+                        if errno == EINTR { continue }
+                        continuation.finish(throwing: MessageError("reading the protocol channel failed: \(String(cString: strerror(errno)))"))
+                        return
+                    }
+                    if count == 0 {
+                        continuation.finish()
+                        return
+                    }
+                    buffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+                    do {
+                        while let body = try decoder.nextFrame() {
+                            continuation.yield(try Message.decode(body))
+                        }
+                    } catch {
+                        continuation.finish(throwing: error)
+                        return
+                    }
+                }
+            }
+            thread.stackSize = 256 << 10
+            thread.start()
+        }
+    }
+
+    func send(_ message: Message) {
+        let frame = Framing.frame(message.encoded())
+        writeLock.withLock { _ in
+            frame.withUnsafeBytes { raw in
+                var offset = 0
+                while offset < raw.count {
+                    let written = write(outputFD, raw.baseAddress! + offset, raw.count - offset)
+                    if written < 0 {
+                        if errno == EINTR || errno == EAGAIN { continue }
+                        // The host is gone: nobody is left to answer.
+                        exit(0)
+                    }
+                    offset += written
+                }
+            }
+        }
+    }
+
+    func notify(_ method: String, _ params: some Encodable) {
+        send(.notification(method: method, params: try? JSONCoding.value(of: params)))
+    }
+
+    /// Sends a request to the host and waits for its answer.
+    func request(_ method: String, _ params: JSONValue?) async -> Result<JSONValue, RPCError> {
+        let id = RequestID.int(nextID.withLock { value in
+            defer { value += 1 }
+            return value
+        })
+        return await withCheckedContinuation { continuation in
+            pending.withLock { $0[id] = continuation }
+            send(.request(id: id, method: method, params: params))
+        }
+    }
+
+    /// Delivers the host's answer to a request this plugin sent.
+    func deliver(id: RequestID?, _ result: Result<JSONValue, RPCError>) {
+        guard let id, let continuation = pending.withLock({ $0.removeValue(forKey: id) }) else { return }
+        continuation.resume(returning: result)
+    }
+}

@@ -1,0 +1,157 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import Synchronization
+
+/// The entry point of a Swift plugin: serves the protocol on fds 3 and 4,
+/// dispatching each intent to its handler, until the host closes the channel.
+///
+/// ```swift
+/// @main struct Main {
+///     static func main() async {
+///         await PluginRuntime.run(id: "com.example.uppercase", version: "1.0.0", handlers: [MakeUppercase()])
+///     }
+/// }
+/// ```
+public enum PluginRuntime {
+    public static func run(id: String, version: String, handlers: [any IntentHandler]) async -> Never {
+        let channel = PluginChannel()
+        guard channel.isConnected else {
+            FileHandle.standardError.write(Data("""
+                \(id) is an extrun plugin: it speaks the extrun protocol on file descriptors 3 and 4.
+                Run it through the host, e.g. `extrun handle intent.json` (see docs/protocol.md).
+
+                """.utf8))
+            exit(64)
+        }
+        let server = Server(identity: PluginIdentity(id: id, version: version), handlers: handlers, channel: channel)
+        await server.serve()
+    }
+}
+
+final class Server: Sendable {
+    let identity: PluginIdentity
+    let handlers: [String: any IntentHandler]
+    let channel: PluginChannel
+    let mode = Mutex<Mode>(.extension)
+    let running = Mutex<[RequestID: Task<Void, Never>]>([:])
+
+    init(identity: PluginIdentity, handlers: [any IntentHandler], channel: PluginChannel) {
+        self.identity = identity
+        var byName: [String: any IntentHandler] = [:]
+        for handler in handlers { byName[type(of: handler).intentName] = handler }
+        self.handlers = byName
+        self.channel = channel
+    }
+
+    func serve() async -> Never {
+        do {
+            for try await message in channel.messages() {
+                switch message {
+                case .request(let id, let method, let params):
+                    if method == Method.shutdown {
+                        channel.send(.response(id: id, result: .null))
+                        exit(0)
+                    }
+                    let task = Task {
+                        let result = await self.answer(method: method, params: params)
+                        self.running.withLock { _ = $0.removeValue(forKey: id) }
+                        switch result {
+                        case .success(let value): self.channel.send(.response(id: id, result: value))
+                        case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
+                        }
+                    }
+                    running.withLock { $0[id] = task }
+                case .notification(let method, _):
+                    if method == Method.cancel {
+                        for task in running.withLock({ Array($0.values) }) { task.cancel() }
+                    }
+                case .response(let id, let result):
+                    channel.deliver(id: id, .success(result))
+                case .errorResponse(let id, let error):
+                    channel.deliver(id: id, .failure(error))
+                }
+            }
+            exit(0)
+        } catch {
+            FileHandle.standardError.write(Data("\(identity.id): protocol error: \(error)\n".utf8))
+            exit(70)
+        }
+    }
+
+    func answer(method: String, params: JSONValue?) async -> Result<JSONValue, RPCError> {
+        do {
+            switch method {
+            case Method.initialize:
+                let p = try decodeParams(InitializeParams.self, params)
+                mode.withLock { $0 = p.mode }
+                let result = InitializeResult(plugin: identity, intents: handlers.keys.sorted())
+                return .success(try JSONCoding.value(of: result))
+            case Method.resolve:
+                let p = try decodeParams(ResolveParams.self, params)
+                let handler = try handler(for: p.intent)
+                let result = try await resolve(handler, parameter: p.parameter, intent: p.intent, values: p.parameters)
+                return .success(try JSONCoding.value(of: result))
+            case Method.confirm, Method.handle:
+                let p = try decodeParams(IntentParams.self, params)
+                let handler = try handler(for: p.intent)
+                let response = try await run(handler, confirm: method == Method.confirm, intent: p.intent, values: p.parameters)
+                return .success(try JSONCoding.value(of: response))
+            default:
+                return .failure(RPCError(code: RPCError.methodNotFound, message: "\(identity.id) does not know the method '\(method)'"))
+            }
+        } catch let error as RPCError {
+            return .failure(error)
+        } catch is CancellationError {
+            return .failure(RPCError(code: RPCError.cancelled, message: "cancelled by the host"))
+        } catch {
+            return .failure(RPCError(code: RPCError.internalError, message: "\(error)"))
+        }
+    }
+
+    private func handler(for intent: String) throws -> any IntentHandler {
+        guard let handler = handlers[intent] else {
+            throw RPCError(
+                code: RPCError.unknownIntent,
+                message: "\(identity.id) does not handle the intent '\(intent)' (it handles: \(handlers.keys.sorted().joined(separator: ", ")))")
+        }
+        return handler
+    }
+
+    private func decodeParams<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws -> T {
+        do {
+            return try JSONCoding.decode(type, from: params ?? .null)
+        } catch {
+            throw RPCError(code: RPCError.invalidParams, message: "invalid params: \(JSONCoding.describe(error))")
+        }
+    }
+
+    private func request<H: IntentHandler>(_ handler: H, intent: String, values: [String: JSONValue]) throws -> IntentRequest<H.Parameters> {
+        let parameters: H.Parameters
+        do {
+            parameters = try JSONCoding.decode(H.Parameters.self, from: .object(values))
+        } catch {
+            throw RPCError(
+                code: RPCError.invalidParams,
+                message: "the parameters of \(intent) do not decode as \(H.Parameters.self): \(JSONCoding.describe(error))")
+        }
+        let context = IntentContext(mode: mode.withLock { $0 }, channel: channel)
+        return IntentRequest(intent: intent, parameters: parameters, values: values, context: context)
+    }
+
+    private func resolve<H: IntentHandler>(_ handler: H, parameter: String, intent: String, values: [String: JSONValue]) async throws
+        -> ResolutionResult
+    {
+        try await handler.resolve(parameter, request(handler, intent: intent, values: values))
+    }
+
+    private func run<H: IntentHandler>(_ handler: H, confirm: Bool, intent: String, values: [String: JSONValue]) async throws
+        -> IntentResponse
+    {
+        let request = try request(handler, intent: intent, values: values)
+        return confirm ? try await handler.confirm(request) : try await handler.handle(request)
+    }
+}

@@ -1,0 +1,24 @@
+import ArgumentParser
+import ExtrunHost
+
+@main
+struct Extrun: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "extrun",
+        abstract: "Run intent plugins in separate, limited processes.",
+        discussion: """
+            extrun finds the plugin that handles an intent, starts it as a child \
+            process, speaks the extrun protocol with it over pipes, and prints the \
+            plugin's response as JSON.
+
+            Plugins are found in the directories of EXTRUN_PLUGIN_PATH (colon-separated), \
+            then in $EXTRUN_HOME/plugins (EXTRUN_HOME defaults to ~/.local/share/extrun).
+
+            Start with:
+              extrun plugins
+              extrun handle Examples/intents/make-uppercase.json
+            """,
+        version: Host.version,
+        subcommands: [Handle.self, Plugins.self]
+    )
+}
