@@ -4,7 +4,8 @@
 //
 //   ExtrunProtocol  ← ExtrunSDK                      (plugins import ExtrunSDK)
 //   ExtrunProtocol  ← ExtrunHost ← extrun (the CLI)
-//   CExtrunLinux    ← ExtrunHost                     (fork/exec, pidfd; the only C)
+//   CExtrunLinux    ← ExtrunHost                     (fork/exec, seccomp, rlimits; the only C)
+//   ExtrunStore     ← ExtrunHost                     (owners' keys, sealed globals and bookmarks: GRDB + swift-crypto)
 //
 // ExtrunProtocol has no I/O: wire messages, framing, manifests, versions.
 import PackageDescription
@@ -20,11 +21,21 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         .target(name: "ExtrunProtocol"),
         .target(name: "ExtrunSDK", dependencies: ["ExtrunProtocol"]),
-        .target(name: "CExtrunLinux"),
+        .target(name: "CExtrunLinux", linkerSettings: [.linkedLibrary("seccomp")]),
+        .target(
+            name: "ExtrunStore",
+            dependencies: [
+                "ExtrunProtocol",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux"]),
         .executableTarget(
             name: "extrun",
@@ -41,5 +52,6 @@ let package = Package(
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost"]),
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"]),
+        .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
     ]
 )

@@ -56,9 +56,9 @@ public enum IntentFileParser {
         }
         let value: JSONValue
         do {
-            value = try JSONCoding.decoder().decode(JSONValue.self, from: data)
+            value = try JSONCoding.decode(JSONValue.self, fromJSON: data)
         } catch {
-            throw fail(nil, data.isEmpty ? "the intent file is empty" : "not valid JSON: \(JSONCoding.describe(error))")
+            throw fail(nil, data.isEmpty ? "the intent file is empty" : JSONCoding.describe(error))
         }
         guard case .object(let object) = value else {
             throw fail(nil, "expected a JSON object like {\"intent\": \"MakeUppercase\", \"parameters\": {...}}, got \(value.typeName)")

@@ -134,7 +134,7 @@ public enum ManifestLoader {
         }
         let manifest: PluginManifest
         do {
-            manifest = try JSONCoding.decoder().decode(PluginManifest.self, from: data)
+            manifest = try JSONCoding.decode(PluginManifest.self, fromJSON: data)
         } catch {
             throw LoadError(message: "invalid manifest: \(JSONCoding.describe(error))")
         }

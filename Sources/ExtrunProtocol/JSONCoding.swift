@@ -65,6 +65,40 @@ public enum JSONCoding {
         }
     }
 
+    /// Decodes `type` from JSON bytes; a syntax error says where it is (line and column).
+    public static func decode<T: Decodable>(_ type: T.Type, fromJSON data: Data) throws -> T {
+        do {
+            return try decoder().decode(type, from: data)
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            if let syntax = syntaxError(in: data) {
+                throw DecodingError.dataCorrupted(
+                    DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(syntax)"))
+            }
+            throw DecodingError.dataCorrupted(context)
+        }
+    }
+
+    /// What is wrong with malformed JSON, with its line and column, or nil if it parses.
+    public static func syntaxError(in data: Data) -> String? {
+        do {
+            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            return nil
+        } catch {
+            let detail = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "malformed JSON"
+            // "Invalid value around character 15." → add the line and column.
+            guard let range = detail.range(of: "character "), let offset = Int(detail[range.upperBound...].prefix { $0.isNumber }) else {
+                return detail
+            }
+            var line = 1
+            var column = 1
+            for (index, byte) in data.enumerated() {
+                if index >= offset { break }
+                if byte == 10 { line += 1; column = 1 } else if byte & 0xC0 != 0x80 { column += 1 }
+            }
+            return "\(detail.hasSuffix(".") ? String(detail.dropLast()) : detail) (line \(line), column \(column))"
+        }
+    }
+
     private static func typeDescription(_ type: Any.Type) -> String {
         switch type {
         case is String.Type: "a string"
