@@ -47,6 +47,10 @@ let package = Package(
                           exclude: ["manifest.json"]),
         .executableTarget(name: "RenameFiles", dependencies: ["ExtrunSDK"], path: "Examples/RenameFiles",
                           exclude: ["manifest.json"]),
+        .executableTarget(name: "AllocateMemory", dependencies: ["ExtrunSDK"], path: "Examples/AllocateMemory",
+                          exclude: ["manifest.json"]),
+        .executableTarget(name: "Sleep", dependencies: ["ExtrunSDK"], path: "Examples/Sleep",
+                          exclude: ["manifest.json"]),
 
         .testTarget(name: "ExtrunProtocolTests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),

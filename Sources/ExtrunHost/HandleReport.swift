@@ -7,14 +7,18 @@ public struct RunMetrics: Sendable, Equatable {
     public var wallMs: Double
     /// From the start of the launch to the plugin's handshake.
     public var launchMs: Double?
+    /// Peak private writable memory (VmData, sampled; or the cgroup's memory.peak): what the cap counts.
     public var peakMemoryBytes: Int64?
     public var cpuMs: Double?
+    /// Peak resident set size from rusage (includes shared library pages).
+    public var peakRSSBytes: Int64?
 
     public var json: JSONValue {
         var object: [String: JSONValue] = ["wallMs": .double(wallMs)]
         if let launchMs { object["launchMs"] = .double(launchMs) }
         if let peakMemoryBytes { object["peakMemoryBytes"] = .int(peakMemoryBytes) }
         if let cpuMs { object["cpuMs"] = .double(cpuMs) }
+        if let peakRSSBytes { object["peakRSSBytes"] = .int(peakRSSBytes) }
         return .object(object)
     }
 }
@@ -28,6 +32,8 @@ public struct HandleReport: Sendable, Equatable {
     public var response: IntentResponse?
     public var error: HostError?
     public var metrics: RunMetrics?
+    /// The limits that applied.
+    public var limits: EffectiveLimits?
     /// Whether the response code counts as success for this intent.
     public var responseIsSuccess = false
 
@@ -51,6 +57,7 @@ public struct HandleReport: Sendable, Equatable {
         if let response { object["response"] = (try? JSONCoding.value(of: response)) ?? .null }
         if let error { object["error"] = error.json }
         if let metrics { object["metrics"] = metrics.json }
+        if let limits { object["limits"] = limits.json }
         return .object(object)
     }
 

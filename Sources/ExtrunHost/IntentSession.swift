@@ -11,13 +11,12 @@ public struct HandleOptions: Sendable {
     public var mode: Mode?
     /// Accepts `confirmationRequired` resolutions without asking.
     public var assumeYes = false
-    /// The deadline, counted from the start of the plugin's launch.
-    public var deadlineMs: Int = 10_000
-    /// How long a plugin has after `cancel` before its process group is killed.
-    public var cancelGraceMs: Int = 500
-    /// How long a plugin has to exit after the host closes the channel.
-    public var exitGraceMs: Int = 2_000
-    public var connectionLimits = ConnectionLimits()
+    /// Overrides the memory cap (within the policy's maximum for the mode).
+    public var memoryLimitBytes: Int64?
+    /// Overrides the deadline, counted from the plugin's launch (within the policy's maximum).
+    public var deadlineMs: Int?
+    /// The policy; nil loads `$EXTRUN_HOME/policy.json` (or the defaults).
+    public var policy: SandboxPolicy?
     /// Receives `--verbose` lines (plugin output, phases). Nil: quiet.
     public var log: (@Sendable (String) -> Void)?
 
@@ -51,7 +50,16 @@ public struct Host: Sendable {
         let definition: IntentDefinition
         let parameters: [String: JSONValue]
         let mode: Mode
+        let policy: SandboxPolicy
+        let limits: EffectiveLimits
         do {
+            var policySource = "the caller"
+            if let given = options.policy {
+                policy = given
+            } else {
+                (policy, policySource) = try SandboxPolicy.load(home: paths.home)
+            }
+            options.log?("[extrun] policy: \(policySource)")
             (plugin, definition) = try catalog().handler(for: invocation.intent)
             report.plugin = plugin.manifest.id
             parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
@@ -62,12 +70,16 @@ public struct Host: Sendable {
                     "\(plugin.manifest.id) does not support \(mode.rawValue) mode (it supports \(plugin.manifest.modes.map(\.rawValue).joined(separator: ", ")))",
                     details: ["field": "mode"])
             }
+            limits = try EffectiveLimits.resolve(
+                policy: policy, mode: mode, manifest: plugin.manifest.limits, manifestFile: plugin.manifestURL.path,
+                memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
         } catch {
             report.error = error as? HostError ?? HostError(.internalError, "\(error)")
             return report
         }
         report.mode = mode
-        var run = PluginRun(plugin: plugin, definition: definition, mode: mode, options: options)
+        report.limits = limits
+        var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
         run.execute(parameters: parameters, into: &report)
         return report
     }
@@ -77,16 +89,20 @@ public struct Host: Sendable {
 struct PluginRun {
     let plugin: DiscoveredPlugin
     let definition: IntentDefinition
-    let mode: Mode
+    let limits: EffectiveLimits
+    let policy: SandboxPolicy
     let options: HandleOptions
+    var mode: Mode { limits.mode }
     var phase: Phase = .launch
     var start: UInt64 = 0
-    var deadline: UInt64 = 0
+    let deadline = Deadline()
+    var cgroup: CgroupRun?
 
-    init(plugin: DiscoveredPlugin, definition: IntentDefinition, mode: Mode, options: HandleOptions) {
+    init(plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions) {
         self.plugin = plugin
         self.definition = definition
-        self.mode = mode
+        self.limits = limits
+        self.policy = policy
         self.options = options
     }
 
@@ -102,23 +118,44 @@ struct PluginRun {
         }
         defer { ScratchDirectory.remove(scratch) }
 
+        if case .available(let parent) = HostCapabilities.cgroup {
+            cgroup = CgroupRun(parent: parent, memoryBytes: limits.memoryBytes)
+        }
+        defer { cgroup?.remove() }
+        let capabilities = SandboxCapabilities.current
+        let sandbox = SandboxSettings(policy: policy, limits: limits, capabilities: capabilities, cgroup: cgroup)
+
         start = MonotonicClock.now()
-        deadline = start + UInt64(options.deadlineMs) * 1_000_000
+        deadline.set(start: start, limits: limits)
         let process: PluginProcess
-        do {
-            process = try PluginProcess.launch(launchSpec(scratch: scratch))
+        do throws(HostError) {
+            process = try PluginProcess.launch(launchSpec(scratch: scratch), sandbox: sandbox)
         } catch {
             report.error = error
             return
         }
-        let connection = PluginConnection(process: process, limits: options.connectionLimits)
+        if let log = options.log {
+            log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")), deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
+            log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? HostCapabilities.cgroup.description)")
+            log("[extrun] seccomp: \(policy.seccomp ? (capabilities.seccompNotify ? "on (forbidden calls reported by name)" : "on (forbidden calls kill with SIGSYS)") : "OFF (policy)"); no_new_privs; rlimits: \(policy.openFiles) files, \(policy.processes) processes, \(ByteCount.format(policy.fileSizeBytes)) per file, no core dumps")
+            log("[extrun] namespaces: \(SandboxSettings.describe(namespaces: process.activeNamespaces)); scratch directory \(scratch.path)")
+        }
+        var connectionLimits = ConnectionLimits()
+        connectionLimits.maxFrameBytes = policy.maxMessageBytes
+        connectionLimits.outputCaptureBytes = policy.outputCaptureBytes
+        let connection = PluginConnection(process: process, limits: connectionLimits)
         if let log = options.log {
             let id = self.id
             connection.onOutputLine = { isStdout, line in log("[\(id) \(isStdout ? "stdout" : "stderr")] \(line)") }
         }
-        connection.onNotification = { [log = options.log, id = self.id] method, params in
+        connection.onNotification = { [log = options.log, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
             if method == Method.log, let params, let entry = try? JSONCoding.decode(LogParams.self, from: params) {
                 log?("[\(id) log \(entry.level)] \(entry.message)")
+            } else if method == Method.progress {
+                let progress = params.flatMap { try? JSONCoding.decode(ProgressParams.self, from: $0) }
+                if mode == .extension, deadline.extend() {
+                    log?("[extrun] \(id) reported progress \(progress?.fraction.map { "\($0)" } ?? "") \(progress?.message ?? ""): deadline now \(deadline.currentMs) ms from launch")
+                }
             }
         }
         var launchMs: Double?
@@ -136,20 +173,21 @@ struct PluginRun {
                 report.response = confirmation
             }
             if let response = report.response { report.responseIsSuccess = definition.isSuccessCode(response.code) }
-            let exitDeadline = MonotonicClock.now() + UInt64(options.exitGraceMs) * 1_000_000
+            let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
             if let failure = connection.closeAndWait(deadline: exitDeadline) {
                 if case .protocolViolation = failure {
                     report.response = nil
                     report.error = error(for: failure, connection: connection)
                 } else {
-                    options.log?("[extrun] \(id) did not exit within \(options.exitGraceMs) ms after the channel closed; killed")
+                    options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
                 }
             }
         } catch let failure as CallFailure {
             if case .deadlineExpired = failure {
                 connection.notify(Method.cancel, try? JSONCoding.value(of: CancelParams(reason: "timeout")))
-                connection.flushOutbound(deadline: MonotonicClock.now() + UInt64(options.cancelGraceMs) * 1_000_000)
-                _ = connection.closeAndWait(deadline: MonotonicClock.now() + UInt64(options.cancelGraceMs) * 1_000_000)
+                let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
+                connection.flushOutbound(deadline: grace)
+                _ = connection.closeAndWait(deadline: grace)
             }
             report.error = error(for: failure, connection: connection)
         } catch let error as HostError {
@@ -158,12 +196,63 @@ struct PluginRun {
             report.error = HostError(.internalError, "\(error)")
         }
         process.finish()
+        if let violation = process.violation {
+            // Whatever else happened, the plugin was stopped for a forbidden system call.
+            report.response = nil
+            report.responseIsSuccess = false
+            report.error = HostError(
+                .sandboxViolation,
+                "\(id) made the forbidden system call \(violation.description) during \(phase.rawValue) and was killed (the sandbox denies it: see docs/sandbox.md)",
+                details: ["syscall": .string(violation.syscallName), "syscallNumber": .int(Int64(violation.syscallNumber)), "phase": .string(phase.rawValue)])
+        } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
+            report.error = breach
+        }
         var metrics = RunMetrics(wallMs: MonotonicClock.milliseconds(from: start), launchMs: launchMs)
         if let exit = process.exit {
             metrics.cpuMs = exit.cpuMs
-            metrics.peakMemoryBytes = exit.maxRSSBytes
+            metrics.peakRSSBytes = exit.maxRSSBytes
         }
+        metrics.peakMemoryBytes = peakMemory(process)
         report.metrics = metrics
+    }
+
+    func peakMemory(_ process: PluginProcess) -> Int64 {
+        max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes)
+    }
+
+    /// Whether the plugin's death is the memory cap's doing, from the evidence the
+    /// host has: the cgroup's OOM kills, an allocation failure the plugin's runtime
+    /// printed, or memory sampled close to the cap.
+    func memoryBreach(exit: ProcessExit, process: PluginProcess, connection: PluginConnection) -> HostError? {
+        guard !exit.isClean else { return nil }
+        var evidence: [String] = []
+        if let cgroup, cgroup.oomKills > 0 { evidence.append("the kernel's OOM killer acted in its cgroup") }
+        if let line = connection.stderr.lastLines(40).last(where: { line in MemoryFailureText.matches(line) }) {
+            evidence.append("its runtime reported an allocation failure: \"\(line.trimmingCharacters(in: .whitespaces))\"")
+        }
+        let peak = peakMemory(process)
+        if Double(peak) >= 0.9 * Double(limits.memoryBytes) {
+            evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.memoryBytes)) cap")
+        }
+        guard !evidence.isEmpty else { return nil }
+        let maximum = policy.limits(for: mode).maxMemoryBytes
+        var advice = "use less memory"
+        if limits.memoryBytes < maximum {
+            advice += ", ask for more in the manifest (limits.\(mode.rawValue).memoryBytes, at most \(ByteCount.format(maximum)) under this policy)"
+        }
+        if mode == .extension && plugin.manifest.modes.contains(.inApp) { advice += ", or run it in in-app mode (--mode in-app)" }
+        var details: [String: JSONValue] = [
+            "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(peak), "mode": .string(mode.rawValue),
+            "phase": .string(phase.rawValue), "evidence": .array(evidence.map { .string($0) }),
+        ]
+        switch exit.termination {
+        case .exited(let code): details["exitStatus"] = .int(Int64(code))
+        case .signaled(let signal): details["signalName"] = .string(signalName(signal))
+        }
+        return HostError(
+            .memoryLimitExceeded,
+            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (peak measured \(ByteCount.format(peak)); \(evidence.joined(separator: "; "))) and \(exit.description); \(advice)",
+            details: details)
     }
 
     func launchSpec(scratch: URL) -> LaunchSpec {
@@ -175,6 +264,8 @@ struct PluginRun {
             "EXTRUN_MODE": mode.rawValue,
             "EXTRUN_PLUGIN_ID": id,
             "EXTRUN_PLUGIN_DIR": plugin.directory.path,
+            // Swift's crash backtracer execs a helper program, which the sandbox forbids.
+            "SWIFT_BACKTRACE": "enable=no",
         ]
         let inherited = ProcessInfo.processInfo.environment
         for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
@@ -285,7 +376,7 @@ struct PluginRun {
 
     func call(_ connection: PluginConnection, _ method: String, _ params: JSONValue) throws -> JSONValue {
         let deadline = self.deadline
-        switch connection.call(method, params, deadline: { deadline }) {
+        switch connection.call(method, params, deadline: { deadline.instant }) {
         case .success(.success(let value)):
             return value
         case .success(.failure(let rpcError)):
@@ -310,11 +401,13 @@ struct PluginRun {
         switch failure {
         case .deadlineExpired:
             let elapsed = MonotonicClock.milliseconds(from: start)
-            details["deadlineMs"] = .int(Int64(options.deadlineMs))
+            let deadlineMs = deadline.currentMs
+            details["deadlineMs"] = .int(Int64(deadlineMs))
             details["elapsedMs"] = .double(elapsed)
+            details["mode"] = .string(mode.rawValue)
             return HostError(
                 .timeout,
-                "\(id) did not answer \(phase.rawValue) within its deadline of \(options.deadlineMs) ms (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel, then its process group was killed",
+                "\(id) did not answer \(phase.rawValue) within its deadline of \(deadlineMs) ms in \(mode.rawValue) mode (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel, then after \(policy.cancelGraceMs) ms its processes were killed",
                 details: details)
         case .protocolViolation(let what):
             return HostError(.protocolError, "\(id) broke the protocol during \(phase.rawValue): \(what)", details: details)
@@ -329,6 +422,49 @@ struct PluginRun {
             if let last = stderrTail.last { message += "; last stderr line: \(last)" }
             return HostError(.pluginCrashed, message, details: details)
         }
+    }
+}
+
+/// The run's deadline, which progress reports may push back (in extension mode, up to a maximum).
+final class Deadline: @unchecked Sendable {
+    private(set) var instant: UInt64 = 0
+    private var start: UInt64 = 0
+    private var stepNs: UInt64 = 0
+    private var maximum: UInt64 = 0
+
+    func set(start: UInt64, limits: EffectiveLimits) {
+        self.start = start
+        stepNs = UInt64(limits.deadlineMs) * 1_000_000
+        instant = start + stepNs
+        maximum = start + UInt64(max(limits.maxExtendedDeadlineMs, limits.deadlineMs)) * 1_000_000
+    }
+
+    /// Pushes the deadline to a full period from now, within the maximum. Returns whether it moved.
+    func extend() -> Bool {
+        let wanted = min(MonotonicClock.now() + stepNs, maximum)
+        guard wanted > instant else { return false }
+        instant = wanted
+        return true
+    }
+
+    var currentMs: Int { Int((instant - start) / 1_000_000) }
+}
+
+/// What the host learns about the machine once per process.
+enum HostCapabilities {
+    static let cgroup = CgroupSupport.detectHere(configured: nil)
+}
+
+/// Lines runtimes print when an allocation fails (under RLIMIT_DATA, malloc returns NULL).
+enum MemoryFailureText {
+    static let patterns = [
+        "could not allocate memory", "cannot allocate memory", "out of memory", "memoryerror", "bad_alloc",
+        "failed to allocate", "allocation failed",
+    ]
+
+    static func matches(_ line: String) -> Bool {
+        let lower = line.lowercased()
+        return patterns.contains { lower.contains($0) }
     }
 }
 

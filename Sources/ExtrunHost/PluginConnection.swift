@@ -50,6 +50,9 @@ final class PluginConnection {
     /// Answers requests the plugin sends to the host (globals, bookmarks...).
     var onRequest: ((_ method: String, _ params: JSONValue?) -> Result<JSONValue, RPCError>)?
 
+    /// How often, at most, the plugin's memory is sampled while the host waits.
+    static let sampleIntervalMs = 5
+
     init(process: PluginProcess, limits: ConnectionLimits = ConnectionLimits()) {
         self.process = process
         self.limits = limits
@@ -120,18 +123,14 @@ final class PluginConnection {
                 // Whatever the plugin wrote before it ended has been drained: no answer is coming.
                 return .failure(.exited(exit))
             }
+            if process.statusFD < 0 {
+                return .failure(.protocolViolation("the plugin's supervisor ended without a report"))
+            }
             let now = MonotonicClock.now()
             let limit = deadline()
             if now >= limit { return .failure(.deadlineExpired) }
-            var timeoutMs = Int32(min((limit - now + 999_999) / 1_000_000, 60_000))
-            if process.pidfd < 0 {
-                // No pidfd (an old kernel): look for the exit ourselves, often.
-                if process.reap() {
-                    drainAfterExit()
-                    continue
-                }
-                timeoutMs = min(timeoutMs, 10)
-            }
+            // Wake up at least every few milliseconds to sample the plugin's memory.
+            let timeoutMs = Int32(min((limit - now + 999_999) / 1_000_000, UInt64(Self.sampleIntervalMs)))
 
             var fds: [pollfd] = []
             func watch(_ fd: Int32, _ events: Int32) {
@@ -141,20 +140,22 @@ final class PluginConnection {
             watch(process.stdoutFD, Int32(POLLIN))
             watch(process.stderrFD, Int32(POLLIN))
             if outboundOffset < outbound.count { watch(process.toPlugin, Int32(POLLOUT)) }
-            watch(process.pidfd, Int32(POLLIN))
+            watch(process.statusFD, Int32(POLLIN))
             let ready = poll(&fds, nfds_t(fds.count), timeoutMs)
             if ready < 0 {
                 if errno == EINTR { continue }
                 return .failure(.protocolViolation("poll failed: \(String(cString: strerror(errno)))"))
             }
+            process.memory.sample()
             for entry in fds where entry.revents != 0 {
                 switch entry.fd {
                 case process.fromPlugin: readProtocol()
                 case process.stdoutFD: readOutput(isStdout: true)
                 case process.stderrFD: readOutput(isStdout: false)
                 case process.toPlugin: writeOutbound()
-                case process.pidfd:
-                    if process.reap() { drainAfterExit() }
+                case process.statusFD:
+                    process.readEvents()
+                    if process.exit != nil || process.statusFD < 0 { drainAfterExit() }
                 default: break
                 }
             }

@@ -15,8 +15,10 @@ public struct ProcessExit: Sendable, Equatable {
     public var termination: Termination
     /// User + system CPU time.
     public var cpuMs: Double
-    /// Peak resident set size from the kernel's rusage (includes shared pages).
+    /// Peak resident set size from the kernel's rusage (includes shared library pages).
     public var maxRSSBytes: Int64
+
+    public var isClean: Bool { termination == .exited(0) }
 
     public var description: String {
         switch termination {
@@ -44,6 +46,29 @@ func signalName(_ signal: Int32) -> String {
     }
 }
 
+/// A system call the sandbox stopped.
+public struct SandboxViolation: Sendable, Equatable {
+    public var syscallNumber: Int32
+    public var syscallName: String
+    public var argument0: UInt64
+
+    /// "socket(AF_INET)", "ptrace", ...
+    public var description: String {
+        if syscallName == "socket" {
+            let family: String
+            switch argument0 {
+            case 2: family = "AF_INET"
+            case 10: family = "AF_INET6"
+            case 16: family = "AF_NETLINK"
+            case 17: family = "AF_PACKET"
+            default: family = "family \(argument0)"
+            }
+            return "socket(\(family))"
+        }
+        return syscallName
+    }
+}
+
 /// What to start.
 public struct LaunchSpec: Sendable {
     public var executable: URL
@@ -59,31 +84,45 @@ public struct LaunchSpec: Sendable {
     }
 }
 
-/// A started plugin process and the parent's ends of its pipes.
+/// A started plugin: its supervisor, its pid, and the parent's ends of its pipes.
 ///
-/// The child gets: stdin `/dev/null`, stdout and stderr to capture pipes,
-/// fd 3 reading the host's messages, fd 4 writing its own. It leads a
-/// process group of its own, so that the host can signal everything it started.
+/// The host forks a supervisor, a single-threaded process that sets up the
+/// sandbox (namespaces, rlimits, seccomp) and forks the plugin. The plugin
+/// gets: stdin `/dev/null`, stdout and stderr to capture pipes, fd 3 reading
+/// the host's messages, fd 4 writing its own. The supervisor reports the
+/// plugin's start, any forbidden system call and its end (with rusage) on a
+/// status pipe; it kills the plugin when the host closes the lifeline pipe or
+/// dies, and it removes every process the plugin left behind before it
+/// reports the end.
 final class PluginProcess {
-    let pid: pid_t
-    let pidfd: Int32
+    let supervisorPID: pid_t
+    private(set) var pid: pid_t = -1
+    /// The namespaces the plugin actually got.
+    private(set) var activeNamespaces: Int32 = 0
+    var statusFD: Int32
+    private var lifelineFD: Int32
     /// Parent's ends (non-blocking): we write fd 3's pipe, read fd 4's, stdout's, stderr's.
     var toPlugin: Int32
     var fromPlugin: Int32
     var stdoutFD: Int32
     var stderrFD: Int32
     private(set) var exit: ProcessExit?
+    private(set) var violation: SandboxViolation?
+    private var eventBuffer: [UInt8] = []
+    let memory: MemorySampler
 
-    private init(pid: pid_t, pidfd: Int32, toPlugin: Int32, fromPlugin: Int32, stdoutFD: Int32, stderrFD: Int32) {
-        self.pid = pid
-        self.pidfd = pidfd
+    private init(supervisorPID: pid_t, statusFD: Int32, lifelineFD: Int32, toPlugin: Int32, fromPlugin: Int32, stdoutFD: Int32, stderrFD: Int32) {
+        self.supervisorPID = supervisorPID
+        self.statusFD = statusFD
+        self.lifelineFD = lifelineFD
         self.toPlugin = toPlugin
         self.fromPlugin = fromPlugin
         self.stdoutFD = stdoutFD
         self.stderrFD = stderrFD
+        self.memory = MemorySampler()
     }
 
-    static func launch(_ spec: LaunchSpec) throws(HostError) -> PluginProcess {
+    static func launch(_ spec: LaunchSpec, sandbox: SandboxSettings) throws(HostError) -> PluginProcess {
         HostSignals.ignoreSIGPIPE()
         var opened: [Int32] = []
         func pipePair() throws(HostError) -> (read: Int32, write: Int32) {
@@ -102,7 +141,7 @@ final class PluginProcess {
         let err = try pipePair()
         let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
         defer {
-            // The child's ends, and /dev/null, are the child's business once it is started.
+            // The child's ends, and /dev/null, belong to the plugin once it is started.
             for fd in [input.read, output.write, out.write, err.write, devNull] where fd >= 0 { close(fd) }
         }
         // Bigger pipes for the protocol channels: fewer wake-ups for large messages.
@@ -118,62 +157,137 @@ final class PluginProcess {
         ]
         let argv = [spec.executable.path] + spec.arguments
         let envp = spec.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-        var result = extrun_spawn_result()
+        var result = extrun_sandbox_result()
+        // The path's C string must be the very pointer the seccomp filter allows execve with.
+        let path = strdup(spec.executable.path)
+        defer { free(path) }
+        var filter: UnsafeMutableRawPointer?
+        var filterLength: Int32 = 0
+        if sandbox.seccomp {
+            filterLength = extrun_seccomp_build(path, sandbox.seccompNotify ? 1 : 0, &filter)
+            guard filterLength > 0 else {
+                for fd in [input.write, output.read, out.read, err.read] { close(fd) }
+                throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(filterLength))")
+            }
+        }
+        defer { free(filter) }
         withCStrings(argv) { argvPointer in
             withCStrings(envp) { envpPointer in
-                spec.executable.path.withCString { path in
-                    withOptionalCString(spec.workingDirectory?.path) { cwd in
-                        mappings.withUnsafeBufferPointer { fds in
-                            var request = extrun_spawn_request(
-                                path: path, argv: argvPointer, envp: envpPointer, cwd: cwd, fds: fds.baseAddress,
-                                fd_count: Int32(fds.count))
-                            extrun_spawn(&request, &result)
-                        }
+                withOptionalCString(spec.workingDirectory?.path) { cwd in
+                    mappings.withUnsafeBufferPointer { fds in
+                        var request = extrun_sandbox_request()
+                        request.path = UnsafePointer(path)
+                        request.argv = argvPointer
+                        request.envp = envpPointer
+                        request.cwd = cwd
+                        request.fds = fds.baseAddress
+                        request.fd_count = Int32(fds.count)
+                        request.limits = sandbox.limits
+                        request.filter = UnsafeRawPointer(filter)
+                        request.filter_length = UInt16(filterLength)
+                        request.filter_uses_notify = sandbox.seccompNotify ? 1 : 0
+                        request.namespaces = sandbox.namespaces
+                        request.pid_max = Int32(sandbox.pidMax)
+                        request.cgroup_procs_fd = sandbox.cgroupProcsFD
+                        extrun_sandbox_spawn(&request, &result)
                     }
                 }
             }
         }
-        guard result.error == 0, result.pid > 0 else {
+        guard result.error == 0, result.supervisor_pid > 0 else {
             for fd in [input.write, output.read, out.read, err.read] { close(fd) }
-            let reason = String(cString: strerror(result.error))
-            let what: String
-            switch result.stage {
-            case EXTRUN_STAGE_EXEC: what = "cannot execute \(spec.executable.path): \(reason)"
-            case EXTRUN_STAGE_CHDIR: what = "cannot enter the working directory \(spec.workingDirectory?.path ?? ""): \(reason)"
-            default: what = "cannot start \(spec.executable.path) (stage \(result.stage.rawValue)): \(reason)"
-            }
-            throw HostError(.internalError, what, details: ["executable": .string(spec.executable.path)])
+            throw HostError(.internalError, "cannot start the plugin's supervisor: \(String(cString: strerror(result.error)))")
         }
-        let pidfd = extrun_pidfd_open(result.pid)
-        for fd in [input.write, output.read, out.read, err.read] {
+        let process = PluginProcess(
+            supervisorPID: result.supervisor_pid, statusFD: result.status_fd, lifelineFD: result.lifeline_fd,
+            toPlugin: input.write, fromPlugin: output.read, stdoutFD: out.read, stderrFD: err.read)
+        // The first event says whether the plugin started.
+        guard let first = process.readEvent(blocking: true) else {
+            process.finish()
+            throw HostError(.internalError, "the plugin's supervisor ended before it reported the start of \(spec.executable.path)")
+        }
+        if first.type == EXTRUN_EVENT_SETUP_FAILED.rawValue {
+            process.finish()
+            let reason = String(cString: strerror(first.error))
+            switch extrun_spawn_stage(rawValue: UInt32(first.stage)) {
+            case EXTRUN_STAGE_EXEC:
+                throw HostError(
+                    .configurationError, "cannot execute \(spec.executable.path): \(reason)",
+                    details: ["executable": .string(spec.executable.path)])
+            case EXTRUN_STAGE_CHDIR:
+                throw HostError(.internalError, "cannot enter the scratch directory \(spec.workingDirectory?.path ?? ""): \(reason)")
+            case EXTRUN_STAGE_SECCOMP:
+                throw HostError(.internalError, "cannot install the seccomp filter: \(reason)")
+            case EXTRUN_STAGE_RLIMIT:
+                throw HostError(.internalError, "cannot set the plugin's resource limits: \(reason)")
+            default:
+                throw HostError(.internalError, "cannot start \(spec.executable.path) (setup stage \(first.stage)): \(reason)")
+            }
+        }
+        process.apply(first)
+        for fd in [input.write, output.read, out.read, err.read, process.statusFD] {
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         }
-        return PluginProcess(
-            pid: result.pid, pidfd: pidfd, toPlugin: input.write, fromPlugin: output.read, stdoutFD: out.read, stderrFD: err.read)
+        return process
     }
 
-    /// Reaps the process if it has exited. Returns whether it has.
+    /// Reads the supervisor's events that are available. Returns false at its end of file.
     @discardableResult
-    func reap(blocking: Bool = false) -> Bool {
-        if exit != nil { return true }
-        var status: Int32 = 0
-        var usage = rusage()
-        var pid: pid_t
-        repeat {
-            pid = wait4(self.pid, &status, blocking ? 0 : WNOHANG, &usage)
-        } while pid < 0 && errno == EINTR
-        guard pid == self.pid else { return false }
-        let termination: ProcessExit.Termination =
-            extrun_wifsignaled(status) != 0 ? .signaled(extrun_wtermsig(status)) : .exited(extrun_wexitstatus(status))
-        let cpu =
-            Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000 + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000
-        exit = ProcessExit(termination: termination, cpuMs: cpu.rounded(toPlaces: 3), maxRSSBytes: Int64(usage.ru_maxrss) * 1024)
-        return true
+    func readEvents() -> Bool {
+        while let event = readEvent(blocking: false) { apply(event) }
+        return statusFD >= 0
     }
 
-    /// Signals the plugin's whole process group.
-    func signalGroup(_ signal: Int32) {
-        _ = kill(-pid, signal)
+    private func apply(_ event: extrun_event) {
+        switch UInt32(event.type) {
+        case EXTRUN_EVENT_STARTED.rawValue:
+            pid = event.pid
+            activeNamespaces = event.namespaces
+            memory.attach(pid: pid)
+        case EXTRUN_EVENT_VIOLATION.rawValue:
+            let name = extrun_syscall_name(event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
+            violation = violation ?? SandboxViolation(syscallNumber: event.syscall_nr, syscallName: name, argument0: event.arg0)
+        case EXTRUN_EVENT_EXITED.rawValue:
+            memory.detach()
+            let status = event.status
+            let termination: ProcessExit.Termination =
+                extrun_wifsignaled(status) != 0 ? .signaled(extrun_wtermsig(status)) : .exited(extrun_wexitstatus(status))
+            let cpu = Double(event.utime_us + event.stime_us) / 1000
+            exit = ProcessExit(termination: termination, cpuMs: cpu.rounded(toPlaces: 3), maxRSSBytes: event.maxrss_kb * 1024)
+        default:
+            break
+        }
+    }
+
+    private func readEvent(blocking: Bool) -> extrun_event? {
+        let size = MemoryLayout<extrun_event>.size
+        while eventBuffer.count < size {
+            guard statusFD >= 0 else { return nil }
+            var chunk = [UInt8](repeating: 0, count: size * 4)
+            let count = chunk.withUnsafeMutableBytes { read(statusFD, $0.baseAddress, size - eventBuffer.count) }
+            if count > 0 {
+                eventBuffer += chunk[0..<count]
+            } else if count == 0 || (errno != EAGAIN && errno != EINTR) {
+                close(statusFD)
+                statusFD = -1
+                return nil
+            } else if errno == EAGAIN {
+                if !blocking { return nil }
+                var entry = pollfd(fd: statusFD, events: Int16(POLLIN), revents: 0)
+                _ = poll(&entry, 1, 1000)
+            }
+        }
+        let event = eventBuffer.withUnsafeBytes { $0.loadUnaligned(as: extrun_event.self) }
+        eventBuffer.removeFirst(size)
+        return event
+    }
+
+    /// Has the supervisor kill the plugin and everything it started.
+    func kill() {
+        guard lifelineFD >= 0, exit == nil else { return }
+        var command = UInt8(ascii: "K")
+        _ = write(lifelineFD, &command, 1)
+        if pid > 0 { _ = Glibc.kill(-pid, SIGKILL) }
     }
 
     func closeToPlugin() {
@@ -183,15 +297,24 @@ final class PluginProcess {
         }
     }
 
-    /// Kills whatever is left of the group, reaps the plugin, closes every descriptor.
+    /// Kills whatever is left, waits for the supervisor's final report (so that
+    /// no process of the plugin's remains), reaps the supervisor, closes everything.
     func finish() {
-        signalGroup(SIGKILL)
-        reap(blocking: true)
-        for fd in [toPlugin, fromPlugin, stdoutFD, stderrFD, pidfd] where fd >= 0 { close(fd) }
+        if exit == nil { kill() }
+        if lifelineFD >= 0 {
+            close(lifelineFD)
+            lifelineFD = -1
+        }
+        while exit == nil, statusFD >= 0, let event = readEvent(blocking: true) { apply(event) }
+        var status: Int32 = 0
+        while waitpid(supervisorPID, &status, 0) < 0 && errno == EINTR {}
+        memory.detach()
+        for fd in [toPlugin, fromPlugin, stdoutFD, stderrFD, statusFD] where fd >= 0 { close(fd) }
         toPlugin = -1
         fromPlugin = -1
         stdoutFD = -1
         stderrFD = -1
+        statusFD = -1
     }
 }
 

@@ -14,11 +14,14 @@ public struct PluginManifest: Codable, Sendable, Hashable {
     /// Modes the plugin supports; the first one is its default.
     public var modes: [Mode]
     public var intents: [IntentDefinition]
+    /// Limits the plugin asks for, per mode, within the host policy's maxima.
+    public var limits: ManifestLimits?
 
     public init(
         id: String, version: String, owner: String, protocolVersion: Int = ProtocolVersion.current, executable: String,
-        arguments: [String] = [], modes: [Mode] = [.extension, .inApp], intents: [IntentDefinition]
+        arguments: [String] = [], modes: [Mode] = [.extension, .inApp], intents: [IntentDefinition], limits: ManifestLimits? = nil
     ) {
+        self.limits = limits
         self.id = id
         self.version = version
         self.owner = owner
@@ -29,7 +32,7 @@ public struct PluginManifest: Codable, Sendable, Hashable {
         self.intents = intents
     }
 
-    private enum CodingKeys: String, CodingKey { case id, version, owner, protocolVersion, executable, arguments, modes, intents }
+    private enum CodingKeys: String, CodingKey { case id, version, owner, protocolVersion, executable, arguments, modes, intents, limits }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -41,6 +44,7 @@ public struct PluginManifest: Codable, Sendable, Hashable {
         arguments = try c.decodeIfPresent([String].self, forKey: .arguments) ?? []
         modes = try c.decodeIfPresent([Mode].self, forKey: .modes) ?? [.extension, .inApp]
         intents = try c.decode([IntentDefinition].self, forKey: .intents)
+        limits = try c.decodeIfPresent(ManifestLimits.self, forKey: .limits)
     }
 
     public func intent(named name: String) -> IntentDefinition? {
@@ -289,5 +293,30 @@ public enum ParameterValueCheck {
             }
             return nil
         }
+    }
+}
+
+/// What a manifest may ask of the host's limits, per mode:
+/// `"limits": {"extension": {"memoryBytes": 62914560, "deadlineMs": 20000}}`.
+public struct ManifestLimits: Codable, Sendable, Hashable {
+    public struct Request: Codable, Sendable, Hashable {
+        public var memoryBytes: Int64?
+        public var deadlineMs: Int?
+        public init(memoryBytes: Int64? = nil, deadlineMs: Int? = nil) {
+            self.memoryBytes = memoryBytes
+            self.deadlineMs = deadlineMs
+        }
+    }
+    public var `extension`: Request?
+    public var inApp: Request?
+
+    public init(extension: Request? = nil, inApp: Request? = nil) {
+        self.extension = `extension`
+        self.inApp = inApp
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case `extension` = "extension"
+        case inApp = "in-app"
     }
 }

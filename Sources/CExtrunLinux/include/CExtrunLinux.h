@@ -11,7 +11,7 @@ struct extrun_fd_mapping {
     int target;
 };
 
-/// Where child set-up failed, reported back to the parent with errno.
+/// Where a plugin's set-up failed, reported back to the host with errno.
 enum extrun_spawn_stage {
     EXTRUN_STAGE_NONE = 0,
     EXTRUN_STAGE_FORK = 1,
@@ -24,29 +24,6 @@ enum extrun_spawn_stage {
     EXTRUN_STAGE_EXEC = 8,
     EXTRUN_STAGE_PIPE = 9,
 };
-
-struct extrun_spawn_request {
-    const char *path;
-    char *const *argv;
-    char *const *envp;
-    /// Working directory of the child, or NULL to keep the parent's.
-    const char *cwd;
-    const struct extrun_fd_mapping *fds;
-    int fd_count;
-};
-
-struct extrun_spawn_result {
-    pid_t pid;
-    /// errno of the failure, 0 on success.
-    int error;
-    enum extrun_spawn_stage stage;
-};
-
-/// Forks and execs `request->path` in a new process group. In the child only
-/// async-signal-safe calls run: the descriptors in `fds` are installed, every
-/// other descriptor is closed, signal dispositions and the mask are reset.
-/// A failure in the child before exec is reported in `result` (the child is reaped).
-void extrun_spawn(const struct extrun_spawn_request *request, struct extrun_spawn_result *result);
 
 /// pidfd_open(2): a descriptor that polls readable when `pid` exits. -1 and errno on failure.
 int extrun_pidfd_open(pid_t pid);
@@ -62,5 +39,7 @@ int extrun_wifexited(int status);
 int extrun_wexitstatus(int status);
 int extrun_wifsignaled(int status);
 int extrun_wtermsig(int status);
+
+#include "CExtrunSandbox.h"
 
 #endif

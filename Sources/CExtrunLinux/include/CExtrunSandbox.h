@@ -1,0 +1,91 @@
+#ifndef CEXTRUN_SANDBOX_H
+#define CEXTRUN_SANDBOX_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include "CExtrunLinux.h"
+
+/// Resource limits set in the plugin before exec. 0 leaves a limit as inherited.
+struct extrun_limits {
+    uint64_t data_bytes;   // RLIMIT_DATA: private writable memory (heap, anonymous maps, stacks)
+    uint64_t stack_bytes;  // RLIMIT_STACK: also the default size of each thread's stack
+    uint64_t open_files;   // RLIMIT_NOFILE
+    uint64_t processes;    // RLIMIT_NPROC (not enforced for root by the kernel)
+    uint64_t file_bytes;   // RLIMIT_FSIZE
+    uint64_t cpu_seconds;  // RLIMIT_CPU
+};
+
+/// Namespace flags the caller asks for (CLONE_NEW*); those that cannot be had are dropped.
+enum {
+    EXTRUN_NS_PID = 1 << 0,
+    EXTRUN_NS_NET = 1 << 1,
+    EXTRUN_NS_IPC = 1 << 2,
+};
+
+struct extrun_sandbox_request {
+    const char *path;          // also the only pointer value execve is allowed with
+    char *const *argv;
+    char *const *envp;
+    const char *cwd;
+    const struct extrun_fd_mapping *fds;
+    int fd_count;
+    struct extrun_limits limits;
+    /// The seccomp program (struct sock_filter[]), or NULL for none.
+    const void *filter;
+    unsigned short filter_length;
+    /// Whether the filter's SECCOMP_RET_USER_NOTIF actions have a listener (the supervisor).
+    int filter_uses_notify;
+    int namespaces;            // EXTRUN_NS_* wanted
+    int pid_max;               // pid_max inside a new pid namespace (0: leave)
+    /// A descriptor of a cgroup's cgroup.procs to join before exec, or -1.
+    int cgroup_procs_fd;
+};
+
+/// Events the supervisor writes to the status pipe, fixed size.
+enum extrun_event_type {
+    EXTRUN_EVENT_STARTED = 1,    // pid: the plugin's pid in the host's namespace; namespaces: those active
+    EXTRUN_EVENT_VIOLATION = 2,  // syscall_nr, arch, arg0: a forbidden system call; the plugin is being killed
+    EXTRUN_EVENT_EXITED = 3,     // status (wait status), rusage fields; every descendant is gone
+    EXTRUN_EVENT_SETUP_FAILED = 4, // stage, error: the plugin could not be started
+};
+
+struct extrun_event {
+    int32_t type;
+    int32_t pid;
+    int32_t status;
+    int32_t syscall_nr;
+    int32_t error;
+    int32_t stage;
+    int32_t namespaces;
+    uint32_t arch;
+    uint64_t arg0;
+    int64_t utime_us;
+    int64_t stime_us;
+    int64_t maxrss_kb;
+};
+
+struct extrun_sandbox_result {
+    pid_t supervisor_pid;
+    int status_fd;    // read end: struct extrun_event records
+    int lifeline_fd;  // write end: closing it (or the host dying) kills the plugin; writing 'K' kills it
+    int error;
+    enum extrun_spawn_stage stage;
+};
+
+/// Starts a supervisor process that starts the plugin in its sandbox, forwards
+/// its fate as events, and removes every process the plugin left behind.
+void extrun_sandbox_spawn(const struct extrun_sandbox_request *request, struct extrun_sandbox_result *result);
+
+/// Builds the default seccomp program into a malloc'd buffer (free it).
+/// `exec_path` is the only filename pointer execve may be called with.
+/// `notify`: forbidden calls go to a listener (SECCOMP_RET_USER_NOTIF) instead of killing.
+/// Returns the number of instructions, or -errno.
+int extrun_seccomp_build(const char *exec_path, int notify, void **program_out);
+
+/// The name of a syscall number on this architecture (static storage or NULL).
+const char *extrun_syscall_name(int nr);
+
+/// Whether this kernel supports SECCOMP_FILTER_FLAG_NEW_LISTENER.
+int extrun_seccomp_notify_supported(void);
+
+#endif

@@ -1,0 +1,510 @@
+#define _GNU_SOURCE
+#include "CExtrunSandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+// Everything below runs in processes forked from a multi-threaded host: only
+// async-signal-safe calls (plain system calls), no malloc, no stdio, no locks.
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef SECCOMP_FILTER_FLAG_NEW_LISTENER
+#define SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
+#endif
+
+struct child_failure {
+    int stage;
+    int error;
+};
+
+static void write_all(int fd, const void *data, size_t length) {
+    const char *p = data;
+    while (length > 0) {
+        ssize_t n = write(fd, p, length);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        p += n;
+        length -= (size_t)n;
+    }
+}
+
+static void send_event(int fd, const struct extrun_event *event) { write_all(fd, event, sizeof *event); }
+
+static void fail_child(int report_fd, int stage) __attribute__((noreturn));
+static void fail_child(int report_fd, int stage) {
+    struct child_failure failure = {stage, errno};
+    write_all(report_fd, &failure, sizeof failure);
+    _exit(127);
+}
+
+static void reset_signals(void) {
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        signal(sig, SIG_DFL);
+    }
+    sigset_t empty;
+    sigemptyset(&empty);
+    sigprocmask(SIG_SETMASK, &empty, NULL);
+}
+
+static int set_limit(int resource, uint64_t value) {
+    if (value == 0) return 0;
+    struct rlimit limit = {(rlim_t)value, (rlim_t)value};
+    return setrlimit(resource, &limit);
+}
+
+static void format_int(char *buffer, size_t size, long value) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value > 0 && n < 23);
+    size_t i = 0;
+    while (n > 0 && i < size - 1) buffer[i++] = digits[--n];
+    buffer[i] = '\0';
+}
+
+/// The plugin process: limits, filter, exec. Never returns.
+static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int in_pid_ns)
+    __attribute__((noreturn));
+static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int in_pid_ns) {
+    reset_signals();
+    // Die with the supervisor. Its parent is a single thread, so this is reliable here.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (setpgid(0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_SETPGID);
+
+    if (in_pid_ns && request->pid_max > 0) {
+        int fd = open("/proc/sys/kernel/pid_max", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            char text[24];
+            format_int(text, sizeof text, request->pid_max);
+            write_all(fd, text, strlen(text));
+            close(fd);
+        }
+    }
+    if (request->cgroup_procs_fd >= 0) {
+        write_all(request->cgroup_procs_fd, "0\n", 2);
+    }
+
+    // Descriptors: move sources out of the way, install targets, close the rest.
+    int high = 100;
+    int keep_report = fcntl(report_fd, F_DUPFD_CLOEXEC, high + request->fd_count + 2);
+    if (keep_report < 0) fail_child(report_fd, EXTRUN_STAGE_FDS);
+    report_fd = keep_report;
+    if (notify_socket >= 0) {
+        int moved = fcntl(notify_socket, F_DUPFD_CLOEXEC, high + request->fd_count + 3);
+        if (moved < 0) fail_child(report_fd, EXTRUN_STAGE_FDS);
+        notify_socket = moved;
+    }
+    for (int i = 0; i < request->fd_count; i++) {
+        if (dup3(request->fds[i].source, high + i, O_CLOEXEC) < 0) fail_child(report_fd, EXTRUN_STAGE_FDS);
+    }
+    for (int i = 0; i < request->fd_count; i++) {
+        if (dup2(high + i, request->fds[i].target) < 0) fail_child(report_fd, EXTRUN_STAGE_FDS);
+    }
+    int max_target = 2;
+    for (int i = 0; i < request->fd_count; i++) {
+        if (request->fds[i].target > max_target) max_target = request->fds[i].target;
+    }
+    for (int fd = 0; fd < high + request->fd_count + 2; fd++) {
+        int wanted = 0;
+        for (int i = 0; i < request->fd_count; i++) wanted |= request->fds[i].target == fd;
+        if (!wanted) close(fd);
+    }
+    int lowest_kept = report_fd < notify_socket || notify_socket < 0 ? report_fd : notify_socket;
+    int highest_kept = report_fd > notify_socket ? report_fd : notify_socket;
+    for (int fd = high + request->fd_count + 2; fd < highest_kept; fd++) {
+        if (fd != lowest_kept) close(fd);
+    }
+    if (syscall(SYS_close_range, (unsigned)highest_kept + 1, ~0U, 0) != 0) {
+        for (int fd = highest_kept + 1; fd < 1024; fd++) close(fd);
+    }
+
+    if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
+
+    const struct extrun_limits *l = &request->limits;
+    if (set_limit(RLIMIT_DATA, l->data_bytes) || set_limit(RLIMIT_STACK, l->stack_bytes) ||
+        set_limit(RLIMIT_NOFILE, l->open_files) || set_limit(RLIMIT_NPROC, l->processes) ||
+        set_limit(RLIMIT_FSIZE, l->file_bytes) || set_limit(RLIMIT_CPU, l->cpu_seconds)) {
+        fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
+    }
+    struct rlimit no_core = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_NO_NEW_PRIVS);
+
+    if (request->filter != NULL) {
+        struct sock_fprog program = {request->filter_length, (struct sock_filter *)request->filter};
+        unsigned long flags = request->filter_uses_notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0;
+        long listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &program);
+        if (listener < 0) fail_child(report_fd, EXTRUN_STAGE_SECCOMP);
+        if (request->filter_uses_notify) {
+            // Hand the listener to the supervisor, then forget it.
+            char dummy = 'L';
+            struct iovec iov = {&dummy, 1};
+            union {
+                char buffer[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+            } control;
+            memset(&control, 0, sizeof control);
+            struct msghdr message = {0};
+            message.msg_iov = &iov;
+            message.msg_iovlen = 1;
+            message.msg_control = control.buffer;
+            message.msg_controllen = sizeof control.buffer;
+            struct cmsghdr *cmsg = CMSG_FIRSTHDR(&message);
+            cmsg->cmsg_level = SOL_SOCKET;
+            cmsg->cmsg_type = SCM_RIGHTS;
+            cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+            int listener_fd = (int)listener;
+            memcpy(CMSG_DATA(cmsg), &listener_fd, sizeof listener_fd);
+            if (sendmsg(notify_socket, &message, MSG_NOSIGNAL) != 1) fail_child(report_fd, EXTRUN_STAGE_SECCOMP);
+            close(listener_fd);
+            close(notify_socket);
+        }
+    }
+
+    execve(request->path, request->argv, request->envp);
+    fail_child(report_fd, EXTRUN_STAGE_EXEC);
+}
+
+static void close_range_or_loop(unsigned first, unsigned last) {
+    if (first > last) return;
+    if (syscall(SYS_close_range, first, last, 0) == 0) return;
+    for (unsigned fd = first; fd <= last && fd < 65536; fd++) close((int)fd);
+}
+
+/// Closes every descriptor from 3 up, except those in `keep` (sorted here in place).
+static void close_all_except(int *keep, int count) {
+    for (int i = 1; i < count; i++) {
+        int value = keep[i], j = i - 1;
+        while (j >= 0 && keep[j] > value) {
+            keep[j + 1] = keep[j];
+            j--;
+        }
+        keep[j + 1] = value;
+    }
+    unsigned next = 3;
+    for (int i = 0; i < count; i++) {
+        if (keep[i] < (int)next) continue;
+        if ((unsigned)keep[i] > next) close_range_or_loop(next, (unsigned)keep[i] - 1);
+        next = (unsigned)keep[i] + 1;
+    }
+    close_range_or_loop(next, ~0U);
+}
+
+static int receive_fd(int socket_fd) {
+    char dummy;
+    struct iovec iov = {&dummy, 1};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr message = {0};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.buffer;
+    message.msg_controllen = sizeof control.buffer;
+    ssize_t n;
+    do {
+        n = recvmsg(socket_fd, &message, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) return -1;
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&message);
+    if (cmsg == NULL || cmsg->cmsg_type != SCM_RIGHTS) return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+    return fd;
+}
+
+/// Kills every child of this process (orphans reparented to it as a subreaper
+/// included) and reaps them, until none is left.
+static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
+    if (plugin_group > 0) kill(-plugin_group, SIGKILL);
+    char path[64] = "/proc/";
+    char number[24];
+    format_int(number, sizeof number, self);
+    size_t at = strlen(path);
+    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
+    const char *middle = "/task/";
+    for (size_t i = 0; middle[i] != '\0'; i++) path[at++] = middle[i];
+    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
+    const char *tail = "/children";
+    for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
+    path[at] = '\0';
+
+    for (int round = 0; round < 10000; round++) {
+        // Kill the children we have now; the dead ones' children become ours next round.
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            char buffer[4096];
+            ssize_t n = read(fd, buffer, sizeof buffer - 1);
+            close(fd);
+            long pid = 0;
+            int in_number = 0;
+            for (ssize_t i = 0; i < n; i++) {
+                if (buffer[i] >= '0' && buffer[i] <= '9') {
+                    pid = pid * 10 + (buffer[i] - '0');
+                    in_number = 1;
+                } else if (in_number) {
+                    kill((pid_t)pid, SIGKILL);
+                    kill(-(pid_t)pid, SIGKILL);
+                    pid = 0;
+                    in_number = 0;
+                }
+            }
+            if (in_number) kill((pid_t)pid, SIGKILL);
+        }
+        int status;
+        pid_t reaped = waitpid(-1, &status, 0);
+        if (reaped < 0 && errno == ECHILD) return;
+    }
+}
+
+static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) __attribute__((noreturn));
+static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) {
+    reset_signals();
+    pid_t self = getpid();
+    struct extrun_event event;
+
+    // Leave the host's process group: a Ctrl-C meant for the host should reach
+    // the host, whose death then ends the plugin through the lifeline.
+    setpgid(0, 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+    int active = 0;
+    if (request->namespaces & (EXTRUN_NS_PID | EXTRUN_NS_NET | EXTRUN_NS_IPC)) {
+        int flags = 0;
+        if (request->namespaces & EXTRUN_NS_PID) flags |= CLONE_NEWPID;
+        if (request->namespaces & EXTRUN_NS_NET) flags |= CLONE_NEWNET;
+        if (request->namespaces & EXTRUN_NS_IPC) flags |= CLONE_NEWIPC;
+        if (unshare(flags) == 0) {
+            active = request->namespaces & (EXTRUN_NS_PID | EXTRUN_NS_NET | EXTRUN_NS_IPC);
+        } else if ((flags & CLONE_NEWPID) && unshare(CLONE_NEWPID) == 0) {
+            active = EXTRUN_NS_PID;
+        }
+    }
+
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) {
+        memset(&event, 0, sizeof event);
+        event.type = EXTRUN_EVENT_SETUP_FAILED;
+        event.stage = EXTRUN_STAGE_PIPE;
+        event.error = errno;
+        send_event(status_fd, &event);
+        _exit(1);
+    }
+    int notify_pair[2] = {-1, -1};
+    if (request->filter_uses_notify && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, notify_pair) != 0) {
+        memset(&event, 0, sizeof event);
+        event.type = EXTRUN_EVENT_SETUP_FAILED;
+        event.stage = EXTRUN_STAGE_PIPE;
+        event.error = errno;
+        send_event(status_fd, &event);
+        _exit(1);
+    }
+
+    pid_t plugin = fork();
+    if (plugin == 0) {
+        close(report[0]);
+        if (notify_pair[0] >= 0) close(notify_pair[0]);
+        close(status_fd);
+        close(lifeline_fd);
+        run_plugin(request, report[1], notify_pair[1], (active & EXTRUN_NS_PID) != 0);
+    }
+    close(report[1]);
+    if (notify_pair[1] >= 0) close(notify_pair[1]);
+    if (plugin < 0) {
+        memset(&event, 0, sizeof event);
+        event.type = EXTRUN_EVENT_SETUP_FAILED;
+        event.stage = EXTRUN_STAGE_FORK;
+        event.error = errno;
+        send_event(status_fd, &event);
+        _exit(1);
+    }
+    setpgid(plugin, plugin);
+
+    int listener = -1;
+    if (notify_pair[0] >= 0) {
+        listener = receive_fd(notify_pair[0]);  // returns -1 if the child failed before sending
+        close(notify_pair[0]);
+    }
+    struct child_failure failure = {0, 0};
+    ssize_t got;
+    do {
+        got = read(report[0], &failure, sizeof failure);
+    } while (got < 0 && errno == EINTR);
+    close(report[0]);
+    if (got == (ssize_t)sizeof failure) {
+        int status;
+        waitpid(plugin, &status, 0);
+        memset(&event, 0, sizeof event);
+        event.type = EXTRUN_EVENT_SETUP_FAILED;
+        event.stage = failure.stage;
+        event.error = failure.error;
+        send_event(status_fd, &event);
+        kill_and_reap_descendants(self, 0);
+        _exit(1);
+    }
+
+    memset(&event, 0, sizeof event);
+    event.type = EXTRUN_EVENT_STARTED;
+    event.pid = plugin;
+    event.namespaces = active;
+    send_event(status_fd, &event);
+
+    int plugin_fd = (int)syscall(SYS_pidfd_open, plugin, 0);
+    int killed = 0;
+    for (;;) {
+        struct pollfd fds[3];
+        int count = 0;
+        fds[count++] = (struct pollfd){.fd = lifeline_fd, .events = POLLIN};
+        if (plugin_fd >= 0) fds[count++] = (struct pollfd){.fd = plugin_fd, .events = POLLIN};
+        if (listener >= 0) fds[count++] = (struct pollfd){.fd = listener, .events = POLLIN};
+        int ready = poll(fds, (nfds_t)count, plugin_fd >= 0 ? -1 : 20);
+        if (ready < 0 && errno != EINTR) break;
+
+        for (int i = 0; ready > 0 && i < count; i++) {
+            if (fds[i].revents == 0) continue;
+            if (fds[i].fd == lifeline_fd) {
+                char command;
+                ssize_t n = read(lifeline_fd, &command, 1);
+                if (n <= 0 || command == 'K') {
+                    // The host died or asked: the plugin and all it started go.
+                    kill(plugin, SIGKILL);
+                    kill(-plugin, SIGKILL);
+                    killed = 1;
+                    if (n <= 0) {
+                        close(lifeline_fd);
+                        lifeline_fd = -1;
+                    }
+                }
+            } else if (fds[i].fd == listener) {
+                struct seccomp_notif request_buffer;
+                memset(&request_buffer, 0, sizeof request_buffer);
+                if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &request_buffer) == 0) {
+                    struct seccomp_notif_resp response;
+                    memset(&response, 0, sizeof response);
+                    response.id = request_buffer.id;
+                    response.error = -EPERM;
+                    if (!killed) {
+                        memset(&event, 0, sizeof event);
+                        event.type = EXTRUN_EVENT_VIOLATION;
+                        event.pid = (int32_t)request_buffer.pid;
+                        event.syscall_nr = request_buffer.data.nr;
+                        event.arch = request_buffer.data.arch;
+                        event.arg0 = request_buffer.data.args[0];
+                        send_event(status_fd, &event);
+                        kill(plugin, SIGKILL);
+                        kill(-plugin, SIGKILL);
+                        killed = 1;
+                    }
+                    ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+                } else if (errno != EINTR && errno != ENOENT) {
+                    close(listener);
+                    listener = -1;
+                }
+            }
+        }
+        if (lifeline_fd < 0 && plugin_fd < 0) {
+            // No pidfd and no host: nothing to wait for but the plugin itself.
+        }
+        int status;
+        struct rusage usage;
+        pid_t done = wait4(plugin, &status, WNOHANG, &usage);
+        if (done == plugin) {
+            if (listener >= 0) close(listener);
+            kill_and_reap_descendants(self, plugin);
+            memset(&event, 0, sizeof event);
+            event.type = EXTRUN_EVENT_EXITED;
+            event.pid = plugin;
+            event.status = status;
+            event.utime_us = (int64_t)usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec;
+            event.stime_us = (int64_t)usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec;
+            event.maxrss_kb = usage.ru_maxrss;
+            send_event(status_fd, &event);
+            _exit(0);
+        }
+        if (lifeline_fd < 0 && !killed) {
+            kill(-plugin, SIGKILL);
+            killed = 1;
+        }
+    }
+    kill(-plugin, SIGKILL);
+    kill_and_reap_descendants(self, plugin);
+    _exit(1);
+}
+
+void extrun_sandbox_spawn(const struct extrun_sandbox_request *request, struct extrun_sandbox_result *result) {
+    result->supervisor_pid = -1;
+    result->status_fd = -1;
+    result->lifeline_fd = -1;
+    result->error = 0;
+    result->stage = EXTRUN_STAGE_NONE;
+
+    int status[2], lifeline[2];
+    if (pipe2(status, O_CLOEXEC) != 0) {
+        result->error = errno;
+        result->stage = EXTRUN_STAGE_PIPE;
+        return;
+    }
+    if (pipe2(lifeline, O_CLOEXEC) != 0) {
+        result->error = errno;
+        result->stage = EXTRUN_STAGE_PIPE;
+        close(status[0]);
+        close(status[1]);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        result->error = errno;
+        result->stage = EXTRUN_STAGE_FORK;
+        close(status[0]);
+        close(status[1]);
+        close(lifeline[0]);
+        close(lifeline[1]);
+        return;
+    }
+    if (pid == 0) {
+        close(status[0]);
+        close(lifeline[1]);
+        // Keep only what the supervisor and the plugin need: the plugin's
+        // sources, the status pipe, the lifeline, the cgroup descriptor.
+        int keep[64 + 4];
+        int keep_count = 0;
+        for (int i = 0; i < request->fd_count && i < 64; i++) keep[keep_count++] = request->fds[i].source;
+        keep[keep_count++] = status[1];
+        keep[keep_count++] = lifeline[0];
+        if (request->cgroup_procs_fd >= 0) keep[keep_count++] = request->cgroup_procs_fd;
+        close_all_except(keep, keep_count);
+        supervise(request, status[1], lifeline[0]);
+    }
+    close(status[1]);
+    close(lifeline[0]);
+    result->supervisor_pid = pid;
+    result->status_fd = status[0];
+    result->lifeline_fd = lifeline[1];
+}

@@ -1,0 +1,130 @@
+#define _GNU_SOURCE
+#include "CExtrunSandbox.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/seccomp.h>
+
+/// System calls a plugin never makes. Each one is denied by the action the
+/// caller chooses: a notification to the supervisor (which kills the plugin
+/// and reports the call) or an immediate kill of the process. docs/sandbox.md
+/// lists them with the reason for each.
+static const char *const denied_syscalls[] = {
+    // Looking into or controlling other processes.
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
+    // Filesystems and mounts.
+    "mount", "umount2", "pivot_root", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount", "open_tree",
+    "mount_setattr", "open_by_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff", "chroot",
+    // The machine itself.
+    "reboot", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "iopl", "ioperm",
+    "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup", "syslog", "uselib",
+    "lookup_dcookie",
+    // Kernel attack surface no plugin needs.
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "keyctl", "add_key", "request_key",
+    // Namespaces.
+    "unshare", "setns",
+    // Running another program (execve itself is allowed once, see below).
+    "execveat",
+    NULL,
+};
+
+static const unsigned long namespace_clone_flags[] = {
+    CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWCGROUP,
+};
+
+int extrun_seccomp_build(const char *exec_path, int notify, void **program_out) {
+    *program_out = NULL;
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (ctx == NULL) return -ENOMEM;
+    uint32_t deny = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS;
+    int rc = 0;
+
+    for (const char *const *name = denied_syscalls; *name != NULL && rc == 0; name++) {
+        int nr = seccomp_syscall_resolve_name(*name);
+        if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
+        rc = seccomp_rule_add(ctx, deny, nr, 0);
+    }
+    // Sockets: only AF_UNIX (no network).
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+    // clone with a namespace flag. clone3 passes its flags in memory, which a
+    // filter cannot read: it fails with ENOSYS so that the C library falls back to clone.
+    for (size_t i = 0; rc == 0 && i < sizeof namespace_clone_flags / sizeof namespace_clone_flags[0]; i++) {
+        unsigned long flag = namespace_clone_flags[i];
+        rc = seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
+    }
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    // Typing into the controlling terminal of the person who started the host.
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, TIOCSTI));
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, TIOCLINUX));
+    // execve only with the host's own pointer to the plugin's path: the exec that
+    // starts the plugin passes; after it, that address belongs to no mapping the
+    // plugin knows (the host's address space is randomized), so any later execve is denied.
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(execve), 1, SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)(uintptr_t)exec_path));
+    if (rc != 0) {
+        seccomp_release(ctx);
+        return rc;
+    }
+
+    int fd = memfd_create("extrun-seccomp", MFD_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        seccomp_release(ctx);
+        return rc;
+    }
+    rc = seccomp_export_bpf(ctx, fd);
+    seccomp_release(ctx);
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    off_t size = lseek(fd, 0, SEEK_END);
+    if (size <= 0 || lseek(fd, 0, SEEK_SET) != 0) {
+        close(fd);
+        return -EIO;
+    }
+    char *buffer = malloc((size_t)size);
+    if (buffer == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    off_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buffer + got, (size_t)(size - got));
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) continue;
+            free(buffer);
+            close(fd);
+            return -EIO;
+        }
+        got += n;
+    }
+    close(fd);
+    *program_out = buffer;
+    return (int)(size / 8);  // sizeof(struct sock_filter)
+}
+
+const char *extrun_syscall_name(int nr) {
+    // seccomp_syscall_resolve_num_arch returns a malloc'd copy; keep a small cache-free copy for Swift.
+    static __thread char name[64];
+    char *resolved = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+    if (resolved == NULL) return NULL;
+    size_t i = 0;
+    for (; resolved[i] != '\0' && i < sizeof name - 1; i++) name[i] = resolved[i];
+    name[i] = '\0';
+    free(resolved);
+    return name;
+}
+
+int extrun_seccomp_notify_supported(void) {
+    // SECCOMP_GET_NOTIF_SIZES exists exactly when user notification does.
+    struct seccomp_notif_sizes sizes;
+    return syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) == 0;
+}

@@ -1,0 +1,272 @@
+import ExtrunProtocol
+import Foundation
+
+/// The host's policy: default limits per mode, the maxima a manifest or the
+/// command line may ask for, and the sandbox's settings. Every knob is here,
+/// with its default; `$EXTRUN_HOME/policy.json` overrides any of them
+/// (docs/sandbox.md documents the file). `extrun handle --verbose` prints the
+/// limits and mechanisms in force.
+public struct SandboxPolicy: Codable, Sendable, Equatable {
+    public struct ModeLimits: Codable, Sendable, Equatable {
+        /// The memory cap unless the manifest or the command line asks otherwise.
+        public var memoryBytes: Int64
+        /// The most a manifest or the command line may ask for.
+        public var maxMemoryBytes: Int64
+        /// The deadline, counted from the plugin's launch.
+        public var deadlineMs: Int
+        /// The longest deadline a manifest or the command line may ask for.
+        public var maxDeadlineMs: Int
+        /// How far progress reports may push the deadline (from launch); 0: they cannot.
+        public var maxExtendedDeadlineMs: Int
+        /// RLIMIT_STACK, which is also the size of each thread's stack.
+        public var stackBytes: Int64
+
+        public init(memoryBytes: Int64, maxMemoryBytes: Int64, deadlineMs: Int, maxDeadlineMs: Int, maxExtendedDeadlineMs: Int, stackBytes: Int64) {
+            self.memoryBytes = memoryBytes
+            self.maxMemoryBytes = maxMemoryBytes
+            self.deadlineMs = deadlineMs
+            self.maxDeadlineMs = maxDeadlineMs
+            self.maxExtendedDeadlineMs = maxExtendedDeadlineMs
+            self.stackBytes = stackBytes
+        }
+    }
+
+    public struct Namespaces: Codable, Sendable, Equatable {
+        /// A pid namespace: the plugin is its init, so everything it starts dies with it.
+        public var pid: Bool
+        /// A network namespace (no interfaces). Off by default: seccomp already denies
+        /// network sockets, and creating one costs time on some kernels.
+        public var network: Bool
+        /// An IPC namespace (System V IPC and POSIX message queues of its own).
+        public var ipc: Bool
+    }
+
+    public var `extension`: ModeLimits
+    public var inApp: ModeLimits
+    /// RLIMIT_NPROC for the plugin's user (enforced by the kernel only for non-root users).
+    public var processes: Int
+    /// Processes a pid namespace may hold (its pid_max; the kernel's minimum is 301).
+    public var pidNamespaceMaxPids: Int
+    public var openFiles: Int
+    /// RLIMIT_FSIZE: the largest file the plugin may write.
+    public var fileSizeBytes: Int64
+    public var namespaces: Namespaces
+    /// The seccomp filter. Turning it off is for measuring its cost, not for production.
+    public var seccomp: Bool
+    /// How long a plugin has, after `cancel`, before its process group is killed.
+    public var cancelGraceMs: Int
+    /// How long a plugin has to exit once the host has its answer and closes the channel.
+    public var exitGraceMs: Int
+    /// The largest message accepted from a plugin.
+    public var maxMessageBytes: Int
+    /// How much of a plugin's stdout and of its stderr the host keeps.
+    public var outputCaptureBytes: Int
+
+    public static let `default` = SandboxPolicy(
+        extension: ModeLimits(
+            memoryBytes: 30 << 20, maxMemoryBytes: 120 << 20, deadlineMs: 10_000, maxDeadlineMs: 30_000,
+            maxExtendedDeadlineMs: 30_000, stackBytes: 1 << 20),
+        inApp: ModeLimits(
+            memoryBytes: 1 << 30, maxMemoryBytes: 4 << 30, deadlineMs: 10_000, maxDeadlineMs: 60_000,
+            maxExtendedDeadlineMs: 0, stackBytes: 8 << 20),
+        processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
+        namespaces: Namespaces(pid: true, network: false, ipc: true), seccomp: true,
+        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10)
+
+    public init(
+        extension: ModeLimits, inApp: ModeLimits, processes: Int, pidNamespaceMaxPids: Int, openFiles: Int, fileSizeBytes: Int64,
+        namespaces: Namespaces, seccomp: Bool, cancelGraceMs: Int, exitGraceMs: Int, maxMessageBytes: Int, outputCaptureBytes: Int
+    ) {
+        self.extension = `extension`
+        self.inApp = inApp
+        self.processes = processes
+        self.pidNamespaceMaxPids = pidNamespaceMaxPids
+        self.openFiles = openFiles
+        self.fileSizeBytes = fileSizeBytes
+        self.namespaces = namespaces
+        self.seccomp = seccomp
+        self.cancelGraceMs = cancelGraceMs
+        self.exitGraceMs = exitGraceMs
+        self.maxMessageBytes = maxMessageBytes
+        self.outputCaptureBytes = outputCaptureBytes
+    }
+
+    public func limits(for mode: Mode) -> ModeLimits {
+        mode == .extension ? self.extension : inApp
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp
+        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes
+    }
+
+    /// Decodes a policy file: every field is optional and falls back to the default.
+    public init(from decoder: any Decoder) throws {
+        let d = SandboxPolicy.default
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.extension = try c.decodeIfPresent(PartialModeLimits.self, forKey: .extension)?.merged(over: d.extension) ?? d.extension
+        inApp = try c.decodeIfPresent(PartialModeLimits.self, forKey: .inApp)?.merged(over: d.inApp) ?? d.inApp
+        processes = try c.decodeIfPresent(Int.self, forKey: .processes) ?? d.processes
+        pidNamespaceMaxPids = try c.decodeIfPresent(Int.self, forKey: .pidNamespaceMaxPids) ?? d.pidNamespaceMaxPids
+        openFiles = try c.decodeIfPresent(Int.self, forKey: .openFiles) ?? d.openFiles
+        fileSizeBytes = try c.decodeIfPresent(Int64.self, forKey: .fileSizeBytes) ?? d.fileSizeBytes
+        namespaces = try c.decodeIfPresent(Namespaces.self, forKey: .namespaces) ?? d.namespaces
+        seccomp = try c.decodeIfPresent(Bool.self, forKey: .seccomp) ?? d.seccomp
+        cancelGraceMs = try c.decodeIfPresent(Int.self, forKey: .cancelGraceMs) ?? d.cancelGraceMs
+        exitGraceMs = try c.decodeIfPresent(Int.self, forKey: .exitGraceMs) ?? d.exitGraceMs
+        maxMessageBytes = try c.decodeIfPresent(Int.self, forKey: .maxMessageBytes) ?? d.maxMessageBytes
+        outputCaptureBytes = try c.decodeIfPresent(Int.self, forKey: .outputCaptureBytes) ?? d.outputCaptureBytes
+    }
+
+    private struct PartialModeLimits: Decodable {
+        var memoryBytes: Int64?
+        var maxMemoryBytes: Int64?
+        var deadlineMs: Int?
+        var maxDeadlineMs: Int?
+        var maxExtendedDeadlineMs: Int?
+        var stackBytes: Int64?
+
+        func merged(over base: ModeLimits) -> ModeLimits {
+            ModeLimits(
+                memoryBytes: memoryBytes ?? base.memoryBytes, maxMemoryBytes: maxMemoryBytes ?? base.maxMemoryBytes,
+                deadlineMs: deadlineMs ?? base.deadlineMs, maxDeadlineMs: maxDeadlineMs ?? base.maxDeadlineMs,
+                maxExtendedDeadlineMs: maxExtendedDeadlineMs ?? base.maxExtendedDeadlineMs, stackBytes: stackBytes ?? base.stackBytes)
+        }
+    }
+
+    /// Problems that make the policy unusable, each naming its field.
+    public func problems() -> [String] {
+        var problems: [String] = []
+        for (name, limits) in [("extension", self.extension), ("in-app", inApp)] {
+            if limits.memoryBytes <= 0 { problems.append("\(name).memoryBytes: must be positive") }
+            if limits.memoryBytes > limits.maxMemoryBytes {
+                problems.append("\(name).memoryBytes: \(limits.memoryBytes) is above \(name).maxMemoryBytes (\(limits.maxMemoryBytes))")
+            }
+            if limits.deadlineMs <= 0 { problems.append("\(name).deadlineMs: must be positive") }
+            if limits.deadlineMs > limits.maxDeadlineMs {
+                problems.append("\(name).deadlineMs: \(limits.deadlineMs) is above \(name).maxDeadlineMs (\(limits.maxDeadlineMs))")
+            }
+            if limits.stackBytes < 64 << 10 { problems.append("\(name).stackBytes: must be at least 65536") }
+        }
+        if processes < 1 { problems.append("processes: must be at least 1") }
+        if pidNamespaceMaxPids < 301 { problems.append("pidNamespaceMaxPids: the kernel's minimum is 301") }
+        if openFiles < 16 { problems.append("openFiles: must be at least 16") }
+        return problems
+    }
+
+    /// Loads `$EXTRUN_HOME/policy.json`, or the defaults when there is none.
+    public static func load(home: URL) throws(HostError) -> (SandboxPolicy, source: String) {
+        let url = home.appendingPathComponent("policy.json")
+        guard FileManager.default.fileExists(atPath: url.path) else { return (.default, "built-in defaults") }
+        let policy: SandboxPolicy
+        do {
+            policy = try JSONCoding.decode(SandboxPolicy.self, fromJSON: Data(contentsOf: url))
+        } catch {
+            throw HostError(.configurationError, "\(url.path): invalid policy: \(JSONCoding.describe(error))", details: ["file": .string(url.path)])
+        }
+        let problems = policy.problems()
+        if !problems.isEmpty {
+            throw HostError(
+                .configurationError, "\(url.path): invalid policy: \(problems.joined(separator: "; "))", details: ["file": .string(url.path)])
+        }
+        return (policy, url.path)
+    }
+}
+
+/// The limits that apply to one run, after policy, manifest and command line.
+public struct EffectiveLimits: Sendable, Equatable {
+    public var mode: Mode
+    public var memoryBytes: Int64
+    public var deadlineMs: Int
+    public var maxExtendedDeadlineMs: Int
+    public var stackBytes: Int64
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "memoryBytes": .int(memoryBytes), "deadlineMs": .int(Int64(deadlineMs)),
+        ]
+        if maxExtendedDeadlineMs > deadlineMs { object["maxExtendedDeadlineMs"] = .int(Int64(maxExtendedDeadlineMs)) }
+        return .object(object)
+    }
+
+    /// Resolves the limits: the policy's defaults, then the manifest's request, then the
+    /// command line's; anything above the policy's maxima is an error, never a silent clamp.
+    public static func resolve(
+        policy: SandboxPolicy, mode: Mode, manifest: ManifestLimits?, manifestFile: String, memoryOverride: Int64?, deadlineOverride: Int?
+    ) throws(HostError) -> EffectiveLimits {
+        let base = policy.limits(for: mode)
+        var limits = EffectiveLimits(
+            mode: mode, memoryBytes: base.memoryBytes, deadlineMs: base.deadlineMs,
+            maxExtendedDeadlineMs: max(base.maxExtendedDeadlineMs, base.deadlineMs), stackBytes: base.stackBytes)
+        func check(_ memory: Int64?, _ deadline: Int?, source: String, kind: ErrorKind) throws(HostError) {
+            if let memory {
+                guard memory > 0, memory <= base.maxMemoryBytes else {
+                    throw HostError(
+                        kind,
+                        "\(source) asks for a memory limit of \(ByteCount.format(memory)) in \(mode.rawValue) mode; the policy allows \(memory <= 0 ? "only a positive limit" : "at most \(ByteCount.format(base.maxMemoryBytes))") (\(mode.rawValue).maxMemoryBytes)",
+                        details: ["limit": "memoryBytes", "requested": .int(memory), "maximum": .int(base.maxMemoryBytes)])
+                }
+                limits.memoryBytes = memory
+            }
+            if let deadline {
+                guard deadline > 0, deadline <= base.maxDeadlineMs else {
+                    throw HostError(
+                        kind,
+                        "\(source) asks for a deadline of \(deadline) ms in \(mode.rawValue) mode; the policy allows \(deadline <= 0 ? "only a positive deadline" : "at most \(base.maxDeadlineMs) ms") (\(mode.rawValue).maxDeadlineMs)",
+                        details: ["limit": "deadlineMs", "requested": .int(Int64(deadline)), "maximum": .int(Int64(base.maxDeadlineMs))])
+                }
+                limits.deadlineMs = deadline
+                limits.maxExtendedDeadlineMs = max(limits.maxExtendedDeadlineMs, deadline)
+            }
+        }
+        let fromManifest = mode == .extension ? manifest?.extension : manifest?.inApp
+        try check(fromManifest?.memoryBytes, fromManifest?.deadlineMs, source: "the manifest \(manifestFile)", kind: .configurationError)
+        try check(memoryOverride, deadlineOverride, source: "the command line", kind: .invalidIntent)
+        return limits
+    }
+}
+
+public enum ByteCount {
+    /// Parses "30MiB", "1GiB", "512KiB", "100MB", "4096" (bytes).
+    public static func parse(_ text: String) -> Int64? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let digits = trimmed.prefix { $0.isNumber || $0 == "." }
+        guard let number = Double(digits), number >= 0 else { return nil }
+        let unit = trimmed.dropFirst(digits.count).trimmingCharacters(in: .whitespaces).lowercased()
+        let scale: Double
+        switch unit {
+        case "", "b": scale = 1
+        case "k", "kib", "ki": scale = 1024
+        case "m", "mib", "mi": scale = 1_048_576
+        case "g", "gib", "gi": scale = 1_073_741_824
+        case "kb": scale = 1000
+        case "mb": scale = 1_000_000
+        case "gb": scale = 1_000_000_000
+        default: return nil
+        }
+        return Int64(number * scale)
+    }
+
+    public static func format(_ bytes: Int64) -> String {
+        if bytes >= 1 << 30 && bytes % (1 << 20) == 0 && bytes % (1 << 30) == 0 { return "\(bytes >> 30) GiB" }
+        if bytes >= 1 << 20 && bytes % (1 << 20) == 0 { return "\(bytes >> 20) MiB" }
+        if bytes >= 1 << 20 { return String(format: "%.1f MiB", Double(bytes) / 1_048_576) }
+        if bytes >= 1 << 10 { return String(format: "%.0f KiB", Double(bytes) / 1024) }
+        return "\(bytes) bytes"
+    }
+}
+
+/// Parses durations like "10s", "500ms", "1.5s", "2m", or plain milliseconds.
+public enum DurationText {
+    public static func parseMilliseconds(_ text: String) -> Int? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
+        let digits = trimmed.prefix { $0.isNumber || $0 == "." }
+        guard let number = Double(digits), number >= 0 else { return nil }
+        switch trimmed.dropFirst(digits.count) {
+        case "", "ms": return Int(number)
+        case "s": return Int(number * 1000)
+        case "m", "min": return Int(number * 60_000)
+        default: return nil
+        }
+    }
+}
