@@ -57,5 +57,6 @@ let package = Package(
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost"]),
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
+        .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost"], exclude: ["Fixtures"]),
     ]
 )

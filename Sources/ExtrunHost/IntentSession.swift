@@ -269,8 +269,9 @@ struct PluginRun {
         ]
         let inherited = ProcessInfo.processInfo.environment
         for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
-        return LaunchSpec(
-            executable: plugin.executableURL, arguments: plugin.manifest.arguments, environment: environment, workingDirectory: scratch)
+        let (program, arguments) = Shebang.resolve(
+            executable: plugin.executableURL, arguments: plugin.manifest.arguments, searchPath: environment["PATH"] ?? "")
+        return LaunchSpec(executable: program, arguments: arguments, environment: environment, workingDirectory: scratch)
     }
 
     // MARK: Lifecycle steps
@@ -407,7 +408,7 @@ struct PluginRun {
             details["mode"] = .string(mode.rawValue)
             return HostError(
                 .timeout,
-                "\(id) did not answer \(phase.rawValue) within its deadline of \(deadlineMs) ms in \(mode.rawValue) mode (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel, then after \(policy.cancelGraceMs) ms its processes were killed",
+                "\(id) did not answer \(phase.rawValue) within its deadline of \(deadlineMs) ms in \(mode.rawValue) mode (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel and, after a grace of up to \(policy.cancelGraceMs) ms, killed with every process it started",
                 details: details)
         case .protocolViolation(let what):
             return HostError(.protocolError, "\(id) broke the protocol during \(phase.rawValue): \(what)", details: details)

@@ -12,8 +12,14 @@ struct Handle: ParsableCommand {
             with optional "id" (echoed in the output) and "mode" ("extension" or "in-app").
 
             The host checks the file against the plugin's manifest before starting \
-            anything; then it starts the plugin, resolves each parameter, confirms and \
-            handles the intent. The output (stdout) is one JSON object with intent, plugin, \
+            anything; then it starts the plugin in its sandbox, resolves each parameter, \
+            confirms and handles the intent.
+
+            Limits: in extension mode (the default when the plugin supports it) a plugin \
+            gets 30 MiB of private memory and 10 s from launch; in in-app mode 1 GiB and \
+            10 s. $EXTRUN_HOME/policy.json changes the defaults and maxima; a manifest or \
+            --memory-limit/--timeout may ask for other values within the maxima. --verbose \
+            prints the limits and the sandbox mechanisms in force (docs/sandbox.md). The output (stdout) is one JSON object with intent, plugin, \
             mode, response or error, and metrics; docs/cli.md describes every field.
 
             Exit status: 0 the plugin answered success; 1 it answered another code; \
@@ -29,6 +35,19 @@ struct Handle: ParsableCommand {
     @Option(help: "Run the plugin in this mode (extension or in-app), overriding the intent file and the manifest.")
     var mode: Mode?
 
+    @Option(
+        name: .customLong("memory-limit"),
+        help: ArgumentHelp(
+            "Memory cap for this run, e.g. 64MiB or 1GiB (private writable memory), within the policy's maximum for the mode.",
+            valueName: "size"))
+    var memoryLimit: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Deadline for this run, counted from the plugin's launch, e.g. 5s or 2500ms, within the policy's maximum.",
+            valueName: "duration"))
+    var timeout: String?
+
     @Option(help: "Output format: json (for programs) or text (a summary for people).")
     var format: OutputFormat = .json
 
@@ -38,9 +57,20 @@ struct Handle: ParsableCommand {
     @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases, and the plugin's stdout, stderr and log lines.")
     var verbose = false
 
+    func validate() throws {
+        if let memoryLimit, ByteCount.parse(memoryLimit) == nil {
+            throw ValidationError("--memory-limit '\(memoryLimit)' is not a size; write it like 64MiB, 1GiB or 500000000")
+        }
+        if let timeout, DurationText.parseMilliseconds(timeout) == nil {
+            throw ValidationError("--timeout '\(timeout)' is not a duration; write it like 5s, 2500ms or 1m")
+        }
+    }
+
     func run() throws {
         var options = HandleOptions()
         options.mode = mode
+        options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
+        options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
         options.assumeYes = assumeYes
         if verbose { options.log = { line in Output.printError(line) } }
 
