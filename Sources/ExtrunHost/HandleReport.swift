@@ -12,6 +12,8 @@ public struct RunMetrics: Sendable, Equatable {
     public var cpuMs: Double?
     /// Peak resident set size from rusage (includes shared library pages).
     public var peakRSSBytes: Int64?
+    /// The host's own peak resident set size so far (getrusage RUSAGE_SELF).
+    public var hostPeakRSSBytes: Int64?
 
     public var json: JSONValue {
         var object: [String: JSONValue] = ["wallMs": .double(wallMs)]
@@ -19,6 +21,7 @@ public struct RunMetrics: Sendable, Equatable {
         if let peakMemoryBytes { object["peakMemoryBytes"] = .int(peakMemoryBytes) }
         if let cpuMs { object["cpuMs"] = .double(cpuMs) }
         if let peakRSSBytes { object["peakRSSBytes"] = .int(peakRSSBytes) }
+        if let hostPeakRSSBytes { object["hostPeakRSSBytes"] = .int(hostPeakRSSBytes) }
         return .object(object)
     }
 }

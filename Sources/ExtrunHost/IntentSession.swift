@@ -213,6 +213,8 @@ struct PluginRun {
             metrics.peakRSSBytes = exit.maxRSSBytes
         }
         metrics.peakMemoryBytes = peakMemory(process)
+        var own = rusage()
+        if getrusage(RUSAGE_SELF.rawValue, &own) == 0 { metrics.hostPeakRSSBytes = Int64(own.ru_maxrss) * 1024 }
         report.metrics = metrics
     }
 

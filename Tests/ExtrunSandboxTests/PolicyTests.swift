@@ -1,0 +1,131 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Testing
+
+struct PolicyTests {
+    @Test func aPolicyFileOverridesOnlyWhatItNames() throws {
+        let policy = try JSONCoding.decode(
+            SandboxPolicy.self, fromJSON: Data(#"{"extension": {"memoryBytes": 20971520}, "openFiles": 64}"#.utf8))
+        #expect(policy.extension.memoryBytes == 20 << 20)
+        #expect(policy.extension.deadlineMs == 10_000)
+        #expect(policy.openFiles == 64)
+        #expect(policy.inApp == SandboxPolicy.default.inApp)
+    }
+
+    @Test func anInvalidPolicyFileIsAConfigurationErrorNamingTheFile() throws {
+        let home = try temporaryHome()
+        try Data(#"{"extension": {"memoryBytes": 999999999999}}"#.utf8).write(to: home.appendingPathComponent("policy.json"))
+        #expect(throws: HostError.self) { try SandboxPolicy.load(home: home) }
+        do {
+            _ = try SandboxPolicy.load(home: home)
+        } catch {
+            #expect(error.kind == .configurationError)
+            #expect(error.message.contains("policy.json"))
+            #expect(error.message.contains("extension.memoryBytes"))
+        }
+        try Data("{not json".utf8).write(to: home.appendingPathComponent("policy.json"))
+        do {
+            _ = try SandboxPolicy.load(home: home)
+            Issue.record("malformed policy accepted")
+        } catch {
+            #expect(error.message.contains("line 1"))
+        }
+    }
+
+    @Test func limitsResolveFromPolicyThenManifestThenCommandLine() throws {
+        let manifest = ManifestLimits(extension: .init(memoryBytes: 60 << 20, deadlineMs: 20_000))
+        let fromManifest = try EffectiveLimits.resolve(
+            policy: .default, mode: .extension, manifest: manifest, manifestFile: "m.json", memoryOverride: nil, deadlineOverride: nil)
+        #expect(fromManifest.memoryBytes == 60 << 20)
+        #expect(fromManifest.deadlineMs == 20_000)
+        let fromCLI = try EffectiveLimits.resolve(
+            policy: .default, mode: .extension, manifest: manifest, manifestFile: "m.json", memoryOverride: 10 << 20, deadlineOverride: 500)
+        #expect(fromCLI.memoryBytes == 10 << 20)
+        #expect(fromCLI.deadlineMs == 500)
+        let inApp = try EffectiveLimits.resolve(
+            policy: .default, mode: .inApp, manifest: manifest, manifestFile: "m.json", memoryOverride: nil, deadlineOverride: nil)
+        #expect(inApp.memoryBytes == 1 << 30)
+        #expect(inApp.maxExtendedDeadlineMs == inApp.deadlineMs)
+    }
+
+    @Test func askingAboveTheMaximaIsAnErrorNotAClamp() {
+        let greedy = ManifestLimits(extension: .init(memoryBytes: 1 << 30))
+        #expect {
+            try EffectiveLimits.resolve(
+                policy: .default, mode: .extension, manifest: greedy, manifestFile: "/p/manifest.json", memoryOverride: nil,
+                deadlineOverride: nil)
+        } throws: { error in
+            guard let error = error as? HostError else { return false }
+            return error.kind == .configurationError && error.message.contains("/p/manifest.json") && error.message.contains("120 MiB")
+        }
+        #expect {
+            try EffectiveLimits.resolve(
+                policy: .default, mode: .inApp, manifest: nil, manifestFile: "m", memoryOverride: nil, deadlineOverride: 61_000)
+        } throws: { error in
+            (error as? HostError)?.message.contains("at most 60000 ms") ?? false
+        }
+    }
+
+    @Test(arguments: [
+        ("30MiB", Int64(30 << 20)), ("1GiB", Int64(1 << 30)), ("512k", Int64(512 << 10)), ("100MB", Int64(100_000_000)),
+        ("4096", Int64(4096)),
+    ])
+    func sizesParse(text: String, bytes: Int64) {
+        #expect(ByteCount.parse(text) == bytes)
+    }
+
+    @Test func durationsParse() {
+        #expect(DurationText.parseMilliseconds("5s") == 5000)
+        #expect(DurationText.parseMilliseconds("2500ms") == 2500)
+        #expect(DurationText.parseMilliseconds("1.5s") == 1500)
+        #expect(DurationText.parseMilliseconds("1m") == 60_000)
+        #expect(DurationText.parseMilliseconds("soon") == nil)
+        #expect(ByteCount.parse("lots") == nil)
+    }
+}
+
+struct CgroupDetectionTests {
+    let mountInfo = "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+
+    func fakeGroup(controllers: String) throws -> URL {
+        // A directory standing in for a delegated group: only its files matter to detection.
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fake-cgroup-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try Data(controllers.utf8).write(to: dir.appendingPathComponent("cgroup.controllers"))
+        return dir
+    }
+
+    @Test func withoutADelegationItFallsBackAndSaysWhy() {
+        guard case .unavailable(let reason) = CgroupSupport.detect(directory: nil, mountInfo: mountInfo) else {
+            Issue.record("detected a cgroup without a delegation")
+            return
+        }
+        #expect(reason.contains("/sys/fs/cgroup/unified"))
+    }
+
+    @Test func aDelegatedGroupWithTheMemoryControllerIsUsed() throws {
+        let dir = try fakeGroup(controllers: "cpu io memory pids\n")
+        let tmpMount = "50 31 0:40 / \(dir.deletingLastPathComponent().path) rw - cgroup2 cgroup2 rw\n"
+        guard case .available(let found) = CgroupSupport.detect(directory: dir.path, mountInfo: tmpMount) else {
+            Issue.record("a delegated group with memory was not detected")
+            return
+        }
+        #expect(found.standardizedFileURL.path == dir.standardizedFileURL.path)
+    }
+
+    @Test func aGroupWithoutMemoryOrOutsideCgroup2IsRefusedWithTheReason() throws {
+        let dir = try fakeGroup(controllers: "hugetlb\n")
+        let tmpMount = "50 31 0:40 / \(dir.deletingLastPathComponent().path) rw - cgroup2 cgroup2 rw\n"
+        guard case .unavailable(let reason) = CgroupSupport.detect(directory: dir.path, mountInfo: tmpMount) else {
+            Issue.record("accepted a group without memory")
+            return
+        }
+        #expect(reason.contains("no memory controller"))
+        guard case .unavailable(let outside) = CgroupSupport.detect(directory: dir.path, mountInfo: mountInfo) else {
+            Issue.record("accepted a directory outside cgroup2")
+            return
+        }
+        #expect(outside.contains("not inside a cgroup v2 hierarchy"))
+    }
+}

@@ -1,0 +1,125 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A temporary plugin directory holding the hostile fixture, named with a
+/// unique marker so that its processes can be found in /proc.
+struct HostilePlugin {
+    let root: URL
+    let marker: String
+    let home: URL
+
+    init(policy: String? = nil) throws {
+        marker = "hostile-\(UUID().uuidString.prefix(8))"
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-sandbox-tests/\(marker)")
+        home = root.appendingPathComponent("home")
+        let plugin = root.appendingPathComponent("plugins/\(marker)")
+        try FileManager.default.createDirectory(at: plugin, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/hostile.py")
+        let script = plugin.appendingPathComponent("hostile.py")
+        try FileManager.default.copyItem(at: fixture, to: script)
+        chmod(script.path, 0o755)
+        let intents = [
+            "NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout", "FloodStderr",
+            "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer",
+        ]
+        let manifest = PluginManifest(
+            id: "test.hostile", version: "1", owner: "TESTTEAM", executable: "hostile.py",
+            intents: intents.map { name in
+                IntentDefinition(name: name, parameters: [
+                    ParameterDefinition(name: "megabytes", type: .integer),
+                    ParameterDefinition(name: "steps", type: .integer),
+                ])
+            })
+        try JSONCoding.encoder(pretty: true).encode(manifest).write(to: plugin.appendingPathComponent("manifest.json"))
+        if let policy { try Data(policy.utf8).write(to: home.appendingPathComponent("policy.json")) }
+    }
+
+    var pluginPath: URL { root.appendingPathComponent("plugins") }
+
+    var host: ExtrunHost.Host { ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [pluginPath])) }
+
+    func handle(_ intent: String, _ parameters: [String: JSONValue] = [:], configure: (inout HandleOptions) -> Void = { _ in })
+        -> HandleReport
+    {
+        var options = HandleOptions()
+        configure(&options)
+        return host.handle(IntentInvocation(intent: intent, parameters: parameters), options: options)
+    }
+
+    /// Processes whose command line mentions this plugin.
+    func leftovers() -> [Int32] { ProcessTable.pids(containing: marker) }
+
+    func remove() { try? FileManager.default.removeItem(at: root) }
+}
+
+enum ProcessTable {
+    static func pids(containing marker: String) -> [Int32] {
+        let me = getpid()
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { Int32($0) }.filter { pid in
+            guard pid != me, let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return false }
+            guard let state = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), !isZombie(state) else { return false }
+            return String(decoding: data, as: UTF8.self).contains(marker)
+        }
+    }
+
+    static func isZombie(_ stat: String) -> Bool {
+        guard let close = stat.lastIndex(of: ")") else { return false }
+        return stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
+    }
+
+    /// Waits (briefly) for processes to disappear: killed processes take a moment to be reaped.
+    static func waitUntilGone(_ marker: String, seconds: Double = 3) -> [Int32] {
+        let end = Date().addingTimeInterval(seconds)
+        var left = pids(containing: marker)
+        while !left.isEmpty && Date() < end {
+            usleep(20_000)
+            left = pids(containing: marker)
+        }
+        return left
+    }
+}
+
+/// The staged example plugins (Scripts/test stages them and sets EXTRUN_TEST_PLUGINS).
+enum ExamplePlugins {
+    static var directory: URL {
+        if let path = ProcessInfo.processInfo.environment["EXTRUN_TEST_PLUGINS"], !path.isEmpty {
+            return URL(fileURLWithPath: path)
+        }
+        return packageRoot.appendingPathComponent(".build/extrun-plugins")
+    }
+
+    static var packageRoot: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    }
+
+    static func host(home: URL) throws -> ExtrunHost.Host {
+        try #require(
+            FileManager.default.fileExists(atPath: directory.appendingPathComponent("AllocateMemory/manifest.json").path),
+            "the example plugins are not staged in \(directory.path): run Scripts/test")
+        return ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [directory]))
+    }
+
+    /// The built extrun binary, next to the test bundle.
+    static var extrunBinary: URL {
+        let exe = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "")
+        var dir = exe.deletingLastPathComponent()
+        if dir.pathExtension == "xctest" { dir = dir.deletingLastPathComponent() }
+        let candidate = dir.appendingPathComponent("extrun")
+        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+        return packageRoot.appendingPathComponent(".build/debug/extrun")
+    }
+}
+
+func temporaryHome() throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-sandbox-home-\(UUID().uuidString.prefix(8))")
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
