@@ -95,11 +95,11 @@ def content_length(header):
 
 
 def send(message):
-    """Frames one message and writes all of it to fd 4 (a write may be partial)."""
+    """Frames one message and writes all of it to fd 4."""
     body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    data = memoryview(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    while data:
-        data = data[os.write(OUT_FD, data):]
+    for data in (b"Content-Length: %d\r\n\r\n" % len(body), memoryview(body)):
+        while data:  # a write may take only part of the bytes
+            data = data[os.write(OUT_FD, data):]
 
 
 def notify(method, params):
