@@ -118,7 +118,8 @@ struct PluginRun {
         }
         defer { ScratchDirectory.remove(scratch) }
 
-        if case .available(let parent) = HostCapabilities.cgroup {
+        let cgroupSupport = CgroupSupport.detectHere(configured: policy.cgroup)
+        if case .available(let parent) = cgroupSupport {
             cgroup = CgroupRun(parent: parent, memoryBytes: limits.memoryBytes)
         }
         defer { cgroup?.remove() }
@@ -136,7 +137,7 @@ struct PluginRun {
         }
         if let log = options.log {
             log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")), deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
-            log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? HostCapabilities.cgroup.description)")
+            log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? cgroupSupport.description)")
             log("[extrun] seccomp: \(policy.seccomp ? (capabilities.seccompNotify ? "on (forbidden calls reported by name)" : "on (forbidden calls kill with SIGSYS)") : "OFF (policy)"); no_new_privs; rlimits: \(policy.openFiles) files, \(policy.processes) processes, \(ByteCount.format(policy.fileSizeBytes)) per file, no core dumps")
             log("[extrun] namespaces: \(SandboxSettings.describe(namespaces: process.activeNamespaces)); scratch directory \(scratch.path)")
         }
@@ -451,11 +452,6 @@ final class Deadline: @unchecked Sendable {
     }
 
     var currentMs: Int { Int((instant - start) / 1_000_000) }
-}
-
-/// What the host learns about the machine once per process.
-enum HostCapabilities {
-    static let cgroup = CgroupSupport.detectHere(configured: nil)
 }
 
 /// Lines runtimes print when an allocation fails (under RLIMIT_DATA, malloc returns NULL).

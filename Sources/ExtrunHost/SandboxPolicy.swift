@@ -61,6 +61,9 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     public var maxMessageBytes: Int
     /// How much of a plugin's stdout and of its stderr the host keeps.
     public var outputCaptureBytes: Int
+    /// A cgroup v2 directory delegated to extrun for per-run `memory.max` groups
+    /// (or the `EXTRUN_CGROUP` environment variable). Nil: rlimits only.
+    public var cgroup: String?
 
     public static let `default` = SandboxPolicy(
         extension: ModeLimits(
@@ -71,12 +74,14 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             maxExtendedDeadlineMs: 0, stackBytes: 8 << 20),
         processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
         namespaces: Namespaces(pid: true, network: false, ipc: true), seccomp: true,
-        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10)
+        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil)
 
     public init(
         extension: ModeLimits, inApp: ModeLimits, processes: Int, pidNamespaceMaxPids: Int, openFiles: Int, fileSizeBytes: Int64,
-        namespaces: Namespaces, seccomp: Bool, cancelGraceMs: Int, exitGraceMs: Int, maxMessageBytes: Int, outputCaptureBytes: Int
+        namespaces: Namespaces, seccomp: Bool, cancelGraceMs: Int, exitGraceMs: Int, maxMessageBytes: Int, outputCaptureBytes: Int,
+        cgroup: String?
     ) {
+        self.cgroup = cgroup
         self.extension = `extension`
         self.inApp = inApp
         self.processes = processes
@@ -97,7 +102,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp
-        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes
+        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup
     }
 
     /// Decodes a policy file: every field is optional and falls back to the default.
@@ -116,6 +121,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         exitGraceMs = try c.decodeIfPresent(Int.self, forKey: .exitGraceMs) ?? d.exitGraceMs
         maxMessageBytes = try c.decodeIfPresent(Int.self, forKey: .maxMessageBytes) ?? d.maxMessageBytes
         outputCaptureBytes = try c.decodeIfPresent(Int.self, forKey: .outputCaptureBytes) ?? d.outputCaptureBytes
+        cgroup = try c.decodeIfPresent(String.self, forKey: .cgroup)
     }
 
     private struct PartialModeLimits: Decodable {
