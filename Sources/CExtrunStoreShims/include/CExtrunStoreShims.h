@@ -1,0 +1,14 @@
+#ifndef CEXTRUN_STORE_SHIMS_H
+#define CEXTRUN_STORE_SHIMS_H
+
+#include <stddef.h>
+
+/// openat2(2) through syscall(2), which Swift cannot call (it is variadic).
+/// `how` points to a `struct open_how` of `size` bytes. Returns the new
+/// descriptor, or -1 with errno set.
+long extrun_openat2(int dirfd, const char *path, void *how, size_t size);
+
+/// renameat2(2); glibc declares it only under _GNU_SOURCE, which Swift's Glibc module lacks.
+int extrun_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+#endif

@@ -1,0 +1,18 @@
+#define _GNU_SOURCE
+#include "CExtrunStoreShims.h"
+
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+
+long extrun_openat2(int dirfd, const char *path, void *how, size_t size) {
+    return syscall(SYS_openat2, dirfd, path, how, size);
+}
+
+int extrun_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}

@@ -1,0 +1,271 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum BookmarkKind: String, Codable, Sendable {
+    case file
+    case folder
+}
+
+/// Which file a bookmark points to, beyond its path: `st_dev` and `st_ino`.
+public struct FileIdentity: Codable, Sendable, Equatable, CustomStringConvertible {
+    public var device: UInt64
+    public var inode: UInt64
+
+    public init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
+
+    init(_ info: stat) {
+        self.init(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
+    public var description: String { "device \(device), inode \(inode)" }
+}
+
+/// A named reference to a file or folder, sealed with its owner's key
+/// (every field, so that e.g. the read-only flag cannot be edited in the database).
+public struct Bookmark: Sendable, Equatable {
+    public var name: String
+    public var owner: String
+    /// The path as given when the bookmark was added (made absolute).
+    public var path: String
+    /// The target's canonical path (symlinks resolved) when it was last
+    /// recorded; the bookmark is resolved through this path.
+    public var lastKnownPath: String
+    public var kind: BookmarkKind
+    /// Refuses writes, moves, new folders and trashing through `BookmarkAccess`.
+    public var readOnly: Bool
+    public var created: Date
+    /// The target's identity when it was recorded.
+    public var identity: FileIdentity
+}
+
+/// Why a bookmark is stale.
+public enum StaleReason: String, Sendable, Codable {
+    /// Nothing is at the last known path: the target moved or was deleted.
+    case missing
+    /// Something else is at the last known path (another file or folder, e.g. restored from a backup).
+    case replaced
+    /// The last known path cannot be checked (permission denied on the way, ...).
+    case unreachable
+}
+
+public enum BookmarkStatus: Sendable, Equatable {
+    case ok
+    case stale(StaleReason)
+
+    public var isStale: Bool { self != .ok }
+}
+
+/// A bookmark and whether its target is still where it was recorded.
+public struct BookmarkEntry: Sendable, Equatable {
+    public var bookmark: Bookmark
+    public var status: BookmarkStatus
+}
+
+/// What is sealed for a bookmark (docs/store.md, "Bookmarks").
+struct BookmarkRecord: Codable, Equatable {
+    var path: String
+    var lastKnownPath: String
+    var kind: BookmarkKind
+    var readOnly: Bool
+    var created: Date
+    var device: UInt64
+    var inode: UInt64
+}
+
+/// One owner's bookmarks. Get one from `Store.bookmarks(of:)`.
+public struct Bookmarks: Sendable {
+    public let owner: String
+    let store: Store
+
+    init(store: Store, owner: String) {
+        self.store = store
+        self.owner = owner
+    }
+
+    /// Bookmarks the file or folder at `path` (relative paths are taken from
+    /// the current directory; symlinks are resolved and the target recorded).
+    @discardableResult
+    public func add(_ name: String, path: String, readOnly: Bool) throws -> Bookmark {
+        try NameRules.validateName(name, kind: .bookmark)
+        let target = try Bookmarks.locate(path)
+        let record = BookmarkRecord(
+            path: target.absolute, lastKnownPath: target.canonical, kind: target.kind, readOnly: readOnly,
+            created: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)),
+            device: target.identity.device, inode: target.identity.inode)
+        let key = try store.writeKey(owner)
+        let sealed = try seal(record, name: name, key: key)
+        try store.database.write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name]) == true {
+                throw StoreError(
+                    .alreadyExists, "owner '\(owner)' already has a bookmark named '\(name)'",
+                    details: ["owner": .string(owner), "name": .string(name)])
+            }
+            try db.execute(sql: "INSERT INTO bookmark (owner, name, sealed) VALUES (?, ?, ?)", arguments: [owner, name, sealed])
+        }
+        return bookmark(name, record)
+    }
+
+    /// Every bookmark with its status, in byte order of the names. Stale
+    /// bookmarks are listed (with their last known path), never dropped.
+    public func list() throws -> [BookmarkEntry] {
+        guard let key = try store.readKey(owner) else { return [] }
+        let rows = try store.database.read { db in
+            try Row.fetchAll(db, sql: "SELECT name, sealed FROM bookmark WHERE owner = ? ORDER BY name", arguments: [owner])
+        }
+        return try rows.map { row in
+            let name: String = row["name"]
+            let record = try open(row["sealed"], name: name, key: key)
+            return BookmarkEntry(bookmark: bookmark(name, record), status: Bookmarks.status(of: record))
+        }
+    }
+
+    /// One bookmark with its status; `notFound` if there is none by that name.
+    public func show(_ name: String) throws -> BookmarkEntry {
+        let record = try load(name)
+        return BookmarkEntry(bookmark: bookmark(name, record), status: Bookmarks.status(of: record))
+    }
+
+    /// Removes the bookmark (its target is not touched); `notFound` if there is none.
+    public func remove(_ name: String) throws {
+        try NameRules.validateName(name, kind: .bookmark)
+        guard try store.readKey(owner) != nil else { throw notFound(name) }
+        let deleted = try store.database.write { db in
+            try db.execute(sql: "DELETE FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name])
+            return db.changesCount
+        }
+        if deleted == 0 { throw notFound(name) }
+    }
+
+    /// Records again what is at the bookmark's path now (for a target that was
+    /// replaced or restored on purpose); the name, flag and creation date stay.
+    @discardableResult
+    public func refresh(_ name: String) throws -> Bookmark {
+        var record = try load(name)
+        let target = try Bookmarks.locate(record.path)
+        record.lastKnownPath = target.canonical
+        record.kind = target.kind
+        record.device = target.identity.device
+        record.inode = target.identity.inode
+        try update(name, record)
+        return bookmark(name, record)
+    }
+
+    /// File access beneath the bookmark's target; `notFound` if there is no such bookmark.
+    /// Staleness is checked by every operation, on the descriptor it uses.
+    public func access(_ name: String) throws -> BookmarkAccess {
+        let record = try load(name)
+        return BookmarkAccess(store: store, bookmark: bookmark(name, record))
+    }
+
+    // MARK: - Helpers
+
+    func load(_ name: String) throws -> BookmarkRecord {
+        try NameRules.validateName(name, kind: .bookmark)
+        guard let key = try store.readKey(owner) else { throw notFound(name) }
+        let sealed = try store.database.read { db in
+            try Data.fetchOne(db, sql: "SELECT sealed FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name])
+        }
+        guard let sealed else { throw notFound(name) }
+        return try open(sealed, name: name, key: key)
+    }
+
+    /// Re-seals the record of an existing bookmark (a no-op if it was removed meanwhile).
+    func update(_ name: String, _ record: BookmarkRecord) throws {
+        let key = try store.writeKey(owner)
+        let sealed = try seal(record, name: name, key: key)
+        try store.database.write { db in
+            try db.execute(sql: "UPDATE bookmark SET sealed = ? WHERE owner = ? AND name = ?", arguments: [sealed, owner, name])
+        }
+    }
+
+    private func notFound(_ name: String) -> StoreError {
+        StoreError(.notFound, "owner '\(owner)' has no bookmark named '\(name)'", details: ["owner": .string(owner), "name": .string(name)])
+    }
+
+    private func bookmark(_ name: String, _ record: BookmarkRecord) -> Bookmark {
+        Bookmark(
+            name: name, owner: owner, path: record.path, lastKnownPath: record.lastKnownPath, kind: record.kind,
+            readOnly: record.readOnly, created: record.created,
+            identity: FileIdentity(device: record.device, inode: record.inode))
+    }
+
+    private func seal(_ record: BookmarkRecord, name: String, key: OwnerKey) throws -> Data {
+        let plaintext: Data
+        do {
+            plaintext = try JSONCoding.encoder().encode(record)
+        } catch {
+            throw StoreError(.invalidValue, "cannot encode bookmark '\(name)': \(error)")
+        }
+        return try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .bookmark, name: name))
+    }
+
+    private func open(_ sealed: Data, name: String, key: OwnerKey) throws -> BookmarkRecord {
+        let context = SealContext(owner: owner, kind: .bookmark, name: name)
+        let plaintext = try Sealing.open(sealed, with: key, context: context, file: store.databasePath)
+        do {
+            return try JSONCoding.decode(BookmarkRecord.self, fromJSON: plaintext)
+        } catch {
+            throw StoreError(
+                .sealBroken, "bookmark '\(name)' of owner '\(owner)' opened but is not a bookmark record: \(JSONCoding.describe(error))",
+                details: ["owner": .string(owner), "name": .string(name), "file": .string(store.databasePath)])
+        }
+    }
+
+    /// The file or folder at `path`: its absolute and canonical paths, kind and identity.
+    static func locate(_ path: String) throws -> (absolute: String, canonical: String, kind: BookmarkKind, identity: FileIdentity) {
+        let details: [String: JSONValue] = ["path": .string(path)]
+        if path.isEmpty || path.utf8.contains(0) {
+            throw StoreError(.invalidPath, "a bookmark needs the path of a file or folder", details: details)
+        }
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        guard let resolved = realpath(absolute, nil) else {
+            let code = errno
+            if code == ENOENT || code == ENOTDIR {
+                throw StoreError(.notFound, "nothing at \(absolute) to bookmark", details: details)
+            }
+            throw StoreError(.ioError, "cannot resolve \(absolute): \(String(cString: strerror(code)))", details: details)
+        }
+        let canonical = String(cString: resolved)
+        free(resolved)
+        var info = stat()
+        guard stat(canonical, &info) == 0 else {
+            throw StoreError(.ioError, "cannot read \(canonical): \(String(cString: strerror(errno)))", details: details)
+        }
+        let kind: BookmarkKind
+        if info.isDirectory {
+            kind = .folder
+        } else if info.isRegularFile {
+            kind = .file
+        } else {
+            throw StoreError(.wrongType, "\(canonical) is neither a regular file nor a folder", details: details)
+        }
+        return (absolute, canonical, kind, FileIdentity(info))
+    }
+
+    /// Whether the recorded target is still at its last known path.
+    static func status(of record: BookmarkRecord) -> BookmarkStatus {
+        let fd = Glibc.open(record.lastKnownPath, LinuxABI.O_PATH | O_CLOEXEC)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT, ENOTDIR: return .stale(.missing)
+            default: return .stale(.unreachable)
+            }
+        }
+        defer { close(fd) }
+        guard let info = try? FileOps.fstat(fd) else { return .stale(.unreachable) }
+        return matches(record, info) ? .ok : .stale(.replaced)
+    }
+
+    static func matches(_ record: BookmarkRecord, _ info: stat) -> Bool {
+        let kind: BookmarkKind? = info.isDirectory ? .folder : info.isRegularFile ? .file : nil
+        return kind == record.kind && FileIdentity(info) == FileIdentity(device: record.device, inode: record.inode)
+    }
+}

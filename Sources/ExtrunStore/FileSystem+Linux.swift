@@ -1,0 +1,259 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+#if canImport(CExtrunStoreShims)
+import CExtrunStoreShims
+#endif
+
+/// A failed system call and its errno; callers turn it into a `StoreError`
+/// that names the file and says what is wrong.
+struct SystemCallError: Error, CustomStringConvertible {
+    var call: String
+    var code: Int32
+
+    var reason: String { String(cString: strerror(code)) }
+    var description: String { "\(call): \(reason)" }
+}
+
+/// Linux ABI constants Glibc does not export to Swift (they need _GNU_SOURCE or linux/openat2.h).
+enum LinuxABI {
+    static let O_PATH: Int32 = 0o10000000
+    static let AT_EMPTY_PATH: Int32 = 0x1000
+    static let RENAME_NOREPLACE: UInt32 = 1
+    static let RESOLVE_NO_XDEV: UInt64 = 0x01
+    static let RESOLVE_NO_MAGICLINKS: UInt64 = 0x02
+    static let RESOLVE_NO_SYMLINKS: UInt64 = 0x04
+    static let RESOLVE_BENEATH: UInt64 = 0x08
+    /// The openat2 system call number; the same on every architecture (the unified table from 424 on).
+    static let SYS_openat2: CLong = 437
+}
+
+/// `struct open_how` from linux/openat2.h.
+struct OpenHow {
+    var flags: UInt64
+    var mode: UInt64
+    var resolve: UInt64
+}
+
+/// System calls Swift cannot reach directly: `openat2` (only through the
+/// variadic `syscall(2)`, which Swift does not import) and `renameat2`
+/// (declared only under _GNU_SOURCE).
+///
+/// With the CExtrunStoreShims target in the package, they go through its C
+/// wrappers. Without it, they are looked up with dlsym and called through
+/// fixed-argument C function pointers: glibc's `syscall` is an assembly
+/// trampoline that just moves integer registers, so a fixed-argument call of
+/// integer/pointer arguments is ABI-compatible on x86_64 and aarch64.
+enum SystemCalls {
+    #if !canImport(CExtrunStoreShims)
+    private typealias SyscallOpenat2 = @convention(c) (CLong, Int32, UnsafePointer<CChar>, UnsafeRawPointer, Int) -> CLong
+    private typealias Renameat2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+
+    private static let syscallFunction: SyscallOpenat2? = dlsym(dlopen(nil, RTLD_NOW), "syscall").map {
+        unsafeBitCast($0, to: SyscallOpenat2.self)
+    }
+    private static let renameat2Function: Renameat2? = dlsym(dlopen(nil, RTLD_NOW), "renameat2").map {
+        unsafeBitCast($0, to: Renameat2.self)
+    }
+    #endif
+
+    /// `openat2(dirfd, path, how)`: a new descriptor, or the errno.
+    static func openat2(_ dirfd: Int32, _ path: String, flags: Int32, mode: mode_t = 0, resolve: UInt64) -> Result<Int32, SystemCallError> {
+        var how = OpenHow(flags: UInt64(UInt32(bitPattern: flags | O_CLOEXEC)), mode: UInt64(mode), resolve: resolve)
+        // The kernel answers EAGAIN when a rename raced with a RESOLVE_BENEATH
+        // lookup (it refuses rather than risk an escape); trying again is the documented answer.
+        for _ in 0..<64 {
+            let result: CLong = path.withCString { cPath in
+                withUnsafePointer(to: &how) { howPointer in
+                    #if canImport(CExtrunStoreShims)
+                    CLong(extrun_openat2(dirfd, cPath, UnsafeMutableRawPointer(mutating: howPointer), MemoryLayout<OpenHow>.size))
+                    #else
+                    guard let call = syscallFunction else {
+                        errno = ENOSYS
+                        return -1
+                    }
+                    return call(LinuxABI.SYS_openat2, dirfd, cPath, howPointer, MemoryLayout<OpenHow>.size)
+                    #endif
+                }
+            }
+            if result >= 0 { return .success(Int32(result)) }
+            let code = errno
+            if code == EAGAIN || code == EINTR { continue }
+            return .failure(SystemCallError(call: "openat2", code: code))
+        }
+        return .failure(SystemCallError(call: "openat2", code: EAGAIN))
+    }
+
+    /// `renameat2(olddirfd, oldname, newdirfd, newname, flags)`.
+    static func renameat2(_ fromDir: Int32, _ fromName: String, _ toDir: Int32, _ toName: String, flags: UInt32) throws(SystemCallError) {
+        let result: Int32 = fromName.withCString { from in
+            toName.withCString { to in
+                #if canImport(CExtrunStoreShims)
+                extrun_renameat2(fromDir, from, toDir, to, flags)
+                #else
+                guard let call = renameat2Function else {
+                    errno = ENOSYS
+                    return -1
+                }
+                return call(fromDir, from, toDir, to, flags)
+                #endif
+            }
+        }
+        if result != 0 { throw SystemCallError(call: "renameat2", code: errno) }
+    }
+}
+
+/// Small wrappers over the descriptor-based calls the store uses.
+enum FileOps {
+    static func check(_ result: Int32, _ call: String) throws(SystemCallError) {
+        if result < 0 { throw SystemCallError(call: call, code: errno) }
+    }
+
+    static func open(_ path: String, _ flags: Int32, mode: mode_t = 0) throws(SystemCallError) -> Int32 {
+        while true {
+            let fd = Glibc.open(path, flags | O_CLOEXEC, mode)
+            if fd >= 0 { return fd }
+            if errno != EINTR { throw SystemCallError(call: "open", code: errno) }
+        }
+    }
+
+    static func openat(_ dirfd: Int32, _ name: String, _ flags: Int32, mode: mode_t = 0) throws(SystemCallError) -> Int32 {
+        while true {
+            let fd = Glibc.openat(dirfd, name, flags | O_CLOEXEC, mode)
+            if fd >= 0 { return fd }
+            if errno != EINTR { throw SystemCallError(call: "openat", code: errno) }
+        }
+    }
+
+    static func fstat(_ fd: Int32) throws(SystemCallError) -> stat {
+        var info = stat()
+        try check(Glibc.fstat(fd, &info), "fstat")
+        return info
+    }
+
+    /// `fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)`, or nil if nothing is there.
+    static func lstatat(_ dirfd: Int32, _ name: String) throws(SystemCallError) -> stat? {
+        var info = stat()
+        if Glibc.fstatat(dirfd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 { return info }
+        if errno == ENOENT { return nil }
+        throw SystemCallError(call: "fstatat", code: errno)
+    }
+
+    static func fsync(_ fd: Int32) throws(SystemCallError) {
+        while Glibc.fsync(fd) != 0 {
+            if errno != EINTR { throw SystemCallError(call: "fsync", code: errno) }
+        }
+    }
+
+    static func writeAll(_ fd: Int32, _ data: Data) throws(SystemCallError) {
+        var failure: SystemCallError?
+        data.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) in
+            guard var pointer = buffer.baseAddress else { return }
+            var remaining = buffer.count
+            while remaining > 0 {
+                let written = Glibc.write(fd, pointer, remaining)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    failure = SystemCallError(call: "write", code: errno)
+                    return
+                }
+                pointer += written
+                remaining -= written
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Reads to the end of the file, refusing more than `limit` bytes (nil means over the limit).
+    static func readAll(_ fd: Int32, limit: Int) throws(SystemCallError) -> Data? {
+        var data = Data()
+        let chunk = 1 << 16
+        var buffer = [UInt8](repeating: 0, count: chunk)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, chunk) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw SystemCallError(call: "read", code: errno)
+            }
+            if count == 0 { return data }
+            if data.count + count > limit { return nil }
+            data.append(contentsOf: buffer[0..<count])
+        }
+    }
+
+    /// A random name for a temporary file: `.<prefix>-<16 hex digits>.tmp`.
+    static func temporaryName(_ prefix: String) -> String {
+        ".\(prefix)-\(String(UInt64.random(in: 0...UInt64.max), radix: 16)).tmp"
+    }
+
+    /// Writes `data` as `name` in the directory `dirfd` atomically: a new temporary
+    /// file in the same directory, fsync, rename over `name` (or next to it if
+    /// `replace` is false: EEXIST when `name` exists), fsync of the directory.
+    /// The directory must be open for reading (fsync needs a real descriptor).
+    /// The new file is created with `createMode` (the umask applies), then
+    /// set to `exactMode` if given (the umask does not apply). Returns its `stat`.
+    @discardableResult
+    static func writeAtomically(
+        dirfd: Int32, name: String, data: Data, createMode: mode_t, exactMode: mode_t?, replace: Bool
+    ) throws(SystemCallError) -> stat {
+        let temporary = temporaryName("extrun-write")
+        let fd = try openat(dirfd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: createMode)
+        var renamed = false
+        defer {
+            Glibc.close(fd)
+            if !renamed { Glibc.unlinkat(dirfd, temporary, 0) }
+        }
+        if let exactMode { try check(Glibc.fchmod(fd, exactMode), "fchmod") }
+        try writeAll(fd, data)
+        try fsync(fd)
+        let info = try fstat(fd)
+        if replace {
+            try check(Glibc.renameat(dirfd, temporary, dirfd, name), "renameat")
+        } else {
+            try SystemCalls.renameat2(dirfd, temporary, dirfd, name, flags: LinuxABI.RENAME_NOREPLACE)
+        }
+        renamed = true
+        try fsync(dirfd)
+        return info
+    }
+
+    /// Creates the directory at `path` with mode 0700 (and its missing parents), or checks it exists.
+    static func makePrivateDirectory(_ path: String) throws(SystemCallError) {
+        var info = stat()
+        if stat(path, &info) == 0 {
+            if info.st_mode & S_IFMT != S_IFDIR { throw SystemCallError(call: "mkdir", code: ENOTDIR) }
+            return
+        }
+        if errno != ENOENT { throw SystemCallError(call: "stat", code: errno) }
+        let parent = (path as NSString).deletingLastPathComponent
+        if !parent.isEmpty, parent != path { try makePrivateDirectory(parent) }
+        if Glibc.mkdir(path, 0o700) != 0 {
+            if errno == EEXIST { return }
+            throw SystemCallError(call: "mkdir", code: errno)
+        }
+        try check(Glibc.chmod(path, 0o700), "chmod")
+    }
+
+    /// `mkdirat(dirfd, name, 0700)` unless it exists; then an open descriptor of it (O_RDONLY|O_DIRECTORY, no symlinks).
+    static func openPrivateDirectory(in dirfd: Int32, _ name: String) throws(SystemCallError) -> Int32 {
+        if Glibc.mkdirat(dirfd, name, 0o700) == 0 {
+            let fd = try openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+            try check(Glibc.fchmod(fd, 0o700), "fchmod")
+            try? fsync(dirfd)
+            return fd
+        }
+        if errno != EEXIST { throw SystemCallError(call: "mkdirat", code: errno) }
+        return try openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    }
+}
+
+extension stat {
+    var isDirectory: Bool { st_mode & S_IFMT == S_IFDIR }
+    var isRegularFile: Bool { st_mode & S_IFMT == S_IFREG }
+    var isSymlink: Bool { st_mode & S_IFMT == S_IFLNK }
+    var modificationDate: Date {
+        Date(timeIntervalSince1970: TimeInterval(st_mtim.tv_sec) + TimeInterval(st_mtim.tv_nsec) / 1_000_000_000)
+    }
+}

@@ -1,0 +1,58 @@
+import ExtrunProtocol
+import Foundation
+
+/// The rules for owner, global and bookmark names (docs/store.md, "Names").
+///
+/// Names are compared byte for byte (SQLite BINARY), so they must be in
+/// Unicode NFC: otherwise "é" typed two ways would be two different names.
+enum NameRules {
+    /// Owners become key file names: no path separators, no `.`/`..`, at most 64 bytes.
+    static func validateOwner(_ owner: String) throws {
+        try validateCommon(owner, what: "owner name", limit: StoreLimits.maxOwnerNameBytes)
+        if owner.contains("/") || owner.contains("\\") {
+            throw StoreError(.invalidName, "owner name '\(owner)' must not contain '/' or '\\'", details: ["owner": .string(owner)])
+        }
+        if owner == "." || owner == ".." {
+            throw StoreError(.invalidName, "owner name must not be '.' or '..'", details: ["owner": .string(owner)])
+        }
+    }
+
+    /// Global and bookmark names: 1–256 bytes of NFC text without control characters.
+    static func validateName(_ name: String, kind: SealKind) throws {
+        try validateCommon(name, what: "\(kind.rawValue) name", limit: StoreLimits.maxNameBytes)
+    }
+
+    private static func validateCommon(_ name: String, what: String, limit: Int) throws {
+        let details: [String: JSONValue] = ["name": .string(name)]
+        let bytes = name.utf8.count
+        if bytes == 0 {
+            throw StoreError(.invalidName, "\(what) must not be empty", details: details)
+        }
+        if bytes > limit {
+            throw StoreError(
+                .invalidName, "\(what) is \(bytes) bytes long; the limit is \(limit) bytes (UTF-8)",
+                details: details.merging(["limit": .int(Int64(limit))]) { a, _ in a })
+        }
+        if let scalar = name.unicodeScalars.first(where: { isControl($0) }) {
+            let code = String(scalar.value, radix: 16, uppercase: true)
+            throw StoreError(.invalidName, "\(what) '\(printable(name))' contains the control character U+\(String(repeating: "0", count: max(0, 4 - code.count)))\(code)", details: details)
+        }
+        if let first = name.unicodeScalars.first, let last = name.unicodeScalars.last,
+            first.properties.isWhitespace || last.properties.isWhitespace
+        {
+            throw StoreError(.invalidName, "\(what) '\(name)' must not start or end with whitespace", details: details)
+        }
+        if !name.utf8.elementsEqual(name.precomposedStringWithCanonicalMapping.utf8) {
+            throw StoreError(.invalidName, "\(what) '\(name)' is not in Unicode NFC (composed) form; normalize it first", details: details)
+        }
+    }
+
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    }
+
+    /// The name with control characters shown as `?`, for messages.
+    static func printable(_ name: String) -> String {
+        String(String.UnicodeScalarView(name.unicodeScalars.map { isControl($0) ? "?" : $0 }))
+    }
+}

@@ -1,0 +1,166 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The store under one home directory (the host passes `$EXTRUN_HOME`):
+/// owners' keys in `keys/`, their sealed globals and bookmarks in
+/// `store.sqlite`, trashed files in `trash/`. See docs/store.md.
+///
+/// Every operation on data goes through `globals(of:)` or `bookmarks(of:)`,
+/// which bind one owner: an owner never reaches another owner's rows.
+/// A `Store` is safe to share between tasks; several processes may open the
+/// same home at once.
+public final class Store: Sendable {
+    /// The home directory.
+    public let home: URL
+    /// `<home>/store.sqlite`.
+    public var databasePath: String { database.path }
+    /// `<home>/keys`.
+    public var keysDirectory: String { keystore.directory }
+    /// `<home>/trash`.
+    public var trashDirectory: String { homePath + "/trash" }
+
+    let homePath: String
+    let keystore: Keystore
+    let database: StoreDatabase
+    /// Keys already checked against the store, by owner.
+    private let verifiedKeys = Mutex<[String: OwnerKey]>([:])
+
+    /// Opens the store under `home`, creating `home` (0700), `keys/` (0700) and
+    /// `store.sqlite` (0600) when they do not exist. Never recreates a
+    /// store that existed: see `StoreErrorKind.storeMissing`.
+    public init(home: URL) throws {
+        var path = home.standardizedFileURL.path
+        while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+        self.home = URL(fileURLWithPath: path, isDirectory: true)
+        homePath = path
+        do {
+            try FileOps.makePrivateDirectory(path)
+        } catch {
+            throw StoreError(.ioError, "cannot create the home directory \(path): \(error.reason)", details: ["file": .string(path)])
+        }
+        keystore = Keystore(home: path)
+        try keystore.prepareDirectory()
+        database = try StoreDatabase.open(home: path, keystore: keystore)
+    }
+
+    /// The owner's globals. Throws `invalidName` for a bad owner name.
+    public func globals(of owner: String) throws -> Globals {
+        try NameRules.validateOwner(owner)
+        return Globals(store: self, owner: owner)
+    }
+
+    /// The owner's bookmarks. Throws `invalidName` for a bad owner name.
+    public func bookmarks(of owner: String) throws -> Bookmarks {
+        try NameRules.validateOwner(owner)
+        return Bookmarks(store: self, owner: owner)
+    }
+
+    // MARK: - Keys
+
+    /// The owner's key, checked against the fingerprint the store recorded for it.
+    ///
+    /// Without a key file: nil for an owner that has nothing in the store
+    /// (or a new key and key file if `create`), but `keyMissing` for an owner
+    /// that has data. A key is never created for an owner that has data.
+    func key(for owner: String, create: Bool) throws -> OwnerKey? {
+        if let key = verifiedKeys.withLock({ $0[owner] }) { return key }
+        var key = try keystore.load(owner)
+        if key == nil {
+            let recorded = try recordedOwner(owner)
+            if let recorded {
+                throw missingKeyError(owner, recorded: recorded)
+            }
+            guard create else { return nil }
+            do {
+                key = try keystore.create(owner)
+            } catch let error as StoreError where error.kind == .alreadyExists {
+                key = try keystore.load(owner)  // Another process won the race: use its key.
+            }
+        }
+        guard let key else {
+            throw StoreError(.invalidKeyFile, "key file \(keystore.path(for: owner)) vanished while it was being read", details: ["owner": .string(owner)])
+        }
+        try verify(key)
+        verifiedKeys.withLock { $0[owner] = key }
+        return key
+    }
+
+    /// What the store records about an owner: its key fingerprint and row counts (nil if nothing).
+    struct RecordedOwner {
+        var fingerprint: String?
+        var globals: Int
+        var bookmarks: Int
+    }
+
+    func recordedOwner(_ owner: String) throws -> RecordedOwner? {
+        try database.read { db in
+            let fingerprint = try String.fetchOne(db, sql: "SELECT keyFingerprint FROM owner WHERE name = ?", arguments: [owner])
+            let globals = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM global WHERE owner = ?", arguments: [owner]) ?? 0
+            let bookmarks = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM bookmark WHERE owner = ?", arguments: [owner]) ?? 0
+            if fingerprint == nil && globals == 0 && bookmarks == 0 { return nil }
+            return RecordedOwner(fingerprint: fingerprint, globals: globals, bookmarks: bookmarks)
+        }
+    }
+
+    func missingKeyError(_ owner: String, recorded: RecordedOwner) -> StoreError {
+        let path = keystore.path(for: owner)
+        return StoreError(
+            .keyMissing,
+            "owner '\(owner)' has data in \(databasePath) (\(recorded.globals) globals, \(recorded.bookmarks) bookmarks, sealed with key \(recorded.fingerprint ?? "unknown")) but its key file \(path) is missing. Restore the key file from a backup; extrun never creates a new key for an owner that has data, since that data could not be opened again.",
+            details: [
+                "owner": .string(owner), "file": .string(path), "store": .string(databasePath),
+                "expectedFingerprint": recorded.fingerprint.map(JSONValue.string) ?? .null,
+            ])
+    }
+
+    /// Checks the key against the fingerprint recorded in the store, or records it
+    /// (only then is anything written).
+    private func verify(_ key: OwnerKey) throws {
+        let recorded = try database.read { db in
+            try String.fetchOne(db, sql: "SELECT keyFingerprint FROM owner WHERE name = ?", arguments: [key.owner])
+        }
+        if let recorded {
+            try check(key, recorded: recorded)
+            return
+        }
+        let stored = try database.write { db in
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO owner (name, keyFingerprint, created) VALUES (?, ?, ?)",
+                arguments: [key.owner, key.fingerprint, ISODate.format(key.created)])
+            return try String.fetchOne(db, sql: "SELECT keyFingerprint FROM owner WHERE name = ?", arguments: [key.owner])
+        }
+        try check(key, recorded: stored ?? key.fingerprint)
+    }
+
+    private func check(_ key: OwnerKey, recorded: String) throws {
+        guard recorded == key.fingerprint else {
+            let path = keystore.path(for: key.owner)
+            throw StoreError(
+                .wrongKey,
+                "key file \(path) holds key \(key.fingerprint), but the data of owner '\(key.owner)' in \(databasePath) was sealed with key \(recorded): the key file was replaced. Restore the original key file from a backup; nothing was changed.",
+                details: [
+                    "owner": .string(key.owner), "file": .string(path), "store": .string(databasePath),
+                    "fingerprint": .string(key.fingerprint), "expectedFingerprint": .string(recorded),
+                ])
+        }
+    }
+
+    /// The key for reading: nil means the owner has nothing (and no key), so reads find nothing.
+    func readKey(_ owner: String) throws -> OwnerKey? {
+        try key(for: owner, create: false)
+    }
+
+    /// The key for writing: created on the owner's first write.
+    func writeKey(_ owner: String) throws -> OwnerKey {
+        guard let key = try key(for: owner, create: true) else {
+            throw StoreError(.databaseError, "no key for owner '\(owner)' after creating one")
+        }
+        return key
+    }
+}

@@ -1,0 +1,296 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `<home>/store.sqlite`: one SQLite database in WAL mode, opened through a
+/// GRDB `DatabaseQueue` (one connection per process; processes share the file
+/// through SQLite's locks, with a busy timeout).
+///
+/// The file is checked before SQLite touches it, and never repaired,
+/// reset or recreated: a damaged file is an error that names it.
+final class StoreDatabase: Sendable {
+    let path: String
+    let queue: DatabaseQueue
+
+    /// `PRAGMA application_id` of an extrun store: "EXTR".
+    static let applicationID: UInt32 = 0x4558_5452
+
+    private init(path: String, queue: DatabaseQueue) {
+        self.path = path
+        self.queue = queue
+    }
+
+    // MARK: - Opening
+
+    /// Opens the store under `home`, creating it only when there is no sign that one existed.
+    static func open(home: String, keystore: Keystore) throws -> StoreDatabase {
+        let path = home + "/store.sqlite"
+        var info = stat()
+        if stat(path, &info) != 0 {
+            let code = errno
+            guard code == ENOENT else {
+                throw StoreError(.ioError, "cannot open \(path): \(String(cString: strerror(code)))", details: ["file": .string(path)])
+            }
+            if FileManager.default.fileExists(atPath: path + "-wal") || keystore.hasAnyKey() {
+                throw StoreError(
+                    .storeMissing,
+                    "\(path) is missing, but \(keystore.directory) holds owners' keys (or \(path)-wal exists), so a store existed: it was moved or deleted. Restore it from a backup; extrun does not start an empty store in its place. To start over on purpose, move \(keystore.directory) aside as well.",
+                    details: ["file": .string(path)])
+            }
+            try create(path: path, home: home)
+        }
+        try checkHeader(path)
+        let queue: DatabaseQueue
+        do {
+            queue = try DatabaseQueue(path: path, configuration: configuration())
+        } catch {
+            throw StoreDatabase.storeError(error, path: path)
+        }
+        let database = StoreDatabase(path: path, queue: queue)
+        try database.migrateIfNeeded()
+        return database
+    }
+
+    private static func configuration() -> Configuration {
+        var configuration = Configuration()
+        configuration.label = "ExtrunStore"
+        configuration.busyMode = .timeout(StoreLimits.busyTimeoutSeconds)
+        configuration.foreignKeysEnabled = true
+        return configuration
+    }
+
+    /// Creates the store as a temporary file (mode 0600, schema applied, WAL
+    /// mode set) and renames it into place, so `store.sqlite` never exists
+    /// half-made: an empty or truncated `store.sqlite` is always damage.
+    private static func create(path: String, home: String) throws {
+        let temporary = home + "/" + FileOps.temporaryName("store.sqlite-creating")
+        var renamed = false
+        defer {
+            if !renamed {
+                for suffix in ["", "-wal", "-shm", "-journal"] { unlink(temporary + suffix) }
+            }
+        }
+        do {
+            let fd = try FileOps.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
+            fchmod(fd, 0o600)
+            close(fd)
+        } catch {
+            throw StoreError(.ioError, "cannot create \(temporary): \(error.reason)", details: ["file": .string(path)])
+        }
+        do {
+            let queue = try DatabaseQueue(path: temporary, configuration: configuration())
+            try queue.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA application_id = \(Int32(bitPattern: applicationID))")
+            }
+            try migrator.migrate(queue)
+            try queue.writeWithoutTransaction { db in
+                let mode = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+                if mode != "wal" {
+                    throw StoreError(.databaseError, "SQLite refused WAL mode for \(temporary) (journal mode is \(mode ?? "unknown"))")
+                }
+            }
+            try queue.close()
+        } catch {
+            throw storeError(error, path: temporary)
+        }
+        do {
+            let fd = try FileOps.open(temporary, O_RDONLY)
+            defer { close(fd) }
+            try FileOps.fsync(fd)
+            do {
+                try SystemCalls.renameat2(AT_FDCWD, temporary, AT_FDCWD, path, flags: LinuxABI.RENAME_NOREPLACE)
+                renamed = true
+            } catch where error.code == EEXIST {
+                return  // Another process created it a moment ago: use theirs.
+            }
+            let dirfd = try FileOps.open(home, O_RDONLY | O_DIRECTORY)
+            defer { close(dirfd) }
+            try FileOps.fsync(dirfd)
+        } catch {
+            throw StoreError(.ioError, "cannot create \(path): \(error.reason)", details: ["file": .string(path)])
+        }
+    }
+
+    /// Reads the 100-byte SQLite header and the file size: catches an empty,
+    /// truncated or overwritten file, or a foreign SQLite file, before SQLite
+    /// opens (and might write to) it.
+    static func checkHeader(_ path: String) throws {
+        let details: [String: JSONValue] = ["file": .string(path)]
+        let advice = "extrun will not repair, reset or recreate it; restore it from a backup, or move it aside to start an empty store"
+        let fd: Int32
+        do {
+            fd = try FileOps.open(path, O_RDONLY)
+        } catch {
+            throw StoreError(.ioError, "cannot open \(path): \(error.reason)", details: details)
+        }
+        defer { close(fd) }
+        let header: Data
+        let size: Int64
+        do {
+            let info = try FileOps.fstat(fd)
+            guard info.isRegularFile else {
+                throw StoreError(.corruptStore, "\(path) is not a regular file; \(advice)", details: details)
+            }
+            size = Int64(info.st_size)
+            var bytes = [UInt8](repeating: 0, count: 100)
+            let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 100, 0) }
+            if count < 0 { throw SystemCallError(call: "pread", code: errno) }
+            header = Data(bytes[0..<count])
+        } catch let error as SystemCallError {
+            throw StoreError(.ioError, "cannot read \(path): \(error.reason)", details: details)
+        }
+        if size == 0 {
+            throw StoreError(.corruptStore, "\(path) is empty (0 bytes): it was truncated; \(advice)", details: details)
+        }
+        guard header.count == 100, header.prefix(16).elementsEqual(Array("SQLite format 3".utf8) + [0]) else {
+            throw StoreError(
+                .corruptStore, "\(path) is not a SQLite database (its first bytes are not the SQLite header): it was overwritten or damaged; \(advice)",
+                details: details)
+        }
+        func uint32(_ offset: Int) -> UInt32 {
+            header[offset..<offset + 4].reduce(0) { $0 << 8 | UInt32($1) }
+        }
+        let rawPageSize = Int(header[16]) << 8 | Int(header[17])
+        let pageSize = rawPageSize == 1 ? 65536 : rawPageSize
+        guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
+            throw StoreError(.corruptStore, "\(path) has a damaged header (page size \(rawPageSize)); \(advice)", details: details)
+        }
+        let applicationID = uint32(68)
+        guard applicationID == StoreDatabase.applicationID else {
+            throw StoreError(
+                .incompatibleStore,
+                "\(path) is a SQLite database but not an extrun store (application_id 0x\(String(applicationID, radix: 16)), expected 0x\(String(StoreDatabase.applicationID, radix: 16))); move it aside",
+                details: details)
+        }
+        if size % Int64(pageSize) != 0 {
+            throw StoreError(
+                .corruptStore, "\(path) is \(size) bytes, not a whole number of \(pageSize)-byte pages: it was truncated or damaged; \(advice)",
+                details: details)
+        }
+        // The in-header page count is valid when "version-valid-for" matches the change counter.
+        if uint32(92) == uint32(24) {
+            let expected = Int64(uint32(28)) * Int64(pageSize)
+            if size < expected {
+                throw StoreError(
+                    .corruptStore,
+                    "\(path) is truncated: its header says \(uint32(28)) pages (\(expected) bytes) but the file has \(size) bytes; \(advice)",
+                    details: details.merging(["expectedBytes": .int(expected), "actualBytes": .int(size)]) { a, _ in a })
+            }
+        }
+    }
+
+    // MARK: - Schema
+
+    /// The schema's migrations, in order. Never edit a shipped migration: add one.
+    static let migrator: DatabaseMigrator = {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1-owners-globals-bookmarks") { db in
+            // One row per owner that has a key: the key's fingerprint (to tell
+            // a wrong key from damaged rows) and the last version handed out.
+            try db.execute(
+                sql: """
+                    CREATE TABLE owner (
+                        name TEXT NOT NULL PRIMARY KEY,
+                        keyFingerprint TEXT NOT NULL,
+                        lastVersion INTEGER NOT NULL DEFAULT 0 CHECK (lastVersion >= 0),
+                        created TEXT NOT NULL
+                    ) WITHOUT ROWID;
+
+                    CREATE TABLE global (
+                        id INTEGER PRIMARY KEY,
+                        owner TEXT NOT NULL REFERENCES owner(name),
+                        name TEXT NOT NULL,
+                        version INTEGER NOT NULL CHECK (version > 0),
+                        sealed BLOB NOT NULL,
+                        UNIQUE (owner, name)
+                    );
+
+                    CREATE TABLE bookmark (
+                        id INTEGER PRIMARY KEY,
+                        owner TEXT NOT NULL REFERENCES owner(name),
+                        name TEXT NOT NULL,
+                        sealed BLOB NOT NULL,
+                        UNIQUE (owner, name)
+                    );
+                    """)
+        }
+        return migrator
+    }()
+
+    private func migrateIfNeeded() throws {
+        let (superseded, complete, unknown) = try read { db in
+            let migrator = StoreDatabase.migrator
+            let applied = try migrator.appliedIdentifiers(db)
+            return (
+                try migrator.hasBeenSuperseded(db), try migrator.hasCompletedMigrations(db),
+                applied.subtracting(migrator.migrations).sorted()
+            )
+        }
+        if superseded || !unknown.isEmpty {
+            throw StoreError(
+                .incompatibleStore,
+                "\(path) was written by a newer extrun (schema migrations \(unknown.joined(separator: ", ")) are unknown to this one); upgrade extrun",
+                details: ["file": .string(path)])
+        }
+        if !complete {
+            do {
+                try StoreDatabase.migrator.migrate(queue)
+            } catch {
+                throw StoreDatabase.storeError(error, path: path)
+            }
+        }
+    }
+
+    // MARK: - Access
+
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            return try queue.read(body)
+        } catch {
+            throw StoreDatabase.storeError(error, path: path)
+        }
+    }
+
+    /// An IMMEDIATE transaction: it takes the write lock up front (waiting up
+    /// to the busy timeout), so a read-modify-write never fails half-way on
+    /// a stale snapshot.
+    func write<T>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            return try queue.write(body)
+        } catch {
+            throw StoreDatabase.storeError(error, path: path)
+        }
+    }
+
+    /// A `StoreError` for anything thrown while using the database at `path`.
+    static func storeError(_ error: any Error, path: String) -> StoreError {
+        if let error = error as? StoreError { return error }
+        let details: [String: JSONValue] = ["file": .string(path)]
+        guard let error = error as? DatabaseError else {
+            return StoreError(.databaseError, "\(path): \(error)", details: details)
+        }
+        let reason = error.message ?? "\(error.resultCode)"
+        switch error.resultCode {
+        case .SQLITE_CORRUPT, .SQLITE_NOTADB:
+            return StoreError(
+                .corruptStore,
+                "\(path) is damaged (SQLite: \(reason)); extrun will not repair, reset or recreate it; restore it from a backup",
+                details: details)
+        case .SQLITE_BUSY, .SQLITE_LOCKED:
+            return StoreError(
+                .storeBusy,
+                "\(path) stayed locked by another process for more than \(Int(StoreLimits.busyTimeoutSeconds)) s (SQLite: \(reason)); nothing was changed, try again",
+                details: details)
+        case .SQLITE_FULL:
+            return StoreError(.ioError, "\(path): the disk is full (SQLite: \(reason)); nothing was changed", details: details)
+        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN, .SQLITE_IOERR, .SQLITE_AUTH:
+            return StoreError(.ioError, "\(path): cannot read or write the file (SQLite: \(reason))", details: details)
+        default:
+            return StoreError(.databaseError, "\(path): SQLite error \(error.resultCode.rawValue): \(reason)", details: details)
+        }
+    }
+}

@@ -1,0 +1,20 @@
+/// The store's documented limits (docs/store.md, "Limits").
+public enum StoreLimits {
+    /// Owner names: UTF-8 bytes. Short enough that the escaped key file name
+    /// (at most three bytes per byte, plus `.key`) stays under NAME_MAX.
+    public static let maxOwnerNameBytes = 64
+    /// Global and bookmark names: UTF-8 bytes.
+    public static let maxNameBytes = 256
+    /// A global's value, serialized as compact JSON: 4 MiB.
+    public static let maxValueBytes = 4 * 1024 * 1024
+    /// A file read through a bookmark: 64 MiB.
+    public static let maxReadBytes = 64 * 1024 * 1024
+    /// Entries returned by one bookmark listing.
+    public static let maxListEntries = 100_000
+    /// A path inside a bookmark: bytes (PATH_MAX).
+    public static let maxPathBytes = 4096
+    /// A glob pattern for a listing: bytes.
+    public static let maxGlobBytes = 1024
+    /// How long a write waits for another process's lock before `storeBusy`.
+    public static let busyTimeoutSeconds: Double = 10
+}
