@@ -2,6 +2,7 @@
 #include "CExtrunStoreShims.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,4 +16,8 @@ long extrun_openat2(int dirfd, const char *path, void *how, size_t size) {
 
 int extrun_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+int extrun_statx(int dirfd, const char *path, int flags, unsigned int mask, void *buffer) {
+    return statx(dirfd, path, flags, mask, (struct statx *)buffer);
 }

@@ -80,7 +80,7 @@ public struct BookmarkAccess: Sendable {
         defer { close(root) }
         let fd = try openBeneath(root, parts, LinuxABI.O_PATH | O_NOFOLLOW, path)
         defer { close(fd) }
-        return fileInfo(parts.joined(separator: "/"), try io(path) { () throws(SystemCallError) in try FileOps.fstat(fd) })
+        return fileInfo(parts.joined(separator: "/"), try io(path) { () throws(SystemCallError) in try FileOps.status(fd) })
     }
 
     /// The entries of the folder at `path` ("" for the target), sorted by name;
@@ -126,13 +126,13 @@ public struct BookmarkAccess: Sendable {
         }
         defer { close(fd) }
         afterResolving?()
-        let info = try io(path) { () throws(SystemCallError) in try FileOps.fstat(fd) }
+        let info = try io(path) { () throws(SystemCallError) in try FileOps.status(fd) }
         if record.kind == .file, !Bookmarks.matches(record, info) { throw stale(record, .replaced) }
         if info.isDirectory { throw error(.wrongType, "'\(path)' is a folder, not a file", path) }
         guard info.isRegularFile else { throw error(.wrongType, "'\(path)' is not a regular file (a device, socket or FIFO)", path) }
         let tooLarge = error(
             .tooLarge, "'\(path)' is over the read limit of \(StoreLimits.maxReadBytes) bytes (64 MiB)", path)
-        if info.st_size > StoreLimits.maxReadBytes { throw tooLarge }
+        if info.size > StoreLimits.maxReadBytes { throw tooLarge }
         guard let data = try io(path, { () throws(SystemCallError) in try FileOps.readAll(fd, limit: StoreLimits.maxReadBytes) }) else {
             throw tooLarge
         }
@@ -159,12 +159,11 @@ public struct BookmarkAccess: Sendable {
             afterResolving?()
             let written = try io(path) { () throws(SystemCallError) in
                 try FileOps.writeAtomically(
-                    dirfd: dirfd, name: leaf, data: contents, createMode: 0o600, exactMode: info.st_mode & 0o777, replace: true)
+                    dirfd: dirfd, name: leaf, data: contents, createMode: 0o600, exactMode: info.permissions & 0o777, replace: true)
             }
             // The rename gave the file a new inode: record it, or the bookmark would turn stale.
             var updated = record
-            updated.device = UInt64(written.st_dev)
-            updated.inode = UInt64(written.st_ino)
+            updated.identity = FileIdentity(written)
             try bookmarks.update(name, updated)
             return fileInfo("", written)
         }
@@ -174,12 +173,12 @@ public struct BookmarkAccess: Sendable {
         let (dirfd, leaf) = try openParent(root, parts, path)
         defer { close(dirfd) }
         afterResolving?()
-        let existing = try io(path) { () throws(SystemCallError) in try FileOps.lstatat(dirfd, leaf) }
+        let existing = try io(path) { () throws(SystemCallError) in try FileOps.status(in: dirfd, leaf) }
         if let existing {
             if existing.isDirectory { throw error(.wrongType, "'\(path)' is a folder, not a file", path) }
             if !overwrite { throw error(.alreadyExists, "'\(path)' already exists in bookmark '\(name)'", path) }
         }
-        let exactMode = existing.flatMap { $0.isRegularFile ? $0.st_mode & 0o777 : nil }
+        let exactMode = existing.flatMap { $0.isRegularFile ? $0.permissions & 0o777 : nil }
         let written = try io(path) { () throws(SystemCallError) in
             try FileOps.writeAtomically(dirfd: dirfd, name: leaf, data: contents, createMode: 0o666, exactMode: exactMode, replace: overwrite)
         }
@@ -201,7 +200,7 @@ public struct BookmarkAccess: Sendable {
             try FileOps.check(mkdirat(dirfd, leaf, 0o777), "mkdirat")
             try FileOps.fsync(dirfd)
         }
-        let info = try io(path) { () throws(SystemCallError) in try FileOps.lstatat(dirfd, leaf) }
+        let info = try io(path) { () throws(SystemCallError) in try FileOps.status(in: dirfd, leaf) }
         guard let info else { throw error(.notFound, "'\(path)' vanished right after it was created", path) }
         return fileInfo(parts.joined(separator: "/"), info)
     }
@@ -233,7 +232,7 @@ public struct BookmarkAccess: Sendable {
             try FileOps.fsync(toDir)
             try FileOps.fsync(fromDir)
         }
-        let info = try io(destination) { () throws(SystemCallError) in try FileOps.lstatat(toDir, toLeaf) }
+        let info = try io(destination) { () throws(SystemCallError) in try FileOps.status(in: toDir, toLeaf) }
         guard let info else { throw error(.notFound, "'\(destination)' vanished right after the move", destination) }
         return fileInfo(to.joined(separator: "/"), info)
     }
@@ -251,7 +250,7 @@ public struct BookmarkAccess: Sendable {
         let (dirfd, leaf) = try openParent(root, parts, path)
         defer { close(dirfd) }
         afterResolving?()
-        guard try io(path, { () throws(SystemCallError) in try FileOps.lstatat(dirfd, leaf) }) != nil else {
+        guard try io(path, { () throws(SystemCallError) in try FileOps.status(in: dirfd, leaf) }) != nil else {
             throw error(.notFound, "'\(path)' does not exist in bookmark '\(name)'", path)
         }
         let trashPath = store.trashDirectory + "/" + Keystore.escape(owner)
@@ -336,7 +335,7 @@ public struct BookmarkAccess: Sendable {
     private func openFolderRoot(_ record: BookmarkRecord) throws -> Int32 {
         let fd = Glibc.open(record.lastKnownPath, LinuxABI.O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw rootFailure(record, errno) }
-        let info = try? FileOps.fstat(fd)
+        let info = try? FileOps.status(fd)
         guard let info, Bookmarks.matches(record, info) else {
             close(fd)
             throw stale(record, .replaced)
@@ -346,15 +345,15 @@ public struct BookmarkAccess: Sendable {
 
     /// For a file bookmark: its folder (open for reading), its name, and its
     /// current `stat`, checked to be the recorded file.
-    private func openFileParent(_ record: BookmarkRecord) throws -> (Int32, String, stat) {
+    private func openFileParent(_ record: BookmarkRecord) throws -> (Int32, String, FileStatus) {
         let url = URL(fileURLWithPath: record.lastKnownPath)
         let parent = url.deletingLastPathComponent().path
         let leaf = url.lastPathComponent
         let fd = Glibc.open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw rootFailure(record, errno) }
-        let info: stat?
+        let info: FileStatus?
         do {
-            info = try FileOps.lstatat(fd, leaf)
+            info = try FileOps.status(in: fd, leaf)
         } catch {
             close(fd)
             throw failure(error, "")
@@ -443,7 +442,7 @@ public struct BookmarkAccess: Sendable {
         names.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         for entryName in names {
             let relative = prefix.isEmpty ? entryName : prefix + "/" + entryName
-            guard let info = try io(relative, { () throws(SystemCallError) in try FileOps.lstatat(dirfd, entryName) }) else {
+            guard let info = try io(relative, { () throws(SystemCallError) in try FileOps.status(in: dirfd, entryName) }) else {
                 continue  // Deleted while listing.
             }
             if glob.map({ fnmatch($0, entryName, FNM_PERIOD) == 0 }) ?? true {
@@ -465,12 +464,10 @@ public struct BookmarkAccess: Sendable {
 
     // MARK: - Results and errors
 
-    private func fileInfo(_ path: String, _ info: Glibc.stat) -> FileInfo {
+    private func fileInfo(_ path: String, _ info: FileStatus) -> FileInfo {
         let kind: FileKind =
             info.isRegularFile ? .file : info.isDirectory ? .folder : info.isSymlink ? .symlink : .other
-        return FileInfo(
-            path: path, kind: kind, size: Int64(info.st_size), modified: info.modificationDate,
-            permissions: UInt16(info.st_mode & 0o7777))
+        return FileInfo(path: path, kind: kind, size: info.size, modified: info.modified, permissions: UInt16(info.permissions))
     }
 
     private static func truncated(_ name: String, bytes: Int) -> String {

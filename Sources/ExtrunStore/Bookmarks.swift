@@ -11,21 +11,34 @@ public enum BookmarkKind: String, Codable, Sendable {
     case folder
 }
 
-/// Which file a bookmark points to, beyond its path: `st_dev` and `st_ino`.
+/// Which file a bookmark points to, beyond its path: `st_dev`, `st_ino`, and
+/// the birth time where the file system records one (file systems reuse a
+/// freed inode number at once, so device and inode alone cannot tell a folder
+/// from a new one made at the same path).
 public struct FileIdentity: Codable, Sendable, Equatable, CustomStringConvertible {
     public var device: UInt64
     public var inode: UInt64
+    /// Creation time in nanoseconds since 1970 (statx `stx_btime`), nil where the file system has none.
+    public var birth: Int64?
 
-    public init(device: UInt64, inode: UInt64) {
+    public init(device: UInt64, inode: UInt64, birth: Int64?) {
         self.device = device
         self.inode = inode
+        self.birth = birth
     }
 
-    init(_ info: stat) {
-        self.init(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    init(_ status: FileStatus) {
+        self.init(device: status.device, inode: status.inode, birth: status.birth)
     }
 
-    public var description: String { "device \(device), inode \(inode)" }
+    /// Whether `current` is the recorded file (a birth time is compared only if one was recorded).
+    func matches(_ current: FileIdentity) -> Bool {
+        device == current.device && inode == current.inode && (birth == nil || birth == current.birth)
+    }
+
+    public var description: String {
+        "device \(device), inode \(inode)" + (birth.map { ", born \($0 / 1_000_000_000).\(String(format: "%09d", Int($0 % 1_000_000_000)))" } ?? "")
+    }
 }
 
 /// A named reference to a file or folder, sealed with its owner's key
@@ -78,6 +91,16 @@ struct BookmarkRecord: Codable, Equatable {
     var created: Date
     var device: UInt64
     var inode: UInt64
+    var birth: Int64?
+
+    var identity: FileIdentity {
+        get { FileIdentity(device: device, inode: inode, birth: birth) }
+        set {
+            device = newValue.device
+            inode = newValue.inode
+            birth = newValue.birth
+        }
+    }
 }
 
 /// One owner's bookmarks. Get one from `Store.bookmarks(of:)`.
@@ -99,7 +122,7 @@ public struct Bookmarks: Sendable {
         let record = BookmarkRecord(
             path: target.absolute, lastKnownPath: target.canonical, kind: target.kind, readOnly: readOnly,
             created: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)),
-            device: target.identity.device, inode: target.identity.inode)
+            device: target.identity.device, inode: target.identity.inode, birth: target.identity.birth)
         let key = try store.writeKey(owner)
         let sealed = try seal(record, name: name, key: key)
         try store.database.write { db in
@@ -152,8 +175,7 @@ public struct Bookmarks: Sendable {
         let target = try Bookmarks.locate(record.path)
         record.lastKnownPath = target.canonical
         record.kind = target.kind
-        record.device = target.identity.device
-        record.inode = target.identity.inode
+        record.identity = target.identity
         try update(name, record)
         return bookmark(name, record)
     }
@@ -194,7 +216,7 @@ public struct Bookmarks: Sendable {
         Bookmark(
             name: name, owner: owner, path: record.path, lastKnownPath: record.lastKnownPath, kind: record.kind,
             readOnly: record.readOnly, created: record.created,
-            identity: FileIdentity(device: record.device, inode: record.inode))
+            identity: record.identity)
     }
 
     private func seal(_ record: BookmarkRecord, name: String, key: OwnerKey) throws -> Data {
@@ -235,9 +257,13 @@ public struct Bookmarks: Sendable {
         }
         let canonical = String(cString: resolved)
         free(resolved)
-        var info = stat()
-        guard stat(canonical, &info) == 0 else {
-            throw StoreError(.ioError, "cannot read \(canonical): \(String(cString: strerror(errno)))", details: details)
+        let info: FileStatus
+        do {
+            let fd = try FileOps.open(canonical, LinuxABI.O_PATH)
+            defer { close(fd) }
+            info = try FileOps.status(fd)
+        } catch {
+            throw StoreError(.ioError, "cannot read \(canonical): \(error.reason)", details: details)
         }
         let kind: BookmarkKind
         if info.isDirectory {
@@ -260,12 +286,13 @@ public struct Bookmarks: Sendable {
             }
         }
         defer { close(fd) }
-        guard let info = try? FileOps.fstat(fd) else { return .stale(.unreachable) }
+        guard let info = try? FileOps.status(fd) else { return .stale(.unreachable) }
         return matches(record, info) ? .ok : .stale(.replaced)
     }
 
-    static func matches(_ record: BookmarkRecord, _ info: stat) -> Bool {
+    /// Whether the file found is the recorded target: same kind and identity.
+    static func matches(_ record: BookmarkRecord, _ info: FileStatus) -> Bool {
         let kind: BookmarkKind? = info.isDirectory ? .folder : info.isRegularFile ? .file : nil
-        return kind == record.kind && FileIdentity(info) == FileIdentity(device: record.device, inode: record.inode)
+        return kind == record.kind && record.identity.matches(FileIdentity(info))
     }
 }

@@ -50,12 +50,16 @@ enum SystemCalls {
     #if !canImport(CExtrunStoreShims)
     private typealias SyscallOpenat2 = @convention(c) (CLong, Int32, UnsafePointer<CChar>, UnsafeRawPointer, Int) -> CLong
     private typealias Renameat2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+    private typealias Statx = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UInt32, UnsafeMutableRawPointer) -> Int32
 
     private static let syscallFunction: SyscallOpenat2? = dlsym(dlopen(nil, RTLD_NOW), "syscall").map {
         unsafeBitCast($0, to: SyscallOpenat2.self)
     }
     private static let renameat2Function: Renameat2? = dlsym(dlopen(nil, RTLD_NOW), "renameat2").map {
         unsafeBitCast($0, to: Renameat2.self)
+    }
+    private static let statxFunction: Statx? = dlsym(dlopen(nil, RTLD_NOW), "statx").map {
+        unsafeBitCast($0, to: Statx.self)
     }
     #endif
 
@@ -103,6 +107,64 @@ enum SystemCalls {
         }
         if result != 0 { throw SystemCallError(call: "renameat2", code: errno) }
     }
+
+    /// `statx(dirfd, path, flags, mask, buffer)` into a 256-byte `struct statx`.
+    static func statx(_ dirfd: Int32, _ path: String, flags: Int32, into buffer: UnsafeMutableRawPointer) throws(SystemCallError) {
+        let mask: UInt32 = 0xFFF  // STATX_BASIC_STATS | STATX_BTIME
+        while true {
+            let result: Int32 = path.withCString { cPath in
+                #if canImport(CExtrunStoreShims)
+                extrun_statx(dirfd, cPath, flags, mask, buffer)
+                #else
+                guard let call = statxFunction else {
+                    errno = ENOSYS
+                    return -1
+                }
+                return call(dirfd, cPath, flags, mask, buffer)
+                #endif
+            }
+            if result == 0 { return }
+            if errno != EINTR { throw SystemCallError(call: "statx", code: errno) }
+        }
+    }
+}
+
+/// What the store needs to know about a file, from statx(2).
+struct FileStatus {
+    var device: UInt64
+    var inode: UInt64
+    /// Nanoseconds since 1970 when the file was created, if the file system records it.
+    var birth: Int64?
+    /// Type and permission bits (`st_mode`).
+    var mode: UInt32
+    var size: Int64
+    var modified: Date
+
+    var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }
+    var isRegularFile: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFREG) }
+    var isSymlink: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFLNK) }
+    var permissions: mode_t { mode_t(mode & 0o7777) }
+
+    /// Reads a `struct statx` (linux/stat.h offsets).
+    init(statx buffer: UnsafeRawPointer) {
+        func u32(_ offset: Int) -> UInt32 { buffer.loadUnaligned(fromByteOffset: offset, as: UInt32.self) }
+        func u64(_ offset: Int) -> UInt64 { buffer.loadUnaligned(fromByteOffset: offset, as: UInt64.self) }
+        func timestamp(_ offset: Int) -> (Int64, UInt32) {
+            (buffer.loadUnaligned(fromByteOffset: offset, as: Int64.self), u32(offset + 8))
+        }
+        let returned = u32(0)
+        mode = UInt32(buffer.loadUnaligned(fromByteOffset: 28, as: UInt16.self))
+        inode = u64(32)
+        size = Int64(bitPattern: u64(40))
+        let (birthSeconds, birthNanoseconds) = timestamp(80)
+        birth = returned & 0x800 != 0 ? birthSeconds &* 1_000_000_000 &+ Int64(birthNanoseconds) : nil
+        let (seconds, nanoseconds) = timestamp(112)
+        modified = Date(timeIntervalSince1970: TimeInterval(seconds) + TimeInterval(nanoseconds) / 1_000_000_000)
+        // gnu_dev_makedev(major, minor): the same number as st_dev.
+        let major = UInt64(u32(136))
+        let minor = UInt64(u32(140))
+        device = ((major & 0xFFFF_F000) << 32) | ((major & 0xFFF) << 8) | ((minor & 0xFFFF_FF00) << 12) | (minor & 0xFF)
+    }
 }
 
 /// Small wrappers over the descriptor-based calls the store uses.
@@ -133,12 +195,27 @@ enum FileOps {
         return info
     }
 
-    /// `fstatat(dirfd, name, AT_SYMLINK_NOFOLLOW)`, or nil if nothing is there.
-    static func lstatat(_ dirfd: Int32, _ name: String) throws(SystemCallError) -> stat? {
-        var info = stat()
-        if Glibc.fstatat(dirfd, name, &info, AT_SYMLINK_NOFOLLOW) == 0 { return info }
-        if errno == ENOENT { return nil }
-        throw SystemCallError(call: "fstatat", code: errno)
+    /// The status of an open file (an O_PATH descriptor will do).
+    static func status(_ fd: Int32) throws(SystemCallError) -> FileStatus {
+        try withUnsafeTemporaryAllocation(byteCount: 256, alignment: 8) { (buffer) throws(SystemCallError) -> FileStatus in
+            guard let base = buffer.baseAddress else { throw SystemCallError(call: "statx", code: ENOMEM) }
+            try SystemCalls.statx(fd, "", flags: LinuxABI.AT_EMPTY_PATH, into: base)
+            return FileStatus(statx: base)
+        }
+    }
+
+    /// The status of `name` in the directory `dirfd`, not following a symlink; nil if nothing is there.
+    static func status(in dirfd: Int32, _ name: String) throws(SystemCallError) -> FileStatus? {
+        try withUnsafeTemporaryAllocation(byteCount: 256, alignment: 8) { (buffer) throws(SystemCallError) -> FileStatus? in
+            guard let base = buffer.baseAddress else { throw SystemCallError(call: "statx", code: ENOMEM) }
+            do throws(SystemCallError) {
+                try SystemCalls.statx(dirfd, name, flags: AT_SYMLINK_NOFOLLOW, into: base)
+            } catch {
+                if error.code == ENOENT { return nil }
+                throw error
+            }
+            return FileStatus(statx: base)
+        }
     }
 
     static func fsync(_ fd: Int32) throws(SystemCallError) {
@@ -193,11 +270,11 @@ enum FileOps {
     /// `replace` is false: EEXIST when `name` exists), fsync of the directory.
     /// The directory must be open for reading (fsync needs a real descriptor).
     /// The new file is created with `createMode` (the umask applies), then
-    /// set to `exactMode` if given (the umask does not apply). Returns its `stat`.
+    /// set to `exactMode` if given (the umask does not apply). Returns its status.
     @discardableResult
     static func writeAtomically(
         dirfd: Int32, name: String, data: Data, createMode: mode_t, exactMode: mode_t?, replace: Bool
-    ) throws(SystemCallError) -> stat {
+    ) throws(SystemCallError) -> FileStatus {
         let temporary = temporaryName("extrun-write")
         let fd = try openat(dirfd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: createMode)
         var renamed = false
@@ -208,7 +285,7 @@ enum FileOps {
         if let exactMode { try check(Glibc.fchmod(fd, exactMode), "fchmod") }
         try writeAll(fd, data)
         try fsync(fd)
-        let info = try fstat(fd)
+        let info = try status(fd)
         if replace {
             try check(Glibc.renameat(dirfd, temporary, dirfd, name), "renameat")
         } else {
@@ -252,8 +329,4 @@ enum FileOps {
 extension stat {
     var isDirectory: Bool { st_mode & S_IFMT == S_IFDIR }
     var isRegularFile: Bool { st_mode & S_IFMT == S_IFREG }
-    var isSymlink: Bool { st_mode & S_IFMT == S_IFLNK }
-    var modificationDate: Date {
-        Date(timeIntervalSince1970: TimeInterval(st_mtim.tv_sec) + TimeInterval(st_mtim.tv_nsec) / 1_000_000_000)
-    }
 }

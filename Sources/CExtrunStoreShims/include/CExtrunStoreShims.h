@@ -11,4 +11,7 @@ long extrun_openat2(int dirfd, const char *path, void *how, size_t size);
 /// renameat2(2); glibc declares it only under _GNU_SOURCE, which Swift's Glibc module lacks.
 int extrun_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 
+/// statx(2) into a 256-byte `struct statx`; glibc declares it only under _GNU_SOURCE.
+int extrun_statx(int dirfd, const char *path, int flags, unsigned int mask, void *buffer);
+
 #endif
