@@ -12,7 +12,7 @@ import PackageDescription
 
 let package = Package(
     name: "extrun",
-    platforms: [.macOS(.v13)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "extrun", targets: ["extrun"]),
         .library(name: "ExtrunSDK", targets: ["ExtrunSDK"]),
@@ -36,7 +36,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux"]),
+        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore"]),
         .executableTarget(
             name: "extrun",
             dependencies: ["ExtrunHost", .product(name: "ArgumentParser", package: "swift-argument-parser")]

@@ -5,6 +5,8 @@ import Foundation
 /// - `EXTRUN_HOME`: the host's own directory (default `~/.local/share/extrun`).
 /// - `EXTRUN_PLUGIN_PATH`: colon-separated directories searched for plugins
 ///   before `$EXTRUN_HOME/plugins`.
+/// - Last, `PREFIX/share/extrun/plugins` when extrun runs as `PREFIX/bin/extrun`
+///   (where `Scripts/install PREFIX` puts the example plugins).
 public struct HostPaths: Sendable, Equatable {
     public var home: URL
     public var pluginSearchPath: [URL]
@@ -29,6 +31,15 @@ public struct HostPaths: Sendable, Equatable {
             }
         }
         search.append(home.appendingPathComponent("plugins", isDirectory: true))
+        if let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            let bundled = URL(fileURLWithPath: executable).deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("share/extrun/plugins", isDirectory: true)
+            if bundled.standardizedFileURL != search.last?.standardizedFileURL,
+                FileManager.default.fileExists(atPath: bundled.path)
+            {
+                search.append(bundled)
+            }
+        }
         return HostPaths(home: home, pluginSearchPath: search)
     }
 }

@@ -109,6 +109,7 @@ public enum IntentFileParser {
                 "unknown parameter of \(definition.name) (its parameters: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
         }
         var wire: [String: JSONValue] = [:]
+        var fileBytes = 0
         for parameter in definition.parameters {
             let field = "parameters.\(parameter.name)"
             guard var value = invocation.parameters[parameter.name], !value.isNull else {
@@ -118,6 +119,10 @@ public enum IntentFileParser {
             if parameter.multiple, value.arrayValue == nil { value = .array([value]) }
             if parameter.type == .file {
                 value = try loadFiles(value, parameter: parameter, field: field, invocation: invocation)
+                fileBytes += value.fileByteCount
+                if fileBytes > maxTotalFileBytes {
+                    throw fail(field, "the files of this intent add up to more than \(maxTotalFileBytes) bytes, the most the host passes to a plugin in one intent")
+                }
             } else if case .double(let d) = value, parameter.type == .integer, d.rounded() == d, abs(d) < 9.0e15 {
                 value = .int(Int64(d))
             }
@@ -144,6 +149,8 @@ public enum IntentFileParser {
 
     /// The largest file the host passes to a plugin.
     public static let maxFileBytes = 32 << 20
+    /// The most file bytes in one intent (base64 on the wire stays under the 64 MiB frame limit).
+    public static let maxTotalFileBytes = 40 << 20
 
     static func loadFile(_ value: JSONValue, parameter: ParameterDefinition, field: String, invocation: IntentInvocation)
         throws(HostError) -> JSONValue
@@ -209,6 +216,17 @@ public enum IntentFileParser {
         case NSFileReadNoSuchFileError: return "no such file"
         case NSFileReadNoPermissionError: return "permission denied"
         default: return nsError.localizedDescription
+        }
+    }
+}
+
+extension JSONValue {
+    /// The decoded size of the file objects in this value (base64 `data` fields).
+    var fileByteCount: Int {
+        switch self {
+        case .array(let items): return items.reduce(0) { $0 + $1.fileByteCount }
+        case .object(let fields): return (fields["data"]?.stringValue?.utf8.count ?? 0) * 3 / 4
+        default: return 0
         }
     }
 }

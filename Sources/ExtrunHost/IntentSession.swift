@@ -80,6 +80,7 @@ public struct Host: Sendable {
         report.mode = mode
         report.limits = limits
         var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
+        run.services = StoreServices(home: paths.home, owner: plugin.manifest.owner, log: options.log)
         run.execute(parameters: parameters, into: &report)
         return report
     }
@@ -97,6 +98,8 @@ struct PluginRun {
     var start: UInt64 = 0
     let deadline = Deadline()
     var cgroup: CgroupRun?
+    /// Answers the plugin's requests for its owner's globals and bookmarks.
+    var services: StoreServices?
 
     init(plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions) {
         self.plugin = plugin
@@ -130,7 +133,7 @@ struct PluginRun {
         deadline.set(start: start, limits: limits)
         let process: PluginProcess
         do throws(HostError) {
-            process = try PluginProcess.launch(launchSpec(scratch: scratch), sandbox: sandbox)
+            process = try PluginProcess.launch(try launchSpec(scratch: scratch), sandbox: sandbox)
         } catch {
             report.error = error
             return
@@ -158,6 +161,9 @@ struct PluginRun {
                     log?("[extrun] \(id) reported progress \(progress?.fraction.map { "\($0)" } ?? "") \(progress?.message ?? ""): deadline now \(deadline.currentMs) ms from launch")
                 }
             }
+        }
+        if let services {
+            connection.onRequest = { method, params in services.answer(method, params) }
         }
         var launchMs: Double?
         do {
@@ -258,7 +264,7 @@ struct PluginRun {
             details: details)
     }
 
-    func launchSpec(scratch: URL) -> LaunchSpec {
+    func launchSpec(scratch: URL) throws(HostError) -> LaunchSpec {
         var environment: [String: String] = [
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": scratch.path,
@@ -272,7 +278,7 @@ struct PluginRun {
         ]
         let inherited = ProcessInfo.processInfo.environment
         for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
-        let (program, arguments) = Shebang.resolve(
+        let (program, arguments) = try Shebang.resolve(
             executable: plugin.executableURL, arguments: plugin.manifest.arguments, searchPath: environment["PATH"] ?? "")
         return LaunchSpec(executable: program, arguments: arguments, environment: environment, workingDirectory: scratch)
     }

@@ -36,6 +36,8 @@ final class PluginConnection {
     private var outboundOffset = 0
     private var nextID: Int64 = 1
     private var answered: Set<RequestID> = []
+    /// Requests the host stopped waiting for (deadline): a late answer to one is not a violation.
+    private var abandoned: Set<RequestID> = []
     private var waitingFor: RequestID?
     private var reply: Result<JSONValue, RPCError>?
     private var violation: String?
@@ -73,8 +75,10 @@ final class PluginConnection {
         switch pump(deadline: deadline, until: { self.reply != nil }) {
         case .done:
             answered.insert(id)
-            return .success(reply!)
+            guard let reply else { return .failure(.protocolViolation("internal: no reply")) }
+            return .success(reply)
         case .failure(let failure):
+            if case .deadlineExpired = failure { abandoned.insert(id) }
             return .failure(failure)
         }
     }
@@ -165,7 +169,7 @@ final class PluginConnection {
     /// After the process has ended, reads what is left in the pipes without waiting
     /// (a grandchild may hold them open; we do not wait for its end of file).
     private func drainAfterExit() {
-        while process.fromPlugin >= 0 && violation == nil && reply == nil {
+        while process.fromPlugin >= 0 && violation == nil {
             if !readProtocol() { break }
         }
         while process.stdoutFD >= 0 && readOutput(isStdout: true) {}
@@ -230,6 +234,8 @@ final class PluginConnection {
     private func accept(id: RequestID, _ result: Result<JSONValue, RPCError>) {
         if id == waitingFor && reply == nil {
             reply = result
+        } else if abandoned.remove(id) != nil {
+            // The answer to a request that timed out (typically "cancelled"): too late, but honest.
         } else if answered.contains(id) || id == waitingFor {
             violation = "the plugin answered request \(id) twice"
         } else {

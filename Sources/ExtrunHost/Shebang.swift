@@ -10,7 +10,7 @@ import Glibc
 /// Other `#!` lines need nothing: the kernel runs their interpreter within the one exec.
 enum Shebang {
     /// The program to exec and the arguments before the plugin's own.
-    static func resolve(executable: URL, arguments: [String], searchPath: String) -> (URL, [String]) {
+    static func resolve(executable: URL, arguments: [String], searchPath: String) throws(HostError) -> (URL, [String]) {
         guard let line = firstLine(of: executable), line.hasPrefix("#!") else { return (executable, arguments) }
         var words = line.dropFirst(2).split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
         guard let interpreter = words.first, interpreter == "/usr/bin/env" || interpreter == "/bin/env" else {
@@ -22,7 +22,12 @@ enum Shebang {
         let found = searchPath.split(separator: ":").lazy
             .map { URL(fileURLWithPath: String($0)).appendingPathComponent(name) }
             .first { access($0.path, X_OK) == 0 }
-        guard let program = found else { return (executable, arguments) }
+        guard let program = found else {
+            throw HostError(
+                .configurationError,
+                "\(executable.path) starts with '\(line)', but '\(name)' is not in the plugin's PATH (\(searchPath)); install it or name the interpreter by its full path",
+                details: ["file": .string(executable.path)])
+        }
         return (program, Array(words.dropFirst()) + [executable.path] + arguments)
     }
 

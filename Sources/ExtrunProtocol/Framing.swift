@@ -96,6 +96,29 @@ public struct FrameDecoder: Sendable {
         }
     }
 
+    /// A header starts with a field name (a letter) and holds printable ASCII and CRLFs only:
+    /// anything else (a bare JSON line, binary) is an error as soon as it is seen.
+    private func checkPartialHeader() throws(FramingError) {
+        guard start < buffer.count else { return }
+        let first = buffer[start]
+        let isLetter = (first >= 65 && first <= 90) || (first >= 97 && first <= 122)
+        if !isLetter {
+            let preview = String(decoding: buffer[start..<min(buffer.count, start + 40)], as: UTF8.self)
+            if buffer[start..<buffer.count].contains(where: { $0 >= 0x80 }) { throw .headerNotASCII }
+            throw .malformedHeaderLine(preview.split(separator: "\n").first.map(String.init) ?? preview)
+        }
+        var previous: UInt8 = 0
+        for byte in buffer[start..<buffer.count] {
+            if byte >= 0x80 { throw .headerNotASCII }
+            if byte == 10 && previous != 13 {
+                let line = String(decoding: buffer[start..<min(buffer.count, start + 60)], as: UTF8.self)
+                throw .malformedHeaderLine(line.split(separator: "\n").first.map(String.init) ?? line)
+            }
+            if byte < 32 && byte != 13 && byte != 10 && byte != 9 { throw .malformedHeaderLine("control byte \(byte) in the header") }
+            previous = byte
+        }
+    }
+
     /// Parses a header block if a complete one is buffered; consumes it and returns the body length.
     private mutating func parseHeader() throws(FramingError) -> Int? {
         let available = buffer.count - start
@@ -111,8 +134,8 @@ public struct FrameDecoder: Sendable {
         }
         guard let end = terminator else {
             if available >= Framing.maxHeaderBytes + 4 { throw .headerTooLong(limit: Framing.maxHeaderBytes) }
-            // Fail fast on bytes that can never be part of a header.
-            for byte in buffer[start..<buffer.count] where byte >= 0x80 { throw .headerNotASCII }
+            // Fail fast on bytes that can never be part of a header, rather than wait for more.
+            try checkPartialHeader()
             return nil
         }
         let headerBytes = buffer[start..<end]

@@ -11,7 +11,7 @@ public struct PluginManifest: Codable, Sendable, Hashable {
     public var executable: String
     /// Extra arguments passed to the executable.
     public var arguments: [String]
-    /// Modes the plugin supports; the first one is its default.
+    /// Modes the plugin supports (default: both). Without a mode asked for, `extension` is used when supported.
     public var modes: [Mode]
     public var intents: [IntentDefinition]
     /// Limits the plugin asks for, per mode, within the host policy's maxima.

@@ -11,6 +11,12 @@ public struct IntentContext: Sendable {
         channel.notify(Method.log, LogParams(level: level, message: message))
     }
 
+    /// The global variables of the plugin's owner (through the host).
+    public var globals: Globals { Globals(channel: channel) }
+
+    /// The owner's bookmarked files and folders (through the host).
+    public var bookmarks: Bookmarks { Bookmarks(channel: channel) }
+
     /// Reports progress of long work (0...1). In extension mode this also
     /// extends the deadline, up to the host's maximum.
     public func reportProgress(_ fraction: Double?, message: String? = nil) {

@@ -1,0 +1,123 @@
+import ExtrunProtocol
+import ExtrunStore
+import Foundation
+
+/// Answers a plugin's service requests (globals, bookmarks) from its owner's
+/// part of the store. The store is opened on the first request only, so a
+/// plugin that never asks costs nothing; every answer is bound to the owner
+/// in the plugin's manifest, so a plugin never reaches another owner's data.
+final class StoreServices {
+    let home: URL
+    let owner: String
+    private var store: Store?
+    /// Lines for `--verbose`.
+    let log: (@Sendable (String) -> Void)?
+
+    init(home: URL, owner: String, log: (@Sendable (String) -> Void)?) {
+        self.home = home
+        self.owner = owner
+        self.log = log
+    }
+
+    func answer(_ method: String, _ params: JSONValue?) -> Result<JSONValue, RPCError> {
+        do {
+            let result = try dispatch(method, params ?? .object([:]))
+            return .success(result)
+        } catch let error as RPCError {
+            return .failure(error)
+        } catch let error as StoreError {
+            log?("[extrun] \(method) refused: \(error.message)")
+            return .failure(RPCError(code: RPCError.serviceError, message: error.message, data: ["kind": .string(error.kind.rawValue)]))
+        } catch {
+            return .failure(RPCError(code: RPCError.internalError, message: "\(error)"))
+        }
+    }
+
+    private func openStore() throws -> Store {
+        if let store { return store }
+        let opened = try Store(home: home)
+        store = opened
+        return opened
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ params: JSONValue, _ method: String) throws -> T {
+        do {
+            return try JSONCoding.decode(type, from: params)
+        } catch {
+            throw RPCError(code: RPCError.invalidParams, message: "invalid params for \(method): \(JSONCoding.describe(error))")
+        }
+    }
+
+    private func dispatch(_ method: String, _ params: JSONValue) throws -> JSONValue {
+        switch method {
+        case ServiceMethod.globalsGet:
+            let p = try decode(GlobalNameParams.self, params, method)
+            guard let global = try openStore().globals(of: owner).get(p.name) else { return .null }
+            return try JSONCoding.value(of: GlobalValue(value: global.value, version: global.version))
+        case ServiceMethod.globalsSet:
+            let p = try decode(GlobalSetParams.self, params, method)
+            let version = try openStore().globals(of: owner).set(p.name, to: p.value, ifVersion: condition(p.ifVersion))
+            return try JSONCoding.value(of: GlobalVersion(version: version))
+        case ServiceMethod.globalsDelete:
+            let p = try decode(GlobalDeleteParams.self, params, method)
+            let deleted = try openStore().globals(of: owner).delete(p.name, ifVersion: condition(p.ifVersion))
+            return try JSONCoding.value(of: GlobalDeleted(deleted: deleted))
+        case ServiceMethod.globalsList:
+            let p = try decode(GlobalListParams.self, params, method)
+            let entries = try openStore().globals(of: owner).list(after: p.after, limit: p.limit)
+            return try JSONCoding.value(of: GlobalList(globals: entries.map { GlobalListEntry(name: $0.name, version: $0.version, byteCount: $0.byteCount) }))
+        case ServiceMethod.bookmarksList:
+            let entries = try openStore().bookmarks(of: owner).list()
+            return try JSONCoding.value(of: BookmarkList(bookmarks: entries.map {
+                BookmarkSummary(name: $0.bookmark.name, kind: $0.bookmark.kind.rawValue, readOnly: $0.bookmark.readOnly, stale: $0.status.isStale)
+            }))
+        case ServiceMethod.bookmarksStat:
+            let p = try decode(BookmarkPathParams.self, params, method)
+            return try entry(try access(p.bookmark).stat(p.path))
+        case ServiceMethod.bookmarksListFolder:
+            let p = try decode(BookmarkListFolderParams.self, params, method)
+            let infos = try access(p.bookmark).list(p.path ?? "", matching: p.glob, recursive: p.recursive ?? false)
+            return try JSONCoding.value(of: FileEntryList(entries: infos.map(Self.fileEntry)))
+        case ServiceMethod.bookmarksRead:
+            let p = try decode(BookmarkPathParams.self, params, method)
+            return try JSONCoding.value(of: FileData(data: try access(p.bookmark).read(p.path)))
+        case ServiceMethod.bookmarksWrite:
+            let p = try decode(BookmarkWriteParams.self, params, method)
+            return try entry(try access(p.bookmark).write(p.path, contents: p.data, overwrite: p.overwrite ?? true))
+        case ServiceMethod.bookmarksCreateFolder:
+            let p = try decode(BookmarkPathParams.self, params, method)
+            return try entry(try access(p.bookmark).createFolder(p.path))
+        case ServiceMethod.bookmarksMove:
+            let p = try decode(BookmarkMoveParams.self, params, method)
+            return try entry(try access(p.bookmark).move(p.from, to: p.to))
+        case ServiceMethod.bookmarksTrash:
+            let p = try decode(BookmarkPathParams.self, params, method)
+            let trashed = try access(p.bookmark).trash(p.path)
+            return try JSONCoding.value(of: TrashResult(path: trashed.path))
+        default:
+            throw RPCError(code: RPCError.methodNotFound, message: "the host does not offer '\(method)'")
+        }
+    }
+
+    private func access(_ bookmark: String) throws -> BookmarkAccess {
+        try openStore().bookmarks(of: owner).access(bookmark)
+    }
+
+    private func condition(_ version: Int64?) -> VersionCondition {
+        switch version {
+        case nil: .any
+        case 0?: .absent
+        case let v?: .version(v)
+        }
+    }
+
+    private func entry(_ info: FileInfo) throws -> JSONValue {
+        try JSONCoding.value(of: Self.fileEntry(info))
+    }
+
+    static func fileEntry(_ info: FileInfo) -> FileEntry {
+        FileEntry(
+            path: info.path, kind: info.kind.rawValue, size: info.size, modified: ISODate.format(info.modified),
+            permissions: Int(info.permissions))
+    }
+}
