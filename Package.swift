@@ -51,6 +51,10 @@ let package = Package(
                           exclude: ["manifest.json"]),
         .executableTarget(name: "Sleep", dependencies: ["ExtrunSDK"], path: "Examples/Sleep",
                           exclude: ["manifest.json"]),
+        .executableTarget(name: "GlobalVariables", dependencies: ["ExtrunSDK"], path: "Examples/GlobalVariables",
+                          exclude: ["manifest.json"]),
+        .executableTarget(name: "Bookmarks", dependencies: ["ExtrunSDK"], path: "Examples/Bookmarks",
+                          exclude: ["manifest.json"]),
 
         .testTarget(name: "ExtrunProtocolTests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
