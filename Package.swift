@@ -39,7 +39,7 @@ let package = Package(
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore"]),
         .executableTarget(
             name: "extrun",
-            dependencies: ["ExtrunHost", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
 
         // Example plugins: each directory holds the plugin's source and its manifest.json.

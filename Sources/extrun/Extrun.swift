@@ -19,6 +19,6 @@ struct Extrun: ParsableCommand {
               extrun handle Examples/intents/make-uppercase.json
             """,
         version: Host.version,
-        subcommands: [Handle.self, Plugins.self]
+        subcommands: [Handle.self, Plugins.self, Owners.self, GlobalsCommand.self, BookmarksCommand.self]
     )
 }
