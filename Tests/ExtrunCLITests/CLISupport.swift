@@ -1,0 +1,115 @@
+import ExtrunProtocol
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `extrun` binary: next to the test bundle, or in `<root>/.build/debug`.
+enum ExtrunBinary {
+    static func url() throws -> URL {
+        var candidates: [URL] = []
+        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("extrun"))
+        }
+        candidates.append(StagedPlugins.packageRoot.appendingPathComponent(".build/debug/extrun"))
+        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate.path) {
+            return candidate
+        }
+        throw StagedPlugins.NotStaged(
+            description: "the extrun binary is not built (looked for \(candidates.map(\.path).joined(separator: " and "))); run Scripts/test")
+    }
+}
+
+/// A temporary directory, removed when the value goes away.
+final class TempDirectory {
+    let url: URL
+
+    init(_ label: String = "cli") throws {
+        let base = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
+        var template = Array("\(base)/extrun-\(label)-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        url = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: url) }
+
+    @discardableResult
+    func write(_ relative: String, _ contents: String, mode: Int? = nil) throws -> URL {
+        let file = url.appendingPathComponent(relative)
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(contents.utf8).write(to: file)
+        if let mode { try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: file.path) }
+        return file
+    }
+}
+
+/// What one run of `extrun` produced.
+struct CLIResult: CustomStringConvertible {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+
+    /// Standard output parsed as one JSON object (recording an issue if it is not).
+    func json(sourceLocation: SourceLocation = #_sourceLocation) throws -> JSONValue {
+        let value = try JSONDecoder().decode(JSONValue.self, from: Data(stdout.utf8))
+        guard case .object = value else {
+            Issue.record("stdout is not a JSON object: \(stdout)", sourceLocation: sourceLocation)
+            return value
+        }
+        return value
+    }
+
+    var description: String { "exit \(status)\n--- stdout\n\(stdout)\n--- stderr\n\(stderr)" }
+}
+
+/// Runs `extrun` with the staged plugins (and `extraPluginDirectories` first) on its plugin path,
+/// and a fresh EXTRUN_HOME.
+struct CLI {
+    let home: TempDirectory
+    var pluginPath: [URL]
+
+    init(extraPluginDirectories: [URL] = []) throws {
+        home = try TempDirectory("cli-home")
+        pluginPath = extraPluginDirectories + [try StagedPlugins.directory()]
+    }
+
+    func run(_ arguments: [String], stdin: String? = nil, currentDirectory: URL? = nil) throws -> CLIResult {
+        let process = Process()
+        process.executableURL = try ExtrunBinary.url()
+        process.arguments = arguments
+        var environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path]
+        environment["EXTRUN_HOME"] = home.url.path
+        environment["EXTRUN_PLUGIN_PATH"] = pluginPath.map(\.path).joined(separator: ":")
+        process.environment = environment
+        process.currentDirectoryURL = currentDirectory ?? StagedPlugins.packageRoot
+
+        // Files, not pipes: nothing can fill up and block while we wait.
+        let out = home.url.appendingPathComponent("stdout-\(UUID().uuidString)")
+        let err = home.url.appendingPathComponent("stderr-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: out.path, contents: nil)
+        FileManager.default.createFile(atPath: err.path, contents: nil)
+        let outHandle = try FileHandle(forWritingTo: out)
+        let errHandle = try FileHandle(forWritingTo: err)
+        process.standardOutput = outHandle
+        process.standardError = errHandle
+        let input = Pipe()
+        process.standardInput = stdin == nil ? FileHandle.nullDevice : input
+        try process.run()
+        if let stdin {
+            input.fileHandleForWriting.write(Data(stdin.utf8))
+            try input.fileHandleForWriting.close()
+        }
+        process.waitUntilExit()
+        try outHandle.close()
+        try errHandle.close()
+        defer {
+            try? FileManager.default.removeItem(at: out)
+            try? FileManager.default.removeItem(at: err)
+        }
+        return CLIResult(
+            status: process.terminationStatus, stdout: try String(contentsOf: out, encoding: .utf8),
+            stderr: try String(contentsOf: err, encoding: .utf8))
+    }
+}
