@@ -71,9 +71,8 @@ public struct BookmarkAccess: Sendable {
         let record = try bookmarks.load(name)
         if record.kind == .file {
             try requireRoot(parts, path)
-            let (dirfd, leaf, info) = try openFileParent(record)
+            let (dirfd, _, info) = try openFileParent(record)
             defer { close(dirfd) }
-            _ = leaf
             return fileInfo("", info)
         }
         let root = try openFolderRoot(record)

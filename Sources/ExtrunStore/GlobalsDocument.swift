@@ -71,9 +71,10 @@ extension Globals {
     public func `import`(_ document: Data, mode: ImportMode) throws -> ImportSummary {
         let entries = try parse(document)
         var summary = ImportSummary()
-        if entries.isEmpty, mode == .merge { return summary }
-        if entries.isEmpty, try store.readKey(owner) == nil { return summary }
-        let key = try store.writeKey(owner)
+        // Surfaces a missing or wrong key even when there is nothing to write.
+        let existingKey = try store.readKey(owner)
+        if entries.isEmpty, mode == .merge || existingKey == nil { return summary }
+        let key = try existingKey ?? store.writeKey(owner)
         let sealed = try entries.map { name, plaintext in
             (name, plaintext, try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name)))
         }

@@ -45,6 +45,23 @@ private let childCountVariable = "EXTRUN_STORE_TEST_CHILD_COUNT"
         #expect(try test.store.globals(of: "TEAM").get("counter")?.value == .int(Int64(tasks * perTask)))
     }
 
+    @Test func storesOpenedAtOnceOnAFreshHomeShareOneDatabase() async throws {
+        let directory = try TemporaryDirectory()
+        let home = URL(fileURLWithPath: directory.sub("home"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<6 {
+                group.addTask {
+                    let store = try Store(home: home)
+                    try store.globals(of: "TEAM").set("from-\(index)", to: .int(Int64(index)))
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try Store(home: home).globals(of: "TEAM").list().count == 6)
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: home.path).filter { $0.hasPrefix(".") }
+        #expect(leftovers.isEmpty, "temporary store files were removed: \(leftovers)")
+    }
+
     @Test func blindWritesFromTwoConnectionsAllLand() async throws {
         let test = try TestStore()
         let stores = [test.store, try test.reopen()]

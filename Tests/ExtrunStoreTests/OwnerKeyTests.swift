@@ -141,6 +141,11 @@ import Glibc
             expectStoreError(.keyMissing) { try globals.set("new", to: 1) },
             expectStoreError(.keyMissing) { try globals.list() },
             expectStoreError(.keyMissing) { try store.createOwner("TEAM") },
+            expectStoreError(.keyMissing) { try globals.export() },
+            expectStoreError(.keyMissing) {
+                try globals.import(Data(#"{"format":"extrun-globals","version":1,"owner":"TEAM","globals":{}}"#.utf8), mode: .merge)
+            },
+            expectStoreError(.keyMissing) { try store.bookmarks(of: "TEAM").list() },
         ] {
             #expect(error?.message.contains(keyFile) == true)
             #expect(error?.message.contains("1 globals") == true)
