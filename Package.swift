@@ -62,5 +62,11 @@ let package = Package(
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost"], exclude: ["Fixtures"]),
+        .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"]),
     ]
+)
+
+// Benchmarks (Scripts/bench, docs/benchmarks.md): the in-process harness.
+package.targets.append(
+    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol"], path: "Benchmarks/ExtrunBench")
 )

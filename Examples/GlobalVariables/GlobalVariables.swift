@@ -64,10 +64,45 @@ struct GetGlobalVariable: IntentHandler {
     }
 }
 
+/// Adds 1 to a numeric global with compare-and-set, so that two runs at once
+/// never lose an increment: if another run changed it meanwhile, read and try again.
+struct IncrementGlobalVariable: IntentHandler {
+    struct Parameters: Decodable, Sendable {
+        var name: String?
+    }
+
+    static let intentName = "IncrementGlobalVariable"
+
+    func resolve(_ parameter: String, _ request: IntentRequest<Parameters>) async throws -> ResolutionResult {
+        guard let name = request.parameters.name, !name.isEmpty else { return .needsValue(prompt: "Which counter should I increment?") }
+        return .success(name)
+    }
+
+    func handle(_ request: IntentRequest<Parameters>) async throws -> IntentResponse {
+        let name = request.parameters.name ?? ""
+        let globals = request.context.globals
+        for _ in 0..<100 {
+            let current = try await globals.entry(name)
+            guard current == nil || current?.value.intValue != nil else {
+                return .failure("\(name) does not hold a whole number")
+            }
+            let next = (current?.value.intValue ?? 0) + 1
+            do {
+                // ifVersion 0: only if it still does not exist.
+                let version = try await globals.set(name, to: .int(next), ifVersion: current?.version ?? 0)
+                return .success(["name": .string(name), "value": .int(next), "version": .int(version)])
+            } catch let error as HostServiceError where error.kind == "versionConflict" {
+                continue
+            }
+        }
+        return .failure("\(name) kept changing; gave up after 100 tries")
+    }
+}
+
 @main
 struct GlobalVariablesPlugin {
     static func main() async {
         await PluginRuntime.run(
-            id: "com.example.globalvariables", version: "1.0.0", handlers: [SetGlobalVariable(), GetGlobalVariable()])
+            id: "com.example.globalvariables", version: "1.0.0", handlers: [SetGlobalVariable(), GetGlobalVariable(), IncrementGlobalVariable()])
     }
 }

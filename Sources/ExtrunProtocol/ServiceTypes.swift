@@ -39,7 +39,7 @@ public struct GlobalValue: Codable, Sendable, Hashable {
 
 /// `globals.set`: `{"name", "value", "ifVersion"?}` → `{"version": 4}`.
 /// `ifVersion` makes it a compare-and-set: the current version must be exactly
-/// that, or `0` for "must not exist yet"; otherwise the answer is a `conflict` error.
+/// that, or `0` for "must not exist yet"; otherwise the answer is a `versionConflict` error.
 public struct GlobalSetParams: Codable, Sendable, Hashable {
     public var name: String
     public var value: JSONValue

@@ -1,9 +1,9 @@
 import Foundation
 
 /// A host service refused a request: the global was changed meanwhile
-/// (`conflict`), the bookmark is read-only, a path leads outside it...
+/// (`versionConflict`), the bookmark is read-only, a path leads outside it...
 public struct HostServiceError: Error, Sendable, CustomStringConvertible {
-    /// The store's error kind, e.g. `conflict`, `notFound`, `readOnly`, `pathEscape`, `staleBookmark`.
+    /// The store's error kind, e.g. `versionConflict`, `notFound`, `readOnly`, `pathEscape`, `staleBookmark` (docs/store.md).
     public var kind: String
     public var message: String
     public var description: String { "\(kind): \(message)" }
@@ -56,7 +56,7 @@ public struct Globals: Sendable {
     }
 
     /// Sets a value. With `ifVersion`, only if the current version is exactly that
-    /// (0: only if there is none yet); otherwise throws a `conflict` error. Returns the new version.
+    /// (0: only if there is none yet); otherwise throws a `versionConflict` error. Returns the new version.
     @discardableResult
     public func set(_ name: String, to value: JSONValue, ifVersion: Int64? = nil) async throws -> Int64 {
         try await channel.service(
