@@ -5,7 +5,7 @@ import Testing
 /// A plugin in Python that answers every `handle` with the response code it is given as `text`.
 private let codePlugin = #"""
     #!/usr/bin/env python3
-    import json, os, sys
+    import json, os, sys, time
 
     def read():
         header = b""
@@ -33,6 +33,9 @@ private let codePlugin = #"""
             reply(msg, {"result": "success", "value": msg["params"]["parameters"].get("code")})
         elif method == "confirm":
             reply(msg, {"code": "ready"})
+        elif method == "handle" and msg["params"]["parameters"]["code"] == "hang":
+            while True:
+                time.sleep(1000)
         elif method == "handle":
             print("stray output on stdout")
             reply(msg, {"code": msg["params"]["parameters"]["code"], "dialog": {"full": "Answered."}})
@@ -100,12 +103,18 @@ struct CLITests {
         #expect(names.first?.hasSuffix(" meeting notes.txt") == true, "\(names)")
     }
 
-    @Test("handle: a response other than success exits 1, with the response printed")
-    func unsuccessfulResponse() throws {
+    /// A CLI whose plugin path also holds the Python plugin that answers with the code it is given.
+    func codesCLI() throws -> (CLI, TempDirectory) {
         let plugins = try TempDirectory("cli-plugins")
         try plugins.write("codes/manifest.json", codeManifest)
         try plugins.write("codes/plugin.py", codePlugin, mode: 0o755)
-        let cli = try CLI(extraPluginDirectories: [plugins.url])
+        return (try CLI(extraPluginDirectories: [plugins.url]), plugins)
+    }
+
+    @Test("handle: a response other than success exits 1, with the response printed")
+    func unsuccessfulResponse() throws {
+        let (cli, plugins) = try codesCLI()
+        defer { withExtendedLifetime(plugins) {} }
         for code in ["failure", "soldOut"] {
             let result = try handle(#"{"intent":"AnswerWith","parameters":{"code":"\#(code)"}}"#, cli: cli)
             #expect(result.status == 1, "\(result)")
@@ -283,11 +292,54 @@ struct CLITests {
 
     @Test("handle: bad command lines exit 64", arguments: [
         ["handle"], ["handle", "--mode", "app", "x.json"], ["handle", "--format", "yaml", "x.json"], ["frobnicate"],
+        ["handle", "--timeout", "soon", "x.json"], ["handle", "--memory-limit", "lots", "x.json"],
     ])
     func usageErrors(arguments: [String]) throws {
         let result = try cli.run(arguments)
         #expect(result.status == 64, "\(result)")
         #expect(!result.stderr.isEmpty)
+    }
+
+    @Test("handle --timeout: a plugin that does not answer in time is a timeout, exit 8")
+    func timeoutOption() throws {
+        let (cli, plugins) = try codesCLI()
+        defer { withExtendedLifetime(plugins) {} }
+        let started = Date()
+        let result = try handle(#"{"intent":"AnswerWith","parameters":{"code":"hang"}}"#, ["--timeout", "500ms"], cli: cli)
+        #expect(result.status == 8, "\(result)")
+        let json = try result.json()
+        #expect(json["error"]?["kind"] == "timeout")
+        #expect(json["error"]?["phase"] == "handle")
+        #expect(json["error"]?["deadlineMs"] == 500)
+        #expect(json["limits"]?["deadlineMs"] == 500)
+        #expect(Date().timeIntervalSince(started) < 20)
+    }
+
+    @Test("handle --timeout and --memory-limit within the policy are used; beyond it they are invalidIntent, exit 4")
+    func limitOptions() throws {
+        let ok = try cli.run(["handle", "--timeout", "2.5s", "--memory-limit", "64MiB", "Examples/intents/make-uppercase.json"])
+        #expect(ok.status == 0, "\(ok)")
+        #expect(try ok.json()["limits"]?["deadlineMs"] == 2_500)
+        #expect(try ok.json()["limits"]?["memoryBytes"] == .int(64 << 20))
+
+        let long = try cli.run(["handle", "--timeout", "10m", "Examples/intents/make-uppercase.json"])
+        #expect(long.status == 4, "\(long)")
+        #expect(try long.json()["error"]?["limit"] == "deadlineMs")
+        #expect(try long.json()["error"]?["requested"] == 600_000)
+
+        let big = try cli.run(["handle", "--memory-limit", "2GiB", "Examples/intents/make-uppercase.json"])
+        #expect(big.status == 4, "\(big)")
+        #expect(try big.json()["error"]?["limit"] == "memoryBytes")
+        // The same is allowed in in-app mode.
+        let inApp = try cli.run(["handle", "--mode", "in-app", "--memory-limit", "2GiB", "Examples/intents/make-uppercase.json"])
+        #expect(inApp.status == 0, "\(inApp)")
+    }
+
+    @Test("handle --format text with an unreadable intent file")
+    func textFormatUnreadable() throws {
+        let result = try cli.run(["handle", "--format", "text", "/nonexistent/intent.json"])
+        #expect(result.status == 4, "\(result)")
+        #expect(result.stdout.hasPrefix("extrun: error invalidIntent\n  /nonexistent/intent.json: cannot read the intent file"), "\(result)")
     }
 
     @Test("handle --verbose logs the phases on stderr, and stdout stays one JSON object")
@@ -341,7 +393,7 @@ struct CLITests {
 
     @Test("--help of each command exits 0 and mentions its options", arguments: [
         (["--help"], ["handle", "plugins", "EXTRUN_PLUGIN_PATH", "--version"]),
-        (["handle", "--help"], ["<intent.json>", "--mode", "--format", "--yes", "--verbose", "Exit status"]),
+        (["handle", "--help"], ["<intent.json>", "--mode", "--memory-limit", "--timeout", "--format", "--yes", "--verbose", "Exit status"]),
         (["plugins", "--help"], ["--format", "EXTRUN_PLUGIN_PATH"]),
         (["help", "handle"], ["--mode"]),
     ])

@@ -585,6 +585,23 @@ struct HostilePluginTests {
 
     // MARK: Size
 
+    @Test("closes its protocol channel and waits: the run still ends (at the deadline) and nothing is left")
+    func closesChannel() throws {
+        let f = try Fixture("mute", script: #"""
+            def mute(msg):
+                os.close(4)
+                hang()
+            serve({"initialize": mute})
+            """#)
+        let started = Date()
+        let report = f.run(options: .with { $0.deadlineMs = 1_000 })
+        let error = try #require(report.error)
+        #expect(error.kind == .timeout, "\(error)")
+        #expect(error.details["phase"] == "launch")
+        #expect(Date().timeIntervalSince(started) < 10)
+        try f.expectNoProcessLeft()
+    }
+
     @Test("a 5 MB request and a 5 MB response go through")
     func largeMessages() throws {
         let f = try Fixture("bulky", script: #"""
