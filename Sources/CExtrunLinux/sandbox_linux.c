@@ -52,6 +52,18 @@ static void write_all(int fd, const void *data, size_t length) {
 
 static void send_event(int fd, const struct extrun_event *event) { write_all(fd, event, sizeof *event); }
 
+/// Tells the host the plugin could not be started (at `stage`, with `error`), and ends the supervisor.
+static void report_setup_failure(int status_fd, int stage, int error) __attribute__((noreturn));
+static void report_setup_failure(int status_fd, int stage, int error) {
+    struct extrun_event event;
+    memset(&event, 0, sizeof event);
+    event.type = EXTRUN_EVENT_SETUP_FAILED;
+    event.stage = stage;
+    event.error = error;
+    send_event(status_fd, &event);
+    _exit(1);
+}
+
 static void fail_child(int report_fd, int stage) __attribute__((noreturn));
 static void fail_child(int report_fd, int stage) {
     struct child_failure failure = {stage, errno};
@@ -309,22 +321,10 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     }
 
     int report[2];
-    if (pipe2(report, O_CLOEXEC) != 0) {
-        memset(&event, 0, sizeof event);
-        event.type = EXTRUN_EVENT_SETUP_FAILED;
-        event.stage = EXTRUN_STAGE_PIPE;
-        event.error = errno;
-        send_event(status_fd, &event);
-        _exit(1);
-    }
+    if (pipe2(report, O_CLOEXEC) != 0) report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
     int notify_pair[2] = {-1, -1};
     if (request->filter_uses_notify && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, notify_pair) != 0) {
-        memset(&event, 0, sizeof event);
-        event.type = EXTRUN_EVENT_SETUP_FAILED;
-        event.stage = EXTRUN_STAGE_PIPE;
-        event.error = errno;
-        send_event(status_fd, &event);
-        _exit(1);
+        report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
     }
 
     pid_t plugin = fork();
@@ -337,14 +337,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     }
     close(report[1]);
     if (notify_pair[1] >= 0) close(notify_pair[1]);
-    if (plugin < 0) {
-        memset(&event, 0, sizeof event);
-        event.type = EXTRUN_EVENT_SETUP_FAILED;
-        event.stage = EXTRUN_STAGE_FORK;
-        event.error = errno;
-        send_event(status_fd, &event);
-        _exit(1);
-    }
+    if (plugin < 0) report_setup_failure(status_fd, EXTRUN_STAGE_FORK, errno);
     setpgid(plugin, plugin);
 
     int listener = -1;
@@ -361,13 +354,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     if (got == (ssize_t)sizeof failure) {
         int status;
         waitpid(plugin, &status, 0);
-        memset(&event, 0, sizeof event);
-        event.type = EXTRUN_EVENT_SETUP_FAILED;
-        event.stage = failure.stage;
-        event.error = failure.error;
-        send_event(status_fd, &event);
         kill_and_reap_descendants(self, 0);
-        _exit(1);
+        report_setup_failure(status_fd, failure.stage, failure.error);
     }
 
     memset(&event, 0, sizeof event);
@@ -428,9 +416,6 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                     listener = -1;
                 }
             }
-        }
-        if (lifeline_fd < 0 && plugin_fd < 0) {
-            // No pidfd and no host: nothing to wait for but the plugin itself.
         }
         int status;
         struct rusage usage;
