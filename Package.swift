@@ -4,7 +4,8 @@
 //
 //   ExtrunProtocol  ← ExtrunSDK                      (plugins import ExtrunSDK)
 //   ExtrunProtocol  ← ExtrunHost ← extrun (the CLI)
-//   CExtrunLinux    ← ExtrunHost                     (fork/exec, seccomp, rlimits; the only C)
+//   CExtrunLinux    ← ExtrunHost                     (the supervisor, seccomp, rlimits: C)
+//   CExtrunStoreShims ← ExtrunStore                  (openat2, renameat2, statx: C)
 //   ExtrunStore     ← ExtrunHost                     (owners' keys, sealed globals and bookmarks: GRDB + swift-crypto)
 //
 // ExtrunProtocol has no I/O: wire messages, framing, manifests, versions.
@@ -28,10 +29,12 @@ let package = Package(
         .target(name: "ExtrunProtocol"),
         .target(name: "ExtrunSDK", dependencies: ["ExtrunProtocol"]),
         .target(name: "CExtrunLinux", linkerSettings: [.linkedLibrary("seccomp")]),
+        .target(name: "CExtrunStoreShims"),
         .target(
             name: "ExtrunStore",
             dependencies: [
                 "ExtrunProtocol",
+                "CExtrunStoreShims",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
