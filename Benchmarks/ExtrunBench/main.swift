@@ -1,0 +1,312 @@
+// ExtrunBench: in-process measurements of the host library, for Scripts/bench.
+//
+//   ExtrunBench dispatch --intent FILE --plugins DIR [--count N] [--warmup N] [--seconds S] [--variants LIST]
+//       Runs the intent through Host.handle again and again in this one process
+//       (each call starts a new plugin process: there is no warm plugin reuse).
+//       LIST: comma-separated policy variants (sandboxed, unsandboxed,
+//       seccomp-only, namespaces-only; default sandboxed). Each round runs every
+//       variant once, in alternating order, so that their differences are the
+//       sandbox's parts' costs without the CLI's process start.
+//   ExtrunBench exchange [--count N] [--warmup N] [--seconds S]
+//       The framing and JSON cost of the four exchanges of one MakeUppercase
+//       intent (initialize, resolve, confirm, handle), both sides, no I/O:
+//       exactly the calls the host (PluginConnection, PluginRun) and the SDK
+//       (PluginChannel, Server) make per message.
+//
+// Prints one JSON object on stdout. Latencies are in microseconds.
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func nowNs() -> UInt64 {
+    var t = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return UInt64(t.tv_sec) * 1_000_000_000 + UInt64(t.tv_nsec)
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("ExtrunBench: \(message)\n".utf8))
+    exit(1)
+}
+
+/// VmRSS and VmHWM of this process, in KiB.
+func ownMemoryKB() -> (rss: Int, hwm: Int) {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return (0, 0) }
+    func field(_ name: String) -> Int {
+        for line in status.split(separator: "\n") where line.hasPrefix(name) {
+            return Int(line.dropFirst(name.count).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "") ?? 0
+        }
+        return 0
+    }
+    return (field("VmRSS:"), field("VmHWM:"))
+}
+
+struct Summary: Encodable {
+    var count: Int
+    var meanUs: Double
+    var p50Us: Double
+    var p90Us: Double
+    var p99Us: Double
+    var minUs: Double
+    var maxUs: Double
+    var perSecond: Double
+
+    init(samplesNs: [UInt64]) {
+        let sorted = samplesNs.sorted()
+        func at(_ q: Double) -> Double {
+            guard !sorted.isEmpty else { return 0 }
+            // Nearest rank.
+            let rank = min(sorted.count - 1, max(0, Int((q * Double(sorted.count)).rounded(.up)) - 1))
+            return Double(sorted[rank]) / 1000
+        }
+        count = sorted.count
+        let total = sorted.reduce(0.0) { $0 + Double($1) }
+        meanUs = sorted.isEmpty ? 0 : total / Double(sorted.count) / 1000
+        p50Us = at(0.50)
+        p90Us = at(0.90)
+        p99Us = at(0.99)
+        minUs = Double(sorted.first ?? 0) / 1000
+        maxUs = Double(sorted.last ?? 0) / 1000
+        perSecond = total > 0 ? Double(sorted.count) / (total / 1e9) : 0
+    }
+}
+
+// MARK: Arguments
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+guard let command = arguments.first else {
+    fail("usage: ExtrunBench dispatch|exchange [options] (see Benchmarks/ExtrunBench/main.swift)")
+}
+arguments.removeFirst()
+var options: [String: String] = [:]
+while !arguments.isEmpty {
+    let name = arguments.removeFirst()
+    guard name.hasPrefix("--"), !arguments.isEmpty else { fail("bad argument \(name)") }
+    options[String(name.dropFirst(2))] = arguments.removeFirst()
+}
+@MainActor func option(_ name: String, _ fallback: Int) -> Int { options[name].flatMap { Int($0) } ?? fallback }
+@MainActor func option(_ name: String, _ fallback: Double) -> Double { options[name].flatMap { Double($0) } ?? fallback }
+
+let encoder = JSONEncoder()
+encoder.outputFormatting = [.sortedKeys]
+
+// MARK: dispatch
+
+@MainActor func dispatch() {
+    guard let intentPath = options["intent"], let pluginDirectory = options["plugins"] else {
+        fail("dispatch needs --intent FILE --plugins DIR")
+    }
+    let count = option("count", 200)
+    let warmup = option("warmup", 5)
+    let seconds = option("seconds", 0.0)
+    let sandbox = options["variants"] ?? "sandboxed"
+
+    var template = Array("/tmp/extrun-bench-home-XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { fail("mkdtemp failed") }
+    let home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    defer { try? FileManager.default.removeItem(at: home) }
+    let host = Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
+
+    let invocation: IntentInvocation
+    do {
+        invocation = try IntentFileParser.read(path: intentPath)
+    } catch {
+        fail("cannot read \(intentPath): \(error.message)")
+    }
+    // The policy variants: the defaults (seccomp, pid and ipc namespaces), and
+    // the same with parts of the sandbox turned off. Rlimits and the supervisor
+    // process are always there.
+    func policy(seccomp: Bool, namespaces: Bool) -> HandleOptions {
+        var policy = SandboxPolicy.default
+        policy.seccomp = seccomp
+        if !namespaces {
+            policy.namespaces.pid = false
+            policy.namespaces.network = false
+            policy.namespaces.ipc = false
+        }
+        var options = HandleOptions()
+        options.policy = policy
+        return options
+    }
+    let known: [String: HandleOptions] = [
+        "sandboxed": policy(seccomp: true, namespaces: true),
+        "unsandboxed": policy(seccomp: false, namespaces: false),
+        "seccomp-only": policy(seccomp: true, namespaces: false),
+        "namespaces-only": policy(seccomp: false, namespaces: true),
+    ]
+    var variants: [(name: String, options: HandleOptions)] = []
+    for name in sandbox.split(separator: ",").map(String.init) {
+        guard let options = known[name] else { fail("--variants: unknown variant \(name) (sandboxed, unsandboxed, seccomp-only, namespaces-only)") }
+        variants.append((name, options))
+    }
+    guard !variants.isEmpty else { fail("--variants is empty") }
+
+    func once(_ options: HandleOptions) -> UInt64 {
+        let start = nowNs()
+        let report = host.handle(invocation, options: options)
+        let elapsed = nowNs() - start
+        if let error = report.error { fail("Host.handle failed: \(error.kind.rawValue): \(error.message)") }
+        guard report.responseIsSuccess else { fail("Host.handle: the plugin did not answer success") }
+        return elapsed
+    }
+
+    for i in 0..<warmup { for variant in variants { _ = once(variant.options) }; _ = i }
+    let memoryBefore = ownMemoryKB()
+    var samples: [String: [UInt64]] = [:]
+    let started = nowNs()
+    var rounds = 0
+    while rounds < count {
+        if seconds > 0, rounds >= 10, Double(nowNs() - started) / 1e9 > seconds { break }
+        // Alternate the order (ABBA) so that no variant always runs first.
+        let order = rounds % 2 == 0 ? variants : variants.reversed()
+        for variant in order { samples[variant.name, default: []].append(once(variant.options)) }
+        rounds += 1
+    }
+    let elapsed = Double(nowNs() - started) / 1e9
+    let memoryAfter = ownMemoryKB()
+
+    struct Output: Encodable {
+        var kind = "dispatch"
+        var rounds: Int
+        var elapsedSeconds: Double
+        var summary: [String: Summary]
+        var samplesUs: [String: [Double]]
+        var rssBeforeKB: Int
+        var rssAfterKB: Int
+        var peakRSSKB: Int
+        var note = "each Host.handle starts a new plugin process: warm plugin reuse does not exist yet"
+    }
+    let output = Output(
+        rounds: rounds, elapsedSeconds: elapsed, summary: samples.mapValues { Summary(samplesNs: $0) },
+        samplesUs: samples.mapValues { $0.map { Double($0) / 1000 } },
+        rssBeforeKB: memoryBefore.rss, rssAfterKB: memoryAfter.rss, peakRSSKB: memoryAfter.hwm)
+    FileHandle.standardOutput.write(try! encoder.encode(output))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+}
+
+// MARK: exchange
+
+/// One side's framing state, as a PluginConnection or a PluginChannel keeps it.
+struct Side {
+    var decoder = FrameDecoder()
+
+    /// What the sender does: typed params → JSONValue → message → frame.
+    static func send(_ message: Message) -> [UInt8] {
+        Framing.frame(message.encoded())
+    }
+
+    /// What the receiver does with the bytes of one read: frames → messages.
+    mutating func receive(_ bytes: [UInt8]) -> Message {
+        bytes.withUnsafeBytes { decoder.append($0) }
+        do {
+            guard let body = try decoder.nextFrame() else { fail("incomplete frame") }
+            return try Message.decode(body)
+        } catch {
+            fail("decode failed: \(error)")
+        }
+    }
+}
+
+@MainActor func exchange() {
+    let count = option("count", 20_000)
+    let warmup = option("warmup", 1_000)
+    let seconds = option("seconds", 0.0)
+
+    let intent = "MakeUppercase"
+    let values: [String: JSONValue] = ["text": .string("hello world")]
+    var host = Side()
+    var plugin = Side()
+    var nextID: Int64 = 1
+
+    /// One request and its answer, with the conversions each side makes.
+    func roundTrip<Params: Codable, Result: Codable>(
+        _ method: String, _ params: Params, answer: (Params) -> Result
+    ) -> Result {
+        do {
+            // Host: PluginRun.call → JSONCoding.value(of:), PluginConnection.enqueue → encoded + frame.
+            let id = RequestID.int(nextID)
+            nextID += 1
+            let request = Side.send(.request(id: id, method: method, params: try JSONCoding.value(of: params)))
+            // Plugin: PluginChannel.messages → FrameDecoder + Message.decode; Server.decodeParams.
+            guard case .request(let gotID, _, let gotParams) = plugin.receive(request) else { fail("not a request") }
+            let decoded = try JSONCoding.decode(Params.self, from: gotParams ?? .null)
+            // Plugin: Server.answer → JSONCoding.value(of: result); PluginChannel.send → encoded + frame.
+            let response = Side.send(.response(id: gotID, result: try JSONCoding.value(of: answer(decoded))))
+            // Host: PluginConnection.readProtocol → FrameDecoder + Message.decode; PluginRun → JSONCoding.decode.
+            guard case .response(_, let result) = host.receive(response) else { fail("not a response") }
+            return try JSONCoding.decode(Result.self, from: result)
+        } catch {
+            fail("exchange \(method) failed: \(error)")
+        }
+    }
+
+    let identity = PluginIdentity(id: "com.example.uppercase", version: "1.0.0")
+    let steps: [(String, () -> Void)] = [
+        ("initialize", {
+            let r = roundTrip(Method.initialize, InitializeParams(hostVersion: Host.version, mode: .extension, intent: intent)) { _ in
+                InitializeResult(plugin: identity, intents: [intent])
+            }
+            precondition(r.plugin.id == identity.id)
+        }),
+        ("resolve", {
+            let r = roundTrip(Method.resolve, ResolveParams(intent: intent, parameter: "text", parameters: values)) { p in
+                ResolutionResult.success(p.parameters["text"] ?? .null)
+            }
+            precondition(r == .success(.string("hello world")))
+        }),
+        ("confirm", {
+            let r = roundTrip(Method.confirm, IntentParams(intent: intent, parameters: values)) { _ in
+                IntentResponse(code: ResponseCode.ready)
+            }
+            precondition(r.code == ResponseCode.ready)
+        }),
+        ("handle", {
+            let r = roundTrip(Method.handle, IntentParams(intent: intent, parameters: values)) { p in
+                IntentResponse(code: ResponseCode.success, properties: ["result": .string((p.parameters["text"]?.stringValue ?? "").uppercased())])
+            }
+            precondition(r.code == ResponseCode.success)
+        }),
+    ]
+
+    for _ in 0..<warmup { for step in steps { step.1() } }
+    var perStep: [String: [UInt64]] = [:]
+    var perIntent: [UInt64] = []
+    perIntent.reserveCapacity(count)
+    let started = nowNs()
+    var rounds = 0
+    while rounds < count {
+        if seconds > 0, rounds >= 100, rounds % 100 == 0, Double(nowNs() - started) / 1e9 > seconds { break }
+        let intentStart = nowNs()
+        for step in steps {
+            let t0 = nowNs()
+            step.1()
+            perStep[step.0, default: []].append(nowNs() - t0)
+        }
+        perIntent.append(nowNs() - intentStart)
+        rounds += 1
+    }
+    let all = perStep.values.flatMap { $0 }
+    struct Output: Encodable {
+        var kind = "exchange"
+        var rounds: Int
+        var elapsedSeconds: Double
+        var perExchange: Summary
+        var perIntent: Summary
+        var perMethod: [String: Summary]
+    }
+    let output = Output(
+        rounds: rounds, elapsedSeconds: Double(nowNs() - started) / 1e9, perExchange: Summary(samplesNs: all),
+        perIntent: Summary(samplesNs: perIntent), perMethod: perStep.mapValues { Summary(samplesNs: $0) })
+    FileHandle.standardOutput.write(try! encoder.encode(output))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+}
+
+switch command {
+case "dispatch": dispatch()
+case "exchange": exchange()
+default: fail("unknown command \(command) (dispatch or exchange)")
+}

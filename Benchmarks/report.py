@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Turns the raw samples of one Scripts/bench run into the report (stdout).
+
+Usage: Benchmarks/report.py RESULTS_DIR
+
+RESULTS_DIR holds commands.tsv (Benchmarks/harness/benchrun.c), dispatch.json
+and exchange.json (ExtrunBench), memory/*.json (extrun handle's output) and
+meta.txt. Times are wall-clock milliseconds unless a column says cpu.
+
+Ratios and differences are computed per round (the commands of one round ran
+back to back, so a busy moment slows them alike) and then summarized by their
+median; [a–b] is the interquartile range of the per-round values, and "95% CI"
+is a bootstrap confidence interval of that median.
+"""
+import json
+import os
+import random
+import statistics
+import sys
+from collections import defaultdict
+
+TARGET_SCRIPT_MS = 5.0  # "Scripts/extrun adds only a few ms"
+TARGET_COLD_RATIO = 1.5  # extrun handle vs two bare Swift starts
+
+
+def quantile(values, q):
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    pos = (len(s) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def median_ci(values, iterations=2000, seed=1):
+    """95% bootstrap confidence interval of the median."""
+    if len(values) < 5:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    n = len(values)
+    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(iterations))
+    return medians[int(0.025 * iterations)], medians[int(0.975 * iterations) - 1]
+
+
+def fmt(x, digits=1):
+    return "n/a" if x != x else f"{x:.{digits}f}"
+
+
+def table(headers, rows, aligns=None):
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
+    aligns = aligns or ["<"] + [">"] * (len(headers) - 1)
+    out = []
+    line = "  ".join(f"{h:{a}{w}}" for h, a, w in zip(headers, aligns, widths))
+    out.append(line)
+    out.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        out.append("  ".join(f"{str(c):{a}{w}}" for c, a, w in zip(r, aligns, widths)))
+    return "\n".join(out)
+
+
+def main():
+    d = sys.argv[1]
+    meta = {}
+    for line in open(os.path.join(d, "meta.txt")):
+        key, _, value = line.rstrip("\n").partition("=")
+        meta[key] = value
+
+    # name -> round -> (wall ms, cpu ms, maxrss kB)
+    samples = defaultdict(dict)
+    for line in open(os.path.join(d, "commands.tsv")):
+        name, rnd, wall, cpu, rss = line.rstrip("\n").split("\t")
+        samples[name][int(rnd)] = (int(wall) / 1000, int(cpu) / 1000, int(rss))
+
+    def walls(name):
+        return [v[0] for v in samples[name].values()]
+
+    def cpus(name):
+        return [v[1] for v in samples[name].values()]
+
+    def paired(a, b, op):
+        rounds = sorted(set(samples[a]) & set(samples[b]))
+        return [op(samples[a][r][0], samples[b][r][0]) for r in rounds]
+
+    def ratio(a, b):
+        return paired(a, b, lambda x, y: x / y)
+
+    def diff(a, b):
+        return paired(a, b, lambda x, y: x - y)
+
+    def describe(values, unit, digits=2):
+        lo, hi = median_ci(values)
+        return (f"{fmt(statistics.median(values), digits)}{unit} [{fmt(quantile(values, .25), digits)}–"
+                f"{fmt(quantile(values, .75), digits)}] 95% CI {fmt(lo, digits)}–{fmt(hi, digits)}")
+
+    rounds = max((len(v) for v in samples.values()), default=0)
+    verdicts = []
+
+    print(f"extrun benchmarks: {meta.get('mode')} run, {meta.get('date')}")
+    print(f"machine: {meta.get('nproc')} cores, {meta.get('cpu')}, kernel {meta.get('kernel')}, load average at the end {meta.get('loadavg')}")
+    print(f"{meta.get('swift')}; {meta.get('bwrap')}; commit {meta.get('commit')}")
+    print(f"{rounds} interleaved rounds; wall = fork to reaped; cpu = user+system of the process tree (wait4)")
+    print("spread: [p25–p75] of the samples; ratios and differences: median of per-round values [p25–p75], 95% CI of that median")
+    print()
+
+    labels = {
+        "extrun": "extrun handle make-uppercase.json (release CLI, sandboxed)",
+        "extrun-unsandboxed": "  same, policy: seccomp off, no namespaces",
+        "driver": "plugdrive → MakeUppercase (minimal C host, no sandbox)",
+        "driver-bwrap": "plugdrive → bwrap → MakeUppercase (pid+ipc ns, seccomp)",
+        "bare-swift-x2": "2 × bare start, trivial Swift (Foundation, dynamic)",
+        "bare-swift-static": "1 × bare start, same, -static-stdlib (context)",
+        "bare-c": "1 × bare start, empty C program (context)",
+        "scripts-extrun": "Scripts/extrun handle … (debug build, up to date)",
+        "debug-extrun": "  .build/debug/extrun handle … (what it execs)",
+    }
+    print("1+2. Whole commands (ms)")
+    rows = []
+    for name in labels:
+        if name not in samples:
+            continue
+        w, c = walls(name), cpus(name)
+        rows.append([labels[name], fmt(statistics.median(w)), f"{fmt(quantile(w, .25))}–{fmt(quantile(w, .75))}",
+                     fmt(min(w)), fmt(statistics.median(c))])
+    print(table(["command", "wall p50", "[p25–p75]", "min", "cpu p50"], rows))
+    print()
+
+    # 1. Cold dispatch.
+    print("1. Cold dispatch")
+    cold = ratio("extrun", "bare-swift-x2")
+    print(f"  extrun / 2 bare Swift starts        = {describe(cold, '×')}")
+    print(f"  extrun / plugdrive (host vs floor)  = {describe(ratio('extrun', 'driver'), '×')}")
+    print(f"  extrun − plugdrive (host's own cost) = {describe(diff('extrun', 'driver'), ' ms', 1)}")
+    print(f"  plugdrive / 2 bare Swift starts     = {describe(ratio('driver', 'bare-swift-x2'), '×')}")
+    cold_m = statistics.median(cold)
+    lo, hi = median_ci(cold)
+    verdicts.append(("cold dispatch ≤ 1.5 × two bare Swift starts",
+                     cold_m <= TARGET_COLD_RATIO, f"{cold_m:.2f}× (95% CI {lo:.2f}–{hi:.2f})"))
+    if "scripts-extrun" in samples:
+        over = diff("scripts-extrun", "debug-extrun")
+        print(f"  Scripts/extrun − the binary it runs  = {describe(over, ' ms', 1)}")
+        m = statistics.median(over)
+        lo, hi = median_ci(over)
+        note = " (sources changed during the run: a sample included a rebuild)" if meta.get("script_rebuilt") == "1" else ""
+        verdicts.append((f"Scripts/extrun adds ≤ {TARGET_SCRIPT_MS:.0f} ms (build up to date)", m <= TARGET_SCRIPT_MS,
+                         f"{m:.1f} ms (95% CI {lo:.1f}–{hi:.1f}){note}"))
+    else:
+        print("  Scripts/extrun: not measured (debug build was out of date in --quick; run Scripts/bootstrap first)")
+        verdicts.append(("Scripts/extrun adds ≤ 5 ms", None, "not measured in this run"))
+    print()
+
+    # 2. Sandbox.
+    print("2. Sandbox cost (same harness, same rounds)")
+    ex = diff("extrun", "extrun-unsandboxed")
+    bw = diff("driver-bwrap", "driver")
+    print(f"  extrun sandbox on − off              = {describe(ex, ' ms', 1)}")
+    print(f"  bwrap − direct (plugdrive)           = {describe(bw, ' ms', 1)}")
+    print(f"  extrun on / off                      = {describe(ratio('extrun', 'extrun-unsandboxed'), '×')}")
+    print(f"  bwrap / direct                       = {describe(ratio('driver-bwrap', 'driver'), '×')}")
+    dispatch = json.load(open(os.path.join(d, "dispatch.json")))
+    ds = dispatch["samplesUs"]
+    inproc = {}
+    if "unsandboxed" in ds:
+        for variant in ("sandboxed", "seccomp-only", "namespaces-only"):
+            if variant in ds:
+                n = min(len(ds[variant]), len(ds["unsandboxed"]))
+                inproc[variant] = [(ds[variant][i] - ds["unsandboxed"][i]) / 1000 for i in range(n)]
+        print("  in process (Host.handle, no CLI start), minus the unsandboxed policy:")
+        for variant, values in inproc.items():
+            print(f"    {variant:<16}                 = {describe(values, ' ms', 1)}")
+    ex_m, bw_m = statistics.median(ex), statistics.median(bw)
+    verdicts.append(("sandbox overhead ≤ bubblewrap's", ex_m <= bw_m,
+                     f"extrun {ex_m:.1f} ms vs bwrap {bw_m:.1f} ms"
+                     + (f"; in process {statistics.median(inproc['sandboxed']):.1f} ms" if "sandboxed" in inproc else "")))
+    print()
+
+    # 3. In-process dispatch.
+    print("3. In-process dispatch through the host library (one process, Host.handle in a loop)")
+    print("  Warm plugin reuse does not exist yet: every Host.handle starts a new plugin process,")
+    print("  so these are cold dispatches without the CLI's own process start.")
+    rows = []
+    for variant, s in sorted(dispatch["summary"].items()):
+        rows.append([variant, s["count"], fmt(s["perSecond"], 1), fmt(s["p50Us"] / 1000, 1), fmt(s["p90Us"] / 1000, 1),
+                     fmt(s["p99Us"] / 1000, 1)])
+    print(table(["policy", "intents", "intents/s", "p50 ms", "p90 ms", "p99 ms"], rows))
+    exchange = json.load(open(os.path.join(d, "exchange.json")))
+    print()
+    print("  Framing + JSON encode/decode, both sides, no I/O (ExtrunBench exchange):")
+    rows = []
+    for name, s in [("one exchange (any method)", exchange["perExchange"]),
+                    ("one intent (4 exchanges)", exchange["perIntent"])] + \
+            [(f"  {m}", exchange["perMethod"][m]) for m in ("initialize", "resolve", "confirm", "handle") if m in exchange["perMethod"]]:
+        rows.append([name, s["count"], fmt(s["perSecond"], 0), fmt(s["p50Us"], 1), fmt(s["p90Us"], 1), fmt(s["p99Us"], 1)])
+    print(table(["", "count", "per second", "p50 µs", "p90 µs", "p99 µs"], rows))
+    print()
+
+    print("4. Store")
+    print("  not yet measured: store")
+    print()
+
+    print("5. Memory (extrun handle's metrics, median of runs)")
+    runs = [json.load(open(os.path.join(d, "memory", f))) for f in sorted(os.listdir(os.path.join(d, "memory")))]
+    metrics = [r.get("metrics", {}) for r in runs]
+
+    def mib(key):
+        values = [m[key] for m in metrics if key in m]
+        return f"{statistics.median(values) / 1048576:.1f} MiB" if values else "n/a"
+
+    print(f"  host peak RSS (metrics.hostPeakRSSBytes)          {mib('hostPeakRSSBytes')}")
+    print(f"  plugin peak private memory (metrics.peakMemoryBytes) {mib('peakMemoryBytes')}")
+    print(f"  plugin peak RSS (metrics.peakRSSBytes)            {mib('peakRSSBytes')}")
+    print(f"  library host after {dispatch['rounds'] * len(ds)} Host.handle calls: RSS {dispatch['rssBeforeKB'] / 1024:.1f} → "
+          f"{dispatch['rssAfterKB'] / 1024:.1f} MiB, peak {dispatch['peakRSSKB'] / 1024:.1f} MiB")
+    print()
+
+    print("Targets")
+    for what, ok, detail in verdicts:
+        mark = "----" if ok is None else ("PASS" if ok else "MISS")
+        print(f"  {mark}  {what}: {detail}")
+    print(f"(run took {meta.get('seconds')} s including builds)")
+
+
+if __name__ == "__main__":
+    main()
