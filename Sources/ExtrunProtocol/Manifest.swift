@@ -1,3 +1,5 @@
+import Foundation
+
 /// A plugin's `manifest.json`: who it is, how to start it, what it handles.
 /// The fields are documented in docs/plugin-guide.md.
 public struct PluginManifest: Codable, Sendable, Hashable {
@@ -16,12 +18,19 @@ public struct PluginManifest: Codable, Sendable, Hashable {
     public var intents: [IntentDefinition]
     /// Limits the plugin asks for, per mode, within the host policy's maxima.
     public var limits: ManifestLimits?
+    /// The app's name as people say it in phrases ("Soup Chef").
+    public var appName: String?
+    /// Custom types its parameters and outputs use.
+    public var types: [CustomTypeDefinition]
 
     public init(
         id: String, version: String, owner: String, protocolVersion: Int = ProtocolVersion.current, executable: String,
-        arguments: [String] = [], modes: [Mode] = [.extension, .inApp], intents: [IntentDefinition], limits: ManifestLimits? = nil
+        arguments: [String] = [], modes: [Mode] = [.extension, .inApp], intents: [IntentDefinition], limits: ManifestLimits? = nil,
+        appName: String? = nil, types: [CustomTypeDefinition] = []
     ) {
         self.limits = limits
+        self.appName = appName
+        self.types = types
         self.id = id
         self.version = version
         self.owner = owner
@@ -32,7 +41,9 @@ public struct PluginManifest: Codable, Sendable, Hashable {
         self.intents = intents
     }
 
-    private enum CodingKeys: String, CodingKey { case id, version, owner, protocolVersion, executable, arguments, modes, intents, limits }
+    private enum CodingKeys: String, CodingKey {
+        case id, version, owner, protocolVersion, executable, arguments, modes, intents, limits, appName, types
+    }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -45,6 +56,12 @@ public struct PluginManifest: Codable, Sendable, Hashable {
         modes = try c.decodeIfPresent([Mode].self, forKey: .modes) ?? [.extension, .inApp]
         intents = try c.decode([IntentDefinition].self, forKey: .intents)
         limits = try c.decodeIfPresent(ManifestLimits.self, forKey: .limits)
+        appName = try c.decodeIfPresent(String.self, forKey: .appName)
+        types = try c.decodeIfPresent([CustomTypeDefinition].self, forKey: .types) ?? []
+    }
+
+    public func type(named name: String) -> CustomTypeDefinition? {
+        types.first { $0.name == name }
     }
 
     public func intent(named name: String) -> IntentDefinition? {
@@ -70,12 +87,33 @@ public struct PluginManifest: Codable, Sendable, Hashable {
         if executable.isEmpty { problems.append("executable: must not be empty") }
         if modes.isEmpty { problems.append("modes: must list at least one of extension, in-app") }
         if intents.isEmpty { problems.append("intents: the plugin declares no intent") }
+        var seenTypes = Set<String>()
+        for (i, type) in types.enumerated() {
+            if type.name.isEmpty { problems.append("types[\(i)].name: must not be empty") }
+            if !seenTypes.insert(type.name).inserted { problems.append("types[\(i)].name: type '\(type.name)' is declared twice") }
+        }
         var seenIntents = Set<String>()
         for (i, intent) in intents.enumerated() {
             let path = "intents[\(i)]"
             if intent.name.isEmpty { problems.append("\(path).name: must not be empty") }
             if !seenIntents.insert(intent.name).inserted { problems.append("\(path).name: intent '\(intent.name)' is declared twice") }
             problems += intent.problems(path: path)
+            for (j, parameter) in intent.parameters.enumerated() where parameter.type == .custom {
+                let name = parameter.customType ?? ""
+                if !seenTypes.contains(name) {
+                    problems.append("\(path).parameters[\(j)].customType: '\(name)' is not one of the manifest's types")
+                }
+            }
+            for (j, phrase) in (intent.phrases ?? []).enumerated() {
+                if let appName, !phrase.localizedCaseInsensitiveContains(appName) {
+                    problems.append("\(path).phrases[\(j)]: '\(phrase)' does not contain the app's name '\(appName)'")
+                }
+                let slots = Phrase.slots(in: phrase)
+                if slots.count > 1 { problems.append("\(path).phrases[\(j)]: a phrase may hold at most one parameter") }
+                for slot in slots where intent.parameter(named: slot) == nil {
+                    problems.append("\(path).phrases[\(j)]: '\(slot)' is not a parameter of \(intent.name)")
+                }
+            }
         }
         return problems
     }
@@ -88,19 +126,30 @@ public struct IntentDefinition: Codable, Sendable, Hashable {
     public var parameters: [ParameterDefinition]
     /// Custom response codes, besides the standard ones.
     public var responses: [ResponseDefinition]
+    /// Whether it may run without bringing the app forward (in extension mode).
+    public var runsInBackground: Bool?
+    /// What people say to run it, e.g. "Order ${soup} in Soup Chef": the app's name and at most one `${parameter}`.
+    public var phrases: [String]?
+    /// Asked (yes/no) after `confirm` answers ready, before `handle`, e.g. "Order ${quantity} ${soup}?".
+    public var confirmation: String?
 
     public init(
         name: String, title: String? = nil, description: String? = nil, parameters: [ParameterDefinition] = [],
-        responses: [ResponseDefinition] = []
+        responses: [ResponseDefinition] = [], runsInBackground: Bool? = nil, phrases: [String]? = nil, confirmation: String? = nil
     ) {
         self.name = name
         self.title = title
         self.description = description
         self.parameters = parameters
         self.responses = responses
+        self.runsInBackground = runsInBackground
+        self.phrases = phrases
+        self.confirmation = confirmation
     }
 
-    private enum CodingKeys: String, CodingKey { case name, title, description, parameters, responses }
+    private enum CodingKeys: String, CodingKey {
+        case name, title, description, parameters, responses, runsInBackground, phrases, confirmation
+    }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -109,6 +158,9 @@ public struct IntentDefinition: Codable, Sendable, Hashable {
         description = try c.decodeIfPresent(String.self, forKey: .description)
         parameters = try c.decodeIfPresent([ParameterDefinition].self, forKey: .parameters) ?? []
         responses = try c.decodeIfPresent([ResponseDefinition].self, forKey: .responses) ?? []
+        runsInBackground = try c.decodeIfPresent(Bool.self, forKey: .runsInBackground)
+        phrases = try c.decodeIfPresent([String].self, forKey: .phrases)
+        confirmation = try c.decodeIfPresent(String.self, forKey: .confirmation)
     }
 
     public func parameter(named name: String) -> ParameterDefinition? {
@@ -133,6 +185,17 @@ public struct IntentDefinition: Codable, Sendable, Hashable {
             if parameter.name.isEmpty { problems.append("\(p).name: must not be empty") }
             if !seen.insert(parameter.name).inserted { problems.append("\(p).name: parameter '\(parameter.name)' is declared twice") }
             problems += parameter.problems(path: p)
+            if let parent = parameter.parent {
+                if let parentDefinition = parameters.first(where: { $0.name == parent.parameter }) {
+                    if parentDefinition.name == parameter.name {
+                        problems.append("\(p).parent.parameter: a parameter cannot be its own parent")
+                    } else if let problem = ParameterValueCheck.problem(parent.value, for: parentDefinition) {
+                        problems.append("\(p).parent.value: \(problem)")
+                    }
+                } else {
+                    problems.append("\(p).parent.parameter: '\(parent.parameter)' is not a parameter of \(name)")
+                }
+            }
         }
         var codes = Set<String>()
         for (i, response) in responses.enumerated() {
@@ -152,6 +215,8 @@ public enum ParameterType: String, Codable, Sendable, CaseIterable {
     case string, integer, number, boolean, date
     case `enum` = "enum"
     case file
+    /// A value of one of the manifest's `types`.
+    case custom
 }
 
 public struct ParameterDefinition: Codable, Sendable, Hashable {
@@ -168,11 +233,33 @@ public struct ParameterDefinition: Codable, Sendable, Hashable {
     public var values: [String]?
     /// For `file`: allowed type identifiers (e.g. `public.jpeg`); empty or absent means any.
     public var allowedTypes: [String]?
+    public var description: String?
+    /// For `enum`: display names of the values, e.g. `{"lowercase": "Lowercase"}`.
+    public var valueTitles: [String: String]?
+    /// For `custom`: the name of the manifest type.
+    public var customType: String?
+    /// Whether the plugin provides the possible values (the `options` method).
+    public var dynamicOptions: Bool
+    /// Shown (and resolved) only when another parameter has a given value.
+    public var parent: ParentCondition?
+    /// Asked when resolution answers `confirmationRequired` without a prompt of its own.
+    public var confirmationPrompt: String?
+    /// Why a value can be unsupported, each with the message for people.
+    public var unsupportedReasons: [UnsupportedReason]?
 
     public init(
         name: String, type: ParameterType, title: String? = nil, required: Bool = false, multiple: Bool = false,
-        default: JSONValue? = nil, prompt: String? = nil, values: [String]? = nil, allowedTypes: [String]? = nil
+        default: JSONValue? = nil, prompt: String? = nil, values: [String]? = nil, allowedTypes: [String]? = nil,
+        description: String? = nil, valueTitles: [String: String]? = nil, customType: String? = nil, dynamicOptions: Bool = false,
+        parent: ParentCondition? = nil, confirmationPrompt: String? = nil, unsupportedReasons: [UnsupportedReason]? = nil
     ) {
+        self.description = description
+        self.valueTitles = valueTitles
+        self.customType = customType
+        self.dynamicOptions = dynamicOptions
+        self.parent = parent
+        self.confirmationPrompt = confirmationPrompt
+        self.unsupportedReasons = unsupportedReasons
         self.name = name
         self.type = type
         self.title = title
@@ -184,7 +271,10 @@ public struct ParameterDefinition: Codable, Sendable, Hashable {
         self.allowedTypes = allowedTypes
     }
 
-    private enum CodingKeys: String, CodingKey { case name, type, title, required, multiple, `default`, prompt, values, allowedTypes }
+    private enum CodingKeys: String, CodingKey {
+        case name, type, title, required, multiple, `default`, prompt, values, allowedTypes
+        case description, valueTitles, customType, dynamicOptions, parent, confirmationPrompt, unsupportedReasons
+    }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -197,6 +287,19 @@ public struct ParameterDefinition: Codable, Sendable, Hashable {
         prompt = try c.decodeIfPresent(String.self, forKey: .prompt)
         values = try c.decodeIfPresent([String].self, forKey: .values)
         allowedTypes = try c.decodeIfPresent([String].self, forKey: .allowedTypes)
+        description = try c.decodeIfPresent(String.self, forKey: .description)
+        valueTitles = try c.decodeIfPresent([String: String].self, forKey: .valueTitles)
+        customType = try c.decodeIfPresent(String.self, forKey: .customType)
+        dynamicOptions = try c.decodeIfPresent(Bool.self, forKey: .dynamicOptions) ?? false
+        parent = try c.decodeIfPresent(ParentCondition.self, forKey: .parent)
+        confirmationPrompt = try c.decodeIfPresent(String.self, forKey: .confirmationPrompt)
+        unsupportedReasons = try c.decodeIfPresent([UnsupportedReason].self, forKey: .unsupportedReasons)
+    }
+
+    /// Whether the parameter applies, given the other parameters' values (its parent condition).
+    public func isShown(given values: [String: JSONValue]) -> Bool {
+        guard let parent else { return true }
+        return values[parent.parameter] == parent.value
     }
 
     func problems(path: String) -> [String] {
@@ -207,9 +310,19 @@ public struct ParameterDefinition: Codable, Sendable, Hashable {
         if type != .enum && values != nil {
             problems.append("\(path).values: only enum parameters take values")
         }
+        if type == .custom && (customType ?? "").isEmpty {
+            problems.append("\(path).customType: a custom parameter must name its type")
+        }
+        for key in (valueTitles ?? [:]).keys.sorted() where !(values ?? []).contains(key) {
+            problems.append("\(path).valueTitles: '\(key)' is not one of the values")
+        }
+        var reasons = Set<String>()
+        for (i, reason) in (unsupportedReasons ?? []).enumerated() where !reasons.insert(reason.code).inserted {
+            problems.append("\(path).unsupportedReasons[\(i)].code: '\(reason.code)' is declared twice")
+        }
         if let value = `default`, !value.isNull {
-            if type == .file {
-                problems.append("\(path).default: a file parameter cannot have a default")
+            if type == .file || type == .custom {
+                problems.append("\(path).default: a \(type.rawValue) parameter cannot have a default")
             } else if let problem = ParameterValueCheck.problem(value, for: self) {
                 problems.append("\(path).default: \(problem)")
             }
@@ -292,6 +405,11 @@ public enum ParameterValueCheck {
                 return "expected a file object with 'filename' and 'data'"
             }
             return nil
+        case .custom:
+            guard case .object(let fields) = value, fields["identifier"]?.stringValue != nil else {
+                return "expected a \(parameter.customType ?? "custom") object with a string 'identifier'"
+            }
+            return nil
         }
     }
 }
@@ -318,5 +436,100 @@ public struct ManifestLimits: Codable, Sendable, Hashable {
     private enum CodingKeys: String, CodingKey {
         case `extension` = "extension"
         case inApp = "in-app"
+    }
+}
+
+/// `"parent": {"parameter": "changeCase", "value": true}`: the parameter applies only then.
+public struct ParentCondition: Codable, Sendable, Hashable {
+    public var parameter: String
+    public var value: JSONValue
+    public init(parameter: String, value: JSONValue) {
+        self.parameter = parameter
+        self.value = value
+    }
+}
+
+/// `{"code": "empty", "message": "Please enter some text"}`.
+public struct UnsupportedReason: Codable, Sendable, Hashable {
+    public var code: String
+    public var message: String
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
+}
+
+/// A custom type: its properties, and how a value is shown (templates over its properties).
+///
+/// A value on the wire is an object with a string `identifier`, optional
+/// `title`, `subtitle`, `image` (its display), and the declared properties.
+public struct CustomTypeDefinition: Codable, Sendable, Hashable {
+    public struct Property: Codable, Sendable, Hashable {
+        public var name: String
+        public var type: ParameterType
+        public var multiple: Bool?
+        public var customType: String?
+        public init(name: String, type: ParameterType, multiple: Bool? = nil, customType: String? = nil) {
+            self.name = name
+            self.type = type
+            self.multiple = multiple
+            self.customType = customType
+        }
+    }
+
+    public var name: String
+    public var properties: [Property]
+    /// Templates such as "${name}" over the properties.
+    public var display: DisplayTemplate?
+
+    public init(name: String, properties: [Property] = [], display: DisplayTemplate? = nil) {
+        self.name = name
+        self.properties = properties
+        self.display = display
+    }
+}
+
+public struct DisplayTemplate: Codable, Sendable, Hashable {
+    public var title: String
+    public var subtitle: String?
+    public var image: String?
+    public init(title: String, subtitle: String? = nil, image: String? = nil) {
+        self.title = title
+        self.subtitle = subtitle
+        self.image = image
+    }
+}
+
+/// Phrase templates: "Order ${soup} in Soup Chef".
+public enum Phrase {
+    /// The parameter names in `${...}` slots.
+    public static func slots(in template: String) -> [String] {
+        var names: [String] = []
+        var rest = template[...]
+        while let open = rest.range(of: "${") {
+            guard let close = rest[open.upperBound...].firstIndex(of: "}") else { break }
+            names.append(String(rest[open.upperBound..<close]))
+            rest = rest[rest.index(after: close)...]
+        }
+        return names
+    }
+
+    /// Fills `${name}` slots from `values` (strings as they are, custom values by their title).
+    public static func fill(_ template: String, with values: [String: JSONValue]) -> String {
+        var result = template
+        for name in slots(in: template) {
+            let text: String
+            switch values[name] {
+            case .string(let s)?: text = s
+            case .object(let fields)?: text = fields["title"]?.stringValue ?? fields["identifier"]?.stringValue ?? name
+            case .int(let i)?: text = String(i)
+            case .double(let d)?: text = String(d)
+            case .bool(let b)?: text = b ? "yes" : "no"
+            case .array(let items)?: text = items.map { fill("${x}", with: ["x": $0]) }.joined(separator: ", ")
+            default: text = name
+            }
+            result = result.replacingOccurrences(of: "${\(name)}", with: text)
+        }
+        return result
     }
 }

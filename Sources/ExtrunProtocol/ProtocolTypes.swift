@@ -12,6 +12,8 @@ public enum Method {
     public static let confirm = "confirm"
     public static let handle = "handle"
     public static let shutdown = "shutdown"
+    /// The possible values of a parameter with `dynamicOptions`.
+    public static let options = "options"
     // host → plugin notifications
     public static let cancel = "cancel"
     // plugin → host notifications
@@ -258,4 +260,70 @@ public struct ProgressParams: Codable, Sendable, Hashable {
 public struct CancelParams: Codable, Sendable, Hashable {
     public var reason: String
     public init(reason: String) { self.reason = reason }
+}
+
+/// Parameters of `options`: which parameter, the other parameters' current
+/// values, and what the person typed to narrow the list.
+public struct OptionsParams: Codable, Sendable, Hashable {
+    public var intent: String
+    public var parameter: String
+    public var parameters: [String: JSONValue]
+    public var search: String?
+
+    public init(intent: String, parameter: String, parameters: [String: JSONValue], search: String? = nil) {
+        self.intent = intent
+        self.parameter = parameter
+        self.parameters = parameters
+        self.search = search
+    }
+}
+
+/// How a value is shown to people: a title, and optionally a subtitle and an
+/// image (an image name, a URL, or a `data:` URL).
+public struct DisplayRepresentation: Codable, Sendable, Hashable {
+    public var title: String
+    public var subtitle: String?
+    public var image: String?
+
+    public init(title: String, subtitle: String? = nil, image: String? = nil) {
+        self.title = title
+        self.subtitle = subtitle
+        self.image = image
+    }
+}
+
+/// One possible value: an identifier, how it is shown, and the value itself.
+public struct OptionItem: Codable, Sendable, Hashable {
+    public var identifier: String
+    public var title: String
+    public var subtitle: String?
+    public var image: String?
+    /// The parameter value this option stands for.
+    public var value: JSONValue
+
+    public init(identifier: String, title: String, subtitle: String? = nil, image: String? = nil, value: JSONValue) {
+        self.identifier = identifier
+        self.title = title
+        self.subtitle = subtitle
+        self.image = image
+        self.value = value
+    }
+}
+
+public struct OptionsSection: Codable, Sendable, Hashable {
+    public var title: String?
+    public var items: [OptionItem]
+    public init(title: String? = nil, items: [OptionItem]) {
+        self.title = title
+        self.items = items
+    }
+}
+
+/// The result of `options`: the possible values, in sections.
+public struct OptionsResult: Codable, Sendable, Hashable {
+    public var sections: [OptionsSection]
+    public init(sections: [OptionsSection]) { self.sections = sections }
+    public init(items: [OptionItem]) { self.sections = [OptionsSection(items: items)] }
+
+    public var allItems: [OptionItem] { sections.flatMap(\.items) }
 }

@@ -33,6 +33,10 @@ public protocol IntentHandler: Sendable {
 
     /// Handles the intent and answers with a response code and output properties.
     func handle(_ request: IntentRequest<Parameters>) async throws -> IntentResponse
+
+    /// The possible values of a parameter whose manifest entry has `dynamicOptions`,
+    /// narrowed by `search` when given. The default offers none.
+    func provideOptions(_ parameter: String, _ request: IntentRequest<Parameters>, search: String?) async throws -> OptionsResult
 }
 
 extension IntentHandler {
@@ -43,6 +47,10 @@ extension IntentHandler {
 
     public func confirm(_ request: IntentRequest<Parameters>) async throws -> IntentResponse {
         IntentResponse(code: ResponseCode.ready)
+    }
+
+    public func provideOptions(_ parameter: String, _ request: IntentRequest<Parameters>, search: String?) async throws -> OptionsResult {
+        OptionsResult(sections: [])
     }
 }
 

@@ -95,6 +95,11 @@ final class Server: Sendable {
                 let handler = try handler(for: p.intent)
                 let result = try await resolve(handler, parameter: p.parameter, intent: p.intent, values: p.parameters)
                 return .success(try JSONCoding.value(of: result))
+            case Method.options:
+                let p = try decodeParams(OptionsParams.self, params)
+                let handler = try handler(for: p.intent)
+                let result = try await options(handler, parameter: p.parameter, intent: p.intent, values: p.parameters, search: p.search)
+                return .success(try JSONCoding.value(of: result))
             case Method.confirm, Method.handle:
                 let p = try decodeParams(IntentParams.self, params)
                 let handler = try handler(for: p.intent)
@@ -146,6 +151,12 @@ final class Server: Sendable {
         -> ResolutionResult
     {
         try await handler.resolve(parameter, request(handler, intent: intent, values: values))
+    }
+
+    private func options<H: IntentHandler>(
+        _ handler: H, parameter: String, intent: String, values: [String: JSONValue], search: String?
+    ) async throws -> OptionsResult {
+        try await handler.provideOptions(parameter, request(handler, intent: intent, values: values), search: search)
     }
 
     private func run<H: IntentHandler>(_ handler: H, confirm: Bool, intent: String, values: [String: JSONValue]) async throws
