@@ -110,6 +110,8 @@ def main():
         "bare-swift-x2": "2 × bare start, trivial Swift (Foundation, dynamic)",
         "bare-swift-static": "1 × bare start, same, -static-stdlib (context)",
         "bare-c": "1 × bare start, empty C program (context)",
+        "extrun-version": "extrun --version (process start + CLI root)",
+        "extrun-no-handler": "extrun handle no-handler.json (stops after the catalog)",
         "scripts-extrun": "Scripts/extrun handle … (debug build, up to date)",
         "debug-extrun": "  .build/debug/extrun handle … (what it execs)",
     }
@@ -119,9 +121,12 @@ def main():
         if name not in samples:
             continue
         w, c = walls(name), cpus(name)
+        # bwrap's outer process does not reap the sandboxed processes, so their CPU is not in its rusage.
+        cpu = "n/a*" if name == "driver-bwrap" else fmt(statistics.median(c))
         rows.append([labels[name], fmt(statistics.median(w)), f"{fmt(quantile(w, .25))}–{fmt(quantile(w, .75))}",
-                     fmt(min(w)), fmt(statistics.median(c))])
+                     fmt(min(w)), cpu])
     print(table(["command", "wall p50", "[p25–p75]", "min", "cpu p50"], rows))
+    print("  * bwrap's outer process does not reap the sandboxed processes: their CPU time is not in its rusage")
     print()
 
     # 1. Cold dispatch.
@@ -144,8 +149,28 @@ def main():
         verdicts.append((f"Scripts/extrun adds ≤ {TARGET_SCRIPT_MS:.0f} ms (build up to date)", m <= TARGET_SCRIPT_MS,
                          f"{m:.1f} ms (95% CI {lo:.1f}–{hi:.1f}){note}"))
     else:
-        print("  Scripts/extrun: not measured (debug build was out of date in --quick; run Scripts/bootstrap first)")
+        print("  Scripts/extrun: not measured in this run (debug build out of date in --quick, or Scripts/bootstrap failed)")
         verdicts.append(("Scripts/extrun adds ≤ 5 ms", None, "not measured in this run"))
+    print()
+
+    if "extrun-version" in samples and "extrun-no-handler" in samples:
+        def cpu_diff(a, b):
+            rounds = sorted(set(samples[a]) & set(samples[b]))
+            return statistics.median(samples[a][r][1] - (samples[b][r][1] if b else 0) for r in rounds)
+        start = statistics.median(cpus("bare-swift-x2")) / 2
+        version = statistics.median(cpus("extrun-version"))
+        print("  Where the time goes (cpu ms of the process tree, medians of per-round differences):")
+        rows = [
+            ["a bare Swift process start (bare-swift-x2 / 2)", fmt(start)],
+            ["extrun --version: extrun's own start + the CLI's root command", fmt(version)],
+            ["  of which more than a bare Swift start", fmt(version - start)],
+            ["handle up to the catalog lookup (no-handler − version):", fmt(cpu_diff("extrun-no-handler", "extrun-version"))],
+            ["  subcommand parsing, intent file, policy, catalog, JSON output", ""],
+            ["launch, conversation, plugin, exit (extrun − no-handler)", fmt(cpu_diff("extrun", "extrun-no-handler"))],
+            ["  the plugin itself, run by the minimal driver (driver)", fmt(statistics.median(cpus("driver")))],
+            ["host's total beyond the plugin (extrun − driver)", fmt(cpu_diff("extrun", "driver"))],
+        ]
+        print("\n".join("    " + line for line in table(["", "cpu ms"], rows).splitlines()))
     print()
 
     # 2. Sandbox.

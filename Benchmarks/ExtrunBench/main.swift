@@ -12,6 +12,13 @@
 //       intent (initialize, resolve, confirm, handle), both sides, no I/O:
 //       exactly the calls the host (PluginConnection, PluginRun) and the SDK
 //       (PluginChannel, Server) make per message.
+//   ExtrunBench json [--count N]
+//       What the hot spots of `exchange` cost, next to cheaper ways to do the
+//       same work (evidence for the changes docs/benchmarks.md proposes):
+//       decoding a message body to JSONValue through JSONDecoder (as
+//       Message.decode does) vs through JSONSerialization; JSONCoding.value(of:)
+//       and JSONCoding.decode(_:from: JSONValue) (an encode/decode round trip
+//       each, with new coders) vs one reused coder on the bytes.
 //
 // Prints one JSON object on stdout. Latencies are in microseconds.
 import ExtrunHost
@@ -305,8 +312,86 @@ struct Side {
     FileHandle.standardOutput.write(Data("\n".utf8))
 }
 
+// MARK: json
+
+/// JSONSerialization's tree as a JSONValue (booleans, integers and doubles kept apart).
+func jsonValue(fromFoundation object: Any) -> JSONValue {
+    switch object {
+    case let string as String: return .string(string)
+    case let number as NSNumber:
+        let type = String(cString: number.objCType)
+        if type == "c" || type == "B" { return .bool(number.boolValue) }
+        if type == "d" || type == "f" { return .double(number.doubleValue) }
+        return .int(number.int64Value)
+    case let array as [Any]: return .array(array.map(jsonValue(fromFoundation:)))
+    case let dictionary as [String: Any]: return .object(dictionary.mapValues(jsonValue(fromFoundation:)))
+    default: return .null
+    }
+}
+
+@MainActor func json() {
+    let count = option("count", 5_000)
+    let params = ResolveParams(intent: "MakeUppercase", parameter: "text", parameters: ["text": .string("hello world")])
+    let body = Message.request(id: .int(2), method: Method.resolve, params: try! JSONCoding.value(of: params)).encoded()
+    let bodyData = Data(body)
+    let reusedEncoder = JSONCoding.encoder()
+    let reusedDecoder = JSONCoding.decoder()
+    let paramsValue = try! JSONCoding.value(of: params)
+    let paramsBytes = try! reusedEncoder.encode(params)
+
+    var results: [String: Summary] = [:]
+    func measure(_ name: String, _ body: () throws -> Void) {
+        do {
+            for _ in 0..<(count / 10) { try body() }
+            var samples: [UInt64] = []
+            samples.reserveCapacity(count)
+            for _ in 0..<count {
+                let t0 = nowNs()
+                try body()
+                samples.append(nowNs() - t0)
+            }
+            results[name] = Summary(samplesNs: samples)
+        } catch {
+            fail("\(name): \(error)")
+        }
+    }
+    // Decoding one resolve request body (what both sides do for every message).
+    measure("message body → JSONValue via JSONDecoder (Message.decode today)") {
+        _ = try Message.decode(body)
+    }
+    measure("message body → JSONValue via JSONSerialization (proposed)") {
+        let object = try JSONSerialization.jsonObject(with: bodyData, options: [])
+        _ = try Message.decode(jsonValue(fromFoundation: object))
+    }
+    // Typed params → JSONValue (before sending).
+    measure("params → JSONValue: JSONCoding.value(of:) (new coders, encode + decode)") {
+        _ = try JSONCoding.value(of: params)
+    }
+    measure("params → JSON bytes: one reused JSONEncoder") {
+        _ = try reusedEncoder.encode(params)
+    }
+    // JSONValue → typed result (after receiving).
+    measure("JSONValue → params: JSONCoding.decode(_:from:) (new coders, encode + decode)") {
+        _ = try JSONCoding.decode(ResolveParams.self, from: paramsValue)
+    }
+    measure("JSON bytes → params: one reused JSONDecoder") {
+        _ = try reusedDecoder.decode(ResolveParams.self, from: paramsBytes)
+    }
+    measure("new JSONEncoder + JSONDecoder (JSONCoding.encoder() + decoder())") {
+        _ = JSONCoding.encoder()
+        _ = JSONCoding.decoder()
+    }
+    struct Output: Encodable {
+        var kind = "json"
+        var results: [String: Summary]
+    }
+    FileHandle.standardOutput.write(try! encoder.encode(Output(results: results)))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+}
+
 switch command {
 case "dispatch": dispatch()
 case "exchange": exchange()
-default: fail("unknown command \(command) (dispatch or exchange)")
+case "json": json()
+default: fail("unknown command \(command) (dispatch, exchange or json)")
 }

@@ -1,18 +1,20 @@
 // benchrun: times whole commands, interleaved, so that they can be compared
 // on a shared machine.
 //
-// Usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv]
-//                 -- NAME [-x COUNT] [VAR=VALUE...] PROGRAM [ARG...] [:: NAME ...]...
+// Usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv] [-a]
+//                 -- NAME [-x COUNT] [-s STATUS] [VAR=VALUE...] PROGRAM [ARG...] [:: NAME ...]...
 //
 // One round runs every command once, in an order rotated by one each round
 // (so that no command always follows the same one). Warm-up rounds are run
 // first and not recorded. Rounds stop after MAXROUNDS, or once SECONDS have
 // passed and at least MINROUNDS were recorded. "-x COUNT" after a name runs
-// that command COUNT times back to back and records the total as one sample.
+// that command COUNT times back to back and records the total as one sample;
+// "-s STATUS" makes STATUS its expected exit status (default 0).
 // VAR=VALUE words before the program are added to its environment. PROGRAM is
 // looked up in PATH (execvp); nothing goes through a shell. Its stdout goes to
 // /dev/null, its stderr to a file that is shown if it fails; a command that
-// exits non-zero stops the benchmark (exit status 1).
+// exits non-zero stops the benchmark (exit status 1), unless -a (any exit
+// status is accepted: for timing error paths).
 //
 // Output (OUT.tsv, or stdout): one line per sample:
 //   name <TAB> round <TAB> wall_us <TAB> cpu_us <TAB> maxrss_kb
@@ -33,11 +35,14 @@
 struct command {
     const char *name;
     int repeat;
+    int expected_status;
     char **assignments;
     int assignment_count;
     char **argv;
     char log_path[64];
 };
+
+static int accept_any_status;
 
 static double now_seconds(void) {
     struct timespec t;
@@ -84,7 +89,7 @@ static int run(struct command *c, long *wall_us, long *cpu_us, long *maxrss_kb) 
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &end);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (!WIFEXITED(status) || (WEXITSTATUS(status) != c->expected_status && !accept_any_status)) {
         fprintf(stderr, "benchrun: '%s' failed (%s %d); its stderr:\n", c->name,
                 WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
         show_log(c->log_path);
@@ -99,8 +104,8 @@ static int run(struct command *c, long *wall_us, long *cpu_us, long *maxrss_kb) 
 
 static void usage_error(void) {
     fprintf(stderr,
-            "usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv] "
-            "-- NAME [-x COUNT] [VAR=VALUE...] PROGRAM [ARG...] [:: NAME ...]...\n");
+            "usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv] [-a] "
+            "-- NAME [-x COUNT] [-s STATUS] [VAR=VALUE...] PROGRAM [ARG...] [:: NAME ...]...\n");
     exit(2);
 }
 
@@ -113,6 +118,10 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
+        }
+        if (strcmp(argv[i], "-a") == 0) {
+            accept_any_status = 1;
+            continue;
         }
         if (i + 1 >= argc) usage_error();
         if (strcmp(argv[i], "-w") == 0) warmup = atoi(argv[++i]);
@@ -130,8 +139,10 @@ int main(int argc, char **argv) {
         memset(c, 0, sizeof *c);
         c->name = argv[i++];
         c->repeat = 1;
-        if (i + 1 < argc && strcmp(argv[i], "-x") == 0) {
-            c->repeat = atoi(argv[i + 1]);
+        for (;;) {
+            if (i + 1 < argc && strcmp(argv[i], "-x") == 0) c->repeat = atoi(argv[i + 1]);
+            else if (i + 1 < argc && strcmp(argv[i], "-s") == 0) c->expected_status = atoi(argv[i + 1]);
+            else break;
             i += 2;
         }
         c->assignments = &argv[i];
