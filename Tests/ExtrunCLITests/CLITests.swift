@@ -368,7 +368,8 @@ struct CLITests {
         #expect(result.status == 0, "\(result)")
         let json = try result.json()
         let searchPath = json["searchPath"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        #expect(searchPath == cli.pluginPath.map(\.path) + [cli.home.url.appendingPathComponent("plugins").path])
+        // (A PREFIX/share/extrun/plugins next to an installed binary may follow.)
+        #expect(Array(searchPath.prefix(cli.pluginPath.count + 1)) == cli.pluginPath.map(\.path) + [cli.home.url.appendingPathComponent("plugins").path])
         let plugins = json["plugins"]?.arrayValue ?? []
         let uppercase = try #require(plugins.first { $0["id"] == "com.example.uppercase" })
         #expect(uppercase["version"] == "1.0.0")
