@@ -12,6 +12,11 @@
 //       intent (initialize, resolve, confirm, handle), both sides, no I/O:
 //       exactly the calls the host (PluginConnection, PluginRun) and the SDK
 //       (PluginChannel, Server) make per message.
+//   ExtrunBench handle --intent FILE
+//       What `extrun handle FILE` does (Sources/extrun/HandleCommand.swift:
+//       read the intent file, Host().handle, print the report as pretty JSON,
+//       exit with its status) without ArgumentParser: the CLI with a
+//       hand-parsed fast path would cost this much.
 //   ExtrunBench json [--count N]
 //       What the hot spots of `exchange` cost, next to cheaper ways to do the
 //       same work (evidence for the changes docs/benchmarks.md proposes):
@@ -389,9 +394,26 @@ func jsonValue(fromFoundation object: Any) -> JSONValue {
     FileHandle.standardOutput.write(Data("\n".utf8))
 }
 
+// MARK: handle
+
+@MainActor func handleOnce() -> Never {
+    guard let path = options["intent"] else { fail("handle needs --intent FILE") }
+    var report: HandleReport
+    do {
+        report = Host().handle(try IntentFileParser.read(path: path), options: HandleOptions())
+    } catch {
+        report = HandleReport(intent: nil)
+        report.error = error
+    }
+    FileHandle.standardOutput.write((try? JSONCoding.encoder(pretty: true).encode(report.json)) ?? Data("{}".utf8))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+    exit(report.exitCode)
+}
+
 switch command {
+case "handle": handleOnce()
 case "dispatch": dispatch()
 case "exchange": exchange()
 case "json": json()
-default: fail("unknown command \(command) (dispatch, exchange or json)")
+default: fail("unknown command \(command) (dispatch, exchange, handle or json)")
 }
