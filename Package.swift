@@ -19,6 +19,9 @@ let package = Package(
         .library(name: "ExtrunSDK", targets: ["ExtrunSDK"]),
         .library(name: "ExtrunHost", targets: ["ExtrunHost"]),
         .library(name: "ExtrunProtocol", targets: ["ExtrunProtocol"]),
+        .library(name: "ExtrunDefinitions", targets: ["ExtrunDefinitions"]),
+        .executable(name: "extrun-intentgen", targets: ["extrun-intentgen"]),
+        .plugin(name: "IntentGenerator", targets: ["IntentGenerator"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -45,6 +48,11 @@ let package = Package(
             dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
 
+        // Intent definition files (docs/definitions.md): parse, validate, generate Swift and manifest.json.
+        .target(name: "ExtrunDefinitions", dependencies: ["ExtrunProtocol"]),
+        .executableTarget(name: "extrun-intentgen", dependencies: ["ExtrunDefinitions"]),
+        .plugin(name: "IntentGenerator", capability: .buildTool(), dependencies: ["extrun-intentgen"]),
+
         // Example plugins: each directory holds the plugin's source and its manifest.json.
         .executableTarget(name: "MakeUppercase", dependencies: ["ExtrunSDK"], path: "Examples/MakeUppercase",
                           exclude: ["manifest.json"]),
@@ -58,14 +66,18 @@ let package = Package(
                           exclude: ["manifest.json"]),
         .executableTarget(name: "Bookmarks", dependencies: ["ExtrunSDK"], path: "Examples/Bookmarks",
                           exclude: ["manifest.json"]),
+        // Example plugins built from a definition file (intents.json): the code and the manifest are generated.
+        .executableTarget(name: "SoupChef", dependencies: ["ExtrunSDK"], path: "Examples/SoupChef",
+                          exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
 
         .testTarget(name: "ExtrunProtocolTests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
+        .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK"]),
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost"]),
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost"], exclude: ["Fixtures"]),
-        .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"]),
+        .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
     ]
 )
 

@@ -37,6 +37,8 @@ public struct HandleReport: Sendable, Equatable {
     public var metrics: RunMetrics?
     /// The limits that applied.
     public var limits: EffectiveLimits?
+    /// What `extrun options` asked for: a parameter's possible values.
+    public var options: OptionsResult?
     /// Whether the response code counts as success for this intent.
     public var responseIsSuccess = false
 
@@ -48,6 +50,7 @@ public struct HandleReport: Sendable, Equatable {
     public var exitCode: Int32 {
         if let error { return error.kind.exitCode }
         if response != nil { return responseIsSuccess ? ExitStatus.success : ExitStatus.unsuccessfulResponse }
+        if options != nil { return ExitStatus.success }
         return ErrorKind.internalError.exitCode
     }
 
@@ -58,6 +61,7 @@ public struct HandleReport: Sendable, Equatable {
         if let plugin { object["plugin"] = .string(plugin) }
         if let mode { object["mode"] = .string(mode.rawValue) }
         if let response { object["response"] = (try? JSONCoding.value(of: response)) ?? .null }
+        if let options { object["options"] = (try? JSONCoding.value(of: options)) ?? .null }
         if let error { object["error"] = error.json }
         if let metrics { object["metrics"] = metrics.json }
         if let limits { object["limits"] = limits.json }
@@ -74,6 +78,15 @@ public struct HandleReport: Sendable, Equatable {
             if let supporting = response.dialog?.supporting { lines.append("  \(supporting)") }
             for key in response.properties.keys.sorted() {
                 lines.append("  \(key): \(TextFormat.describe(response.properties[key] ?? .null))")
+            }
+        }
+        if let options {
+            lines.append("\(head): \(options.allItems.count) options")
+            for section in options.sections {
+                if let title = section.title { lines.append("  \(title)") }
+                for item in section.items {
+                    lines.append("    \(item.title)\(item.subtitle.map { " — \($0)" } ?? "")  [\(item.identifier)]")
+                }
             }
         }
         if let error {

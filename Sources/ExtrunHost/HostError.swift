@@ -9,6 +9,8 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     case noHandler
     /// A parameter could not be resolved (a value is needed, or it is unsupported).
     case parameterUnresolved
+    /// The intent needs a confirmation that was declined or could not be asked.
+    case confirmationDeclined
     /// The plugin exited or was killed by a signal before it answered.
     case pluginCrashed
     /// The plugin broke the protocol (bad frame, bad message, wrong answer).
@@ -39,6 +41,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .sandboxViolation: 10
         case .configurationError: 11
         case .pluginError: 12
+        case .confirmationDeclined: 13
         case .internalError: 70
         }
     }

@@ -25,7 +25,13 @@ struct Handle: ParsableCommand {
             Exit status: 0 the plugin answered success; 1 it answered another code; \
             3 parameterUnresolved; 4 invalidIntent; 5 noHandler; 6 pluginCrashed; \
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \
-            11 configurationError; 12 pluginError; 64 bad command line; 70 internal error.
+            11 configurationError; 12 pluginError; 13 confirmationDeclined; 64 bad command line; \
+            70 internal error.
+
+            On a terminal, a missing value, a choice among options and a confirmation are \
+            asked (on /dev/tty; the plugin's clock stops meanwhile); without one (or with \
+            --no-input) they end the run with parameterUnresolved or confirmationDeclined, \
+            the question in the message. --yes accepts confirmations.
             """
     )
 
@@ -54,6 +60,9 @@ struct Handle: ParsableCommand {
     @Flag(name: [.customLong("yes"), .customShort("y")], help: "Accept parameter values the plugin asks to confirm.")
     var assumeYes = false
 
+    @Flag(help: "Never ask on the terminal: a missing value or a needed confirmation ends the run with an error.")
+    var noInput = false
+
     @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases, and the plugin's stdout, stderr and log lines.")
     var verbose = false
 
@@ -72,6 +81,7 @@ struct Handle: ParsableCommand {
         options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
         options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
         options.assumeYes = assumeYes
+        if !noInput { options.prompter = TerminalPrompter() }
         if verbose { options.log = { line in Output.printError(line) } }
 
         var report: HandleReport

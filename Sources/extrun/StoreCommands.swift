@@ -52,7 +52,7 @@ struct Owners: ParsableCommand {
             $EXTRUN_HOME/keys/ (readable only by you); everything plugins of that owner store \
             is sealed with it. docs/store.md describes the layout.
             """,
-        subcommands: [OwnersList.self, OwnersShow.self, OwnersCreate.self],
+        subcommands: [OwnersList.self, OwnersShow.self, OwnersCreate.self, OwnersPubkey.self],
         defaultSubcommand: OwnersList.self
     )
 }
@@ -109,6 +109,42 @@ struct OwnersCreate: ParsableCommand {
     func run() throws {
         try StoreExit.run { store in
             Output.printJSON(try store.createOwner(owner).json)
+        }
+    }
+}
+
+struct OwnersPubkey: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pubkey",
+        abstract: "Print an owner's public key file (for `extrun migrate export --recipient`).",
+        discussion: """
+            Prints the owner's X25519 public key as a small JSON file: owner, publicKey \
+            (base64) and fingerprint. Creates the owner's key first if it has none. Only \
+            the public half is printed; give the file to the machine that exports data for \
+            this owner, and compare the fingerprint with its operator over another channel.
+
+            Example (on the new machine):
+              extrun owners pubkey NEWTEAM -o newteam.pub
+            """)
+    @Argument(help: "The owner identity.") var owner: String
+    @Option(name: .shortAndLong, help: ArgumentHelp("Write to this file instead of stdout (must not exist).", valueName: "file"))
+    var output: String?
+
+    func run() throws {
+        try StoreExit.run { store in
+            let key = try store.publicKey(of: owner)
+            let data = try key.encoded()
+            guard let output else {
+                FileHandle.standardOutput.write(data)
+                return
+            }
+            if FileManager.default.fileExists(atPath: output) { throw ValidationError("\(output) already exists; not replacing it") }
+            guard FileManager.default.createFile(atPath: output, contents: nil, attributes: [.posixPermissions: 0o644]),
+                let handle = FileHandle(forWritingAtPath: output)
+            else { throw ValidationError("cannot write \(output)") }
+            handle.write(data)
+            try handle.close()
+            Output.printError("Wrote the public key of \(owner) to \(output) (fingerprint \(key.fingerprint)).")
         }
     }
 }

@@ -1,0 +1,124 @@
+import ExtrunProtocol
+import Foundation
+
+/// How to run one intent.
+public struct HandleOptions: Sendable {
+    /// Overrides the intent file's and the manifest's mode.
+    public var mode: Mode?
+    /// Accepts `confirmationRequired` resolutions and the intent's confirmation without asking.
+    public var assumeYes = false
+    /// Overrides the memory cap (within the policy's maximum for the mode).
+    public var memoryLimitBytes: Int64?
+    /// Overrides the deadline, counted from the plugin's launch (within the policy's maximum).
+    public var deadlineMs: Int?
+    /// The policy; nil loads `$EXTRUN_HOME/policy.json` (or the defaults).
+    public var policy: SandboxPolicy?
+    /// Receives `--verbose` lines (plugin output, phases). Nil: quiet.
+    public var log: (@Sendable (String) -> Void)?
+    /// Asks a person for missing values, choices and confirmations. Nil: nobody to ask,
+    /// so those end as `parameterUnresolved` or `confirmationDeclined`.
+    public var prompter: (any Prompter)?
+
+    public init() {}
+}
+
+/// The phases of a plugin run, as reported in `timeout` errors.
+public enum Phase: String, Sendable {
+    case launch, resolve, confirm, handle, options
+}
+
+/// The host: finds the plugin for an intent, starts it, drives the lifecycle
+/// (initialize, resolve each parameter, confirm, handle) and reports.
+public struct Host: Sendable {
+    public static let version = "0.1.0"
+    public var paths: HostPaths
+
+    public init(paths: HostPaths = .fromEnvironment()) {
+        self.paths = paths
+    }
+
+    public func catalog() -> PluginCatalog {
+        PluginCatalog.discover(paths: paths)
+    }
+
+    /// Handles one intent. Never throws: every failure is in the report.
+    public func handle(_ invocation: IntentInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
+        var report = HandleReport(intent: invocation.intent)
+        report.id = invocation.id
+        guard var (run, parameters) = prepare(invocation, options: options, report: &report) else { return report }
+        run.execute(.handle(parameters: parameters), into: &report)
+        return report
+    }
+
+    /// Asks the plugin for the possible values of a parameter with dynamic options,
+    /// within the same limits and sandbox as `handle`.
+    public func options(
+        _ invocation: IntentInvocation, parameter: String, search: String?, options: HandleOptions = HandleOptions()
+    ) -> HandleReport {
+        var report = HandleReport(intent: invocation.intent)
+        report.id = invocation.id
+        guard var (run, parameters) = prepare(invocation, options: options, report: &report) else { return report }
+        guard let definition = run.definition.parameter(named: parameter) else {
+            let known = run.definition.parameters.map(\.name).joined(separator: ", ")
+            report.error = HostError(
+                .invalidIntent, "\(invocation.intent) has no parameter '\(parameter)' (its parameters: \(known))",
+                details: ["field": .string(parameter)])
+            report.metrics = nil
+            return report
+        }
+        guard definition.dynamicOptions else {
+            report.error = HostError(
+                .invalidIntent,
+                "\(invocation.intent).\(parameter) has no dynamic options (its manifest entry lacks \"dynamicOptions\": true)"
+                    + ((definition.values.map { "; its values are fixed: \($0.joined(separator: ", "))" }) ?? ""),
+                details: ["field": .string(parameter)])
+            return report
+        }
+        run.execute(.options(parameter: parameter, parameters: parameters, search: search), into: &report)
+        return report
+    }
+
+    /// The plugin and definition of an intent, without starting anything.
+    public func describe(intent: String) throws(HostError) -> (DiscoveredPlugin, IntentDefinition) {
+        try catalog().handler(for: intent)
+    }
+
+    /// Finds the plugin, loads the policy, resolves the limits and checks the
+    /// intent's parameters, before any process is started.
+    func prepare(_ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport)
+        -> (PluginRun, [String: JSONValue])?
+    {
+        do {
+            let policy: SandboxPolicy
+            var policySource = "the caller"
+            if let given = options.policy {
+                policy = given
+            } else {
+                (policy, policySource) = try SandboxPolicy.load(home: paths.home)
+            }
+            options.log?("[extrun] policy: \(policySource)")
+            let (plugin, definition) = try catalog().handler(for: invocation.intent)
+            report.plugin = plugin.manifest.id
+            let parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
+            let mode = options.mode ?? invocation.mode ?? plugin.manifest.defaultMode
+            guard plugin.manifest.modes.contains(mode) else {
+                throw HostError(
+                    .invalidIntent,
+                    "\(plugin.manifest.id) does not support \(mode.rawValue) mode (it supports \(plugin.manifest.modes.map(\.rawValue).joined(separator: ", ")))",
+                    details: ["field": "mode"])
+            }
+            let limits = try EffectiveLimits.resolve(
+                policy: policy, mode: mode, manifest: plugin.manifest.limits, manifestFile: plugin.manifestURL.path,
+                memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
+            report.mode = mode
+            report.limits = limits
+            var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
+            run.services = StoreServices(home: paths.home, owner: plugin.manifest.owner, log: options.log)
+            run.baseDirectory = invocation.baseDirectory
+            return (run, parameters)
+        } catch {
+            report.error = error as? HostError ?? HostError(.internalError, "\(error)")
+            return nil
+        }
+    }
+}

@@ -1,0 +1,245 @@
+import ExtrunProtocol
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One plugin process from launch to reaping.
+struct PluginRun {
+    let plugin: DiscoveredPlugin
+    let definition: IntentDefinition
+    let limits: EffectiveLimits
+    let policy: SandboxPolicy
+    let options: HandleOptions
+    var mode: Mode { limits.mode }
+    var phase: Phase = .launch
+    var start: UInt64 = 0
+    let deadline = Deadline()
+    var cgroup: CgroupRun?
+    /// Answers the plugin's requests for its owner's globals and bookmarks.
+    var services: StoreServices?
+    /// Where relative file paths typed at a prompt are taken from.
+    var baseDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+
+    /// What a run is for.
+    enum Work {
+        /// Resolve, confirm and handle the intent.
+        case handle(parameters: [String: JSONValue])
+        /// Ask for a parameter's possible values.
+        case options(parameter: String, parameters: [String: JSONValue], search: String?)
+    }
+
+    init(plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions) {
+        self.plugin = plugin
+        self.definition = definition
+        self.limits = limits
+        self.policy = policy
+        self.options = options
+    }
+
+    var id: String { plugin.manifest.id }
+
+    /// Starts the plugin in its sandbox, does `work`, and ends the plugin, whatever
+    /// happens; everything that happened is in `report`.
+    mutating func execute(_ work: Work, into report: inout HandleReport) {
+        let scratch: URL
+        do {
+            scratch = try ScratchDirectory.create()
+        } catch {
+            report.error = error
+            return
+        }
+        defer { ScratchDirectory.remove(scratch) }
+
+        let cgroupSupport = CgroupSupport.detectHere(configured: policy.cgroup)
+        if case .available(let parent) = cgroupSupport {
+            cgroup = CgroupRun(parent: parent, memoryBytes: limits.memoryBytes)
+        }
+        defer { cgroup?.remove() }
+        let capabilities = SandboxCapabilities.current
+        let sandbox = SandboxSettings(policy: policy, limits: limits, capabilities: capabilities, cgroup: cgroup)
+
+        start = MonotonicClock.now()
+        deadline.set(start: start, limits: limits)
+        let process: PluginProcess
+        do throws(HostError) {
+            process = try PluginProcess.launch(try launchSpec(scratch: scratch), sandbox: sandbox)
+        } catch {
+            report.error = error
+            return
+        }
+        if let log = options.log {
+            log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")), deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
+            log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? cgroupSupport.description)")
+            log("[extrun] seccomp: \(policy.seccomp ? (capabilities.seccompNotify ? "on (forbidden calls reported by name)" : "on (forbidden calls kill with SIGSYS)") : "OFF (policy)"); no_new_privs; rlimits: \(policy.openFiles) files, \(policy.processes) processes, \(ByteCount.format(policy.fileSizeBytes)) per file, no core dumps")
+            log("[extrun] namespaces: \(SandboxSettings.describe(namespaces: process.activeNamespaces)); scratch directory \(scratch.path)")
+        }
+        var connectionLimits = ConnectionLimits()
+        connectionLimits.maxFrameBytes = policy.maxMessageBytes
+        connectionLimits.outputCaptureBytes = policy.outputCaptureBytes
+        let connection = PluginConnection(process: process, limits: connectionLimits)
+        if let log = options.log {
+            let id = self.id
+            connection.onOutputLine = { isStdout, line in log("[\(id) \(isStdout ? "stdout" : "stderr")] \(line)") }
+        }
+        connection.onNotification = { [log = options.log, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
+            if method == Method.log, let params, let entry = try? JSONCoding.decode(LogParams.self, from: params) {
+                log?("[\(id) log \(entry.level)] \(entry.message)")
+            } else if method == Method.progress {
+                let progress = params.flatMap { try? JSONCoding.decode(ProgressParams.self, from: $0) }
+                if mode == .extension, deadline.extend() {
+                    log?("[extrun] \(id) reported progress \(progress?.fraction.map { "\($0)" } ?? "") \(progress?.message ?? ""): deadline now \(deadline.currentMs) ms from launch")
+                }
+            }
+        }
+        if let services {
+            connection.onRequest = { method, params in services.answer(method, params) }
+        }
+        var launchMs: Double?
+        do {
+            try initialize(connection)
+            launchMs = MonotonicClock.milliseconds(from: start)
+            options.log?("[extrun] \(id) started in \(mode.rawValue) mode, handshake after \(launchMs ?? 0) ms")
+            switch work {
+            case .handle(let parameters):
+                try handle(connection, parameters: parameters, into: &report)
+            case .options(let parameter, let parameters, let search):
+                phase = .options
+                report.options = try options(connection, parameter: parameter, parameters: parameters, search: search)
+            }
+            let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
+            if let failure = connection.closeAndWait(deadline: exitDeadline) {
+                if case .protocolViolation = failure {
+                    report.response = nil
+                    report.error = error(for: failure, connection: connection)
+                } else {
+                    options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
+                }
+            }
+        } catch let failure as CallFailure {
+            if case .deadlineExpired = failure {
+                connection.notify(Method.cancel, try? JSONCoding.value(of: CancelParams(reason: "timeout")))
+                let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
+                connection.flushOutbound(deadline: grace)
+                _ = connection.closeAndWait(deadline: grace)
+            }
+            report.error = error(for: failure, connection: connection)
+        } catch let error as HostError {
+            report.error = error
+        } catch {
+            report.error = HostError(.internalError, "\(error)")
+        }
+        process.finish()
+        if let violation = process.violation {
+            // Whatever else happened, the plugin was stopped for a forbidden system call.
+            report.response = nil
+            report.responseIsSuccess = false
+            report.error = HostError(
+                .sandboxViolation,
+                "\(id) made the forbidden system call \(violation.description) during \(phase.rawValue) and was killed (the sandbox denies it: see docs/sandbox.md)",
+                details: ["syscall": .string(violation.syscallName), "syscallNumber": .int(Int64(violation.syscallNumber)), "phase": .string(phase.rawValue)])
+        } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
+            report.error = breach
+        }
+        var metrics = RunMetrics(wallMs: MonotonicClock.milliseconds(from: start), launchMs: launchMs)
+        if let exit = process.exit {
+            metrics.cpuMs = exit.cpuMs
+            metrics.peakRSSBytes = exit.maxRSSBytes
+        }
+        metrics.peakMemoryBytes = peakMemory(process)
+        var own = rusage()
+        if getrusage(RUSAGE_SELF.rawValue, &own) == 0 { metrics.hostPeakRSSBytes = Int64(own.ru_maxrss) * 1024 }
+        report.metrics = metrics
+    }
+
+    func peakMemory(_ process: PluginProcess) -> Int64 {
+        max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes)
+    }
+
+    /// Whether the plugin's death is the memory cap's doing, from the evidence the
+    /// host has: the cgroup's OOM kills, an allocation failure the plugin's runtime
+    /// printed, or memory sampled close to the cap.
+    func memoryBreach(exit: ProcessExit, process: PluginProcess, connection: PluginConnection) -> HostError? {
+        guard !exit.isClean else { return nil }
+        var evidence: [String] = []
+        if let cgroup, cgroup.oomKills > 0 { evidence.append("the kernel's OOM killer acted in its cgroup") }
+        if let line = connection.stderr.lastLines(40).last(where: { line in MemoryFailureText.matches(line) }) {
+            evidence.append("its runtime reported an allocation failure: \"\(line.trimmingCharacters(in: .whitespaces))\"")
+        }
+        let peak = peakMemory(process)
+        if Double(peak) >= 0.9 * Double(limits.memoryBytes) {
+            evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.memoryBytes)) cap")
+        }
+        guard !evidence.isEmpty else { return nil }
+        let maximum = policy.limits(for: mode).maxMemoryBytes
+        var advice = "use less memory"
+        if limits.memoryBytes < maximum {
+            advice += ", ask for more in the manifest (limits.\(mode.rawValue).memoryBytes, at most \(ByteCount.format(maximum)) under this policy)"
+        }
+        if mode == .extension && plugin.manifest.modes.contains(.inApp) { advice += ", or run it in in-app mode (--mode in-app)" }
+        var details: [String: JSONValue] = [
+            "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(peak), "mode": .string(mode.rawValue),
+            "phase": .string(phase.rawValue), "evidence": .array(evidence.map { .string($0) }),
+        ]
+        switch exit.termination {
+        case .exited(let code): details["exitStatus"] = .int(Int64(code))
+        case .signaled(let signal): details["signalName"] = .string(signalName(signal))
+        }
+        return HostError(
+            .memoryLimitExceeded,
+            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (peak measured \(ByteCount.format(peak)); \(evidence.joined(separator: "; "))) and \(exit.description); \(advice)",
+            details: details)
+    }
+
+    func launchSpec(scratch: URL) throws(HostError) -> LaunchSpec {
+        var environment: [String: String] = [
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": scratch.path,
+            "TMPDIR": scratch.path,
+            ProtocolChannels.environmentVariable: "\(ProtocolChannels.hostToPlugin),\(ProtocolChannels.pluginToHost)",
+            "EXTRUN_MODE": mode.rawValue,
+            "EXTRUN_PLUGIN_ID": id,
+            "EXTRUN_PLUGIN_DIR": plugin.directory.path,
+            // Swift's crash backtracer execs a helper program, which the sandbox forbids.
+            "SWIFT_BACKTRACE": "enable=no",
+        ]
+        let inherited = ProcessInfo.processInfo.environment
+        for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
+        let (program, arguments) = try Shebang.resolve(
+            executable: plugin.executableURL, arguments: plugin.manifest.arguments, searchPath: environment["PATH"] ?? "")
+        return LaunchSpec(executable: program, arguments: arguments, environment: environment, workingDirectory: scratch)
+    }
+
+    // MARK: Reporting
+
+    func error(for failure: CallFailure, connection: PluginConnection) -> HostError {
+        let stderrTail = connection.stderr.lastLines(20)
+        var details: [String: JSONValue] = ["phase": .string(phase.rawValue)]
+        if !stderrTail.isEmpty { details["stderr"] = .array(stderrTail.map { .string($0) }) }
+        switch failure {
+        case .deadlineExpired:
+            let elapsed = MonotonicClock.milliseconds(from: start)
+            let deadlineMs = deadline.currentMs
+            details["deadlineMs"] = .int(Int64(deadlineMs))
+            details["elapsedMs"] = .double(elapsed)
+            details["mode"] = .string(mode.rawValue)
+            return HostError(
+                .timeout,
+                "\(id) did not answer \(phase.rawValue) within its deadline of \(deadlineMs) ms in \(mode.rawValue) mode (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel and, after a grace of up to \(policy.cancelGraceMs) ms, killed with every process it started",
+                details: details)
+        case .protocolViolation(let what):
+            return HostError(.protocolError, "\(id) broke the protocol during \(phase.rawValue): \(what)", details: details)
+        case .exited(let exit):
+            switch exit.termination {
+            case .exited(let code): details["exitStatus"] = .int(Int64(code))
+            case .signaled(let signal):
+                details["signal"] = .int(Int64(signal))
+                details["signalName"] = .string(signalName(signal))
+            }
+            var message = "\(id) \(exit.description) during \(phase.rawValue), before it answered"
+            if let last = stderrTail.last { message += "; last stderr line: \(last)" }
+            return HostError(.pluginCrashed, message, details: details)
+        }
+    }
+}

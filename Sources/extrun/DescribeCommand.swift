@@ -1,0 +1,122 @@
+import ArgumentParser
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+
+struct Describe: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Describe an intent: its plugin, parameters, types, defaults, prompts, response codes and phrases.",
+        discussion: "Reads the manifest only: no plugin is started. --format json prints the manifest's definition of the intent.")
+
+    @Argument(help: "The intent name, e.g. OrderSoup.") var intent: String
+    @Option(help: "Output format: text or json.") var format: OutputFormat = .text
+
+    func run() throws {
+        let (plugin, definition): (DiscoveredPlugin, IntentDefinition)
+        do {
+            (plugin, definition) = try Host().describe(intent: intent)
+        } catch {
+            Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
+            throw ExitCode(error.kind.exitCode)
+        }
+        if format == .json {
+            var object: [String: JSONValue] = [
+                "plugin": .string(plugin.manifest.id), "owner": .string(plugin.manifest.owner),
+                "modes": .array(plugin.manifest.modes.map { .string($0.rawValue) }),
+                "intent": (try? JSONCoding.value(of: definition)) ?? .null,
+            ]
+            if let appName = plugin.manifest.appName { object["appName"] = .string(appName) }
+            let used = Set(definition.parameters.compactMap(\.customType))
+            let types = plugin.manifest.types.filter { used.contains($0.name) }
+            if !types.isEmpty { object["types"] = (try? JSONCoding.value(of: types)) ?? .null }
+            return Output.printJSON(.object(object))
+        }
+        var lines: [String] = []
+        lines.append("\(definition.title ?? definition.name) (\(definition.name))")
+        if let description = definition.description { lines.append("  \(description)") }
+        lines.append("  plugin \(plugin.manifest.id) \(plugin.manifest.version), owner \(plugin.manifest.owner), modes \(plugin.manifest.modes.map(\.rawValue).joined(separator: ", "))")
+        if definition.runsInBackground == true { lines.append("  runs in the background") }
+        if let confirmation = definition.confirmation { lines.append("  asks to confirm: \(confirmation)") }
+        lines.append("")
+        lines.append(definition.parameters.isEmpty ? "No parameters." : "Parameters:")
+        for parameter in definition.parameters {
+            var type = parameter.type == .custom ? (parameter.customType ?? "custom") : parameter.type.rawValue
+            if parameter.multiple { type = "list of \(type)" }
+            var head = "  \(parameter.name): \(type)"
+            head += parameter.required ? ", required" : ", optional"
+            if let value = parameter.default { head += ", default \(TextFormatting.describe(value))" }
+            lines.append(head)
+            if let title = parameter.title { lines.append("      title: \(title)") }
+            if let description = parameter.description { lines.append("      \(description)") }
+            if let values = parameter.values {
+                lines.append("      values: " + values.map { v in parameter.valueTitles?[v].map { "\(v) (\($0))" } ?? v }.joined(separator: ", "))
+            }
+            if let allowed = parameter.allowedTypes, !allowed.isEmpty { lines.append("      file types: \(allowed.joined(separator: ", "))") }
+            if parameter.dynamicOptions { lines.append("      options: provided by the plugin (extrun options INTENT.json \(parameter.name))") }
+            if let parent = parameter.parent { lines.append("      only when \(parent.parameter) is \(TextFormatting.describe(parent.value))") }
+            if let prompt = parameter.prompt { lines.append("      asks: \(prompt)") }
+            if let confirm = parameter.confirmationPrompt { lines.append("      confirms: \(confirm)") }
+            for reason in parameter.unsupportedReasons ?? [] { lines.append("      unsupported (\(reason.code)): \(reason.message)") }
+        }
+        lines.append("")
+        lines.append("Responses: the standard codes (\(ResponseCode.standard.joined(separator: ", ")))" + (definition.responses.isEmpty ? "" : ", and:"))
+        for response in definition.responses {
+            var line = "  \(response.code)\(response.success ? " (counts as success)" : "")"
+            if let properties = response.properties, !properties.isEmpty { line += " with \(properties.joined(separator: ", "))" }
+            if let dialog = response.dialog { line += ": \"\(dialog)\"" }
+            lines.append(line)
+        }
+        if let phrases = definition.phrases, !phrases.isEmpty {
+            lines.append("")
+            lines.append("Phrases:")
+            for phrase in phrases { lines.append("  \"\(phrase)\"") }
+        }
+        Output.printLine(lines.joined(separator: "\n"))
+    }
+}
+
+enum TextFormatting {
+    static func describe(_ value: JSONValue) -> String {
+        switch value {
+        case .string(let s): "\"\(s)\""
+        default: String(decoding: (try? JSONCoding.encoder().encode(value)) ?? Data(), as: UTF8.self)
+        }
+    }
+}
+
+struct Options: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Ask a plugin for the possible values of a parameter (its dynamic options).",
+        discussion: """
+            Starts the plugin with the same limits and sandbox as `handle`, sends it the \
+            intent's current parameter values and the search text, and prints the options it \
+            offers: identifier, title, subtitle, image, in sections. Example:
+              extrun options Examples/intents/order-soup.json soup --search chow
+            """)
+
+    @Argument(help: ArgumentHelp("The intent file (its other parameters may narrow the options); - reads stdin.", valueName: "intent.json"))
+    var intentFile: String
+    @Argument(help: "The parameter whose options to list.") var parameter: String
+    @Option(help: "Text a person typed, to narrow the list.") var search: String?
+    @Option(help: "Run the plugin in this mode.") var mode: Mode?
+    @Option(help: "Output format: json or text.") var format: OutputFormat = .json
+    @Flag(name: .shortAndLong, help: "Show on stderr what happens.") var verbose = false
+
+    func run() throws {
+        var options = HandleOptions()
+        options.mode = mode
+        if verbose { options.log = { Output.printError($0) } }
+        var report: HandleReport
+        do {
+            report = Host().options(try IntentFileParser.read(path: intentFile), parameter: parameter, search: search, options: options)
+        } catch {
+            report = HandleReport(intent: nil)
+            report.error = error
+        }
+        switch format {
+        case .json: Output.printJSON(report.json)
+        case .text: Output.printLine(report.text)
+        }
+        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+    }
+}

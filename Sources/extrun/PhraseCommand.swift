@@ -1,0 +1,37 @@
+import ArgumentParser
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+
+struct PhraseCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "phrase",
+        abstract: "Handle what a person says: match it against the plugins' phrases and run the intent.",
+        discussion: """
+            Plugins declare phrases with their app's name and at most one parameter, e.g. \
+            "Order ${soup} in Soup Chef". The match ignores case and accents; the words in the \
+            parameter's place are matched against the plugin's suggested options (or taken as \
+            the value). No match, or several, lists the closest phrases. Example:
+              extrun phrase "Order clam chowder in Soup Chef"
+            Exit statuses as for `handle` (no match: 5, noHandler).
+            """)
+
+    @Argument(help: "What the person said.") var text: String
+    @Option(help: "Output format: json or text.") var format: OutputFormat = .json
+    @Flag(name: [.customLong("yes"), .customShort("y")], help: "Accept confirmations without asking.") var assumeYes = false
+    @Flag(help: "Never ask on the terminal.") var noInput = false
+    @Flag(name: .shortAndLong, help: "Show on stderr what happens.") var verbose = false
+
+    func run() throws {
+        var options = HandleOptions()
+        options.assumeYes = assumeYes
+        if !noInput { options.prompter = TerminalPrompter() }
+        if verbose { options.log = { Output.printError($0) } }
+        let report = Host().phrase(text, options: options)
+        switch format {
+        case .json: Output.printJSON(report.json)
+        case .text: Output.printLine(report.text)
+        }
+        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+    }
+}
