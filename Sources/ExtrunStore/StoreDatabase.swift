@@ -218,6 +218,11 @@ final class StoreDatabase: Sendable {
                     );
                     """)
         }
+        // Owner-to-owner migrations (`extrun migrate`): their phases, cursors
+        // and the items worth reporting. See MigrationRecord and docs/store.md.
+        migrator.registerMigration("v2-owner-migrations") { db in
+            try db.execute(sql: MigrationRecord.schemaSQL)
+        }
         return migrator
     }()
 

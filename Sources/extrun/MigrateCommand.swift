@@ -111,7 +111,7 @@ func finishMigration(_ summary: MigrationSummary) throws {
     Output.printJSON(summary.json)
     if !summary.isClean {
         let reason = summary.stoppedBecause ?? "some items were not migrated or were kept in the old owner; see \"items\" in the summary"
-        Output.printError("extrun: migration \(summary.options.dryRun ? "plan" : "") incomplete: \(reason)")
+        Output.printError("extrun: \(summary.options.dryRun ? "the migration plan is" : "the migration is") incomplete: \(reason)")
         throw ExitCode(migrationIncompleteExit)
     }
 }

@@ -1,0 +1,524 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One item of the old owner as read (and opened) from its source: the store
+/// itself for a local migration, or a transfer bundle for an import.
+struct MigrationSourceItem {
+    var name: String
+    /// The opened value: a global's compact JSON, or a bookmark's record as JSON.
+    var plaintext: Data?
+    /// A global's version in the old owner (local migrations only).
+    var version: Int64?
+    /// Why the item cannot be migrated (it does not open, is not a valid record).
+    var failure: StoreError?
+}
+
+/// An item ready to be written under the new owner.
+struct PreparedItem {
+    var name: String
+    var failure: StoreError?
+    /// Globals: the value's JSON, sealed as it is.
+    var plaintext = Data()
+    /// Bookmarks: the record for the new owner (paths rewritten into its container).
+    var record: BookmarkRecord?
+    /// Bookmarks inside the old owner's container, local migrations: what to copy where.
+    var copySource: String?
+    var copyDestination: String?
+    var copied = false
+    /// Bookmarks: the old owner's bookmark was stale (migrated as it is).
+    var stale = false
+    var rewritten = false
+    /// Keep the identity recorded in the old owner (a stale bookmark stays stale).
+    var keepIdentity = false
+}
+
+/// One migration run: a local migration (`Store.migrate`) or an import
+/// (`Store.importTransfer`). See docs/migration.md for the guarantees.
+final class MigrationRun {
+    let store: Store
+    let from: String
+    let to: String
+    let origin: String
+    let options: MigrationOptions
+    let containers: ContainerMap
+    /// Local: copy files of bookmarks inside the old owner's container. Import: re-record bookmarks on this machine.
+    let copiesFiles: Bool
+    let progress: ((MigrationProgress) -> Void)?
+    let started = Date()
+
+    var targetKey: OwnerKey?
+    /// The persistent record; nil in a dry run that has nothing to resume.
+    var record: MigrationRecord.Row?
+    var resumed = false
+
+    // Dry runs keep their plan in memory.
+    var dryCounts = MigrationRecord.Counts()
+    var dryItems: [MigrationItemReport] = []
+    var dryItemCount = 0
+    /// Names a dry run would have written (renames), with their value, so later items see them.
+    var simulated: [SealKind: [String: PreparedItem]] = [:]
+
+    init(
+        store: Store, from: String, to: String, origin: String, options: MigrationOptions, containers: ContainerMap, copiesFiles: Bool,
+        progress: ((MigrationProgress) -> Void)?
+    ) {
+        self.store = store
+        self.from = from
+        self.to = to
+        self.origin = origin
+        self.options = options
+        self.containers = containers
+        self.copiesFiles = copiesFiles
+        self.progress = progress
+    }
+
+    var file: String { store.databasePath }
+
+    var storedOptions: MigrationRecord.StoredOptions {
+        MigrationRecord.StoredOptions(scope: options.scope, onConflict: options.onConflict, removeSource: options.removeSource)
+    }
+
+    // MARK: - Starting and resuming
+
+    /// Finds the unfinished migration to resume (refusing other options), or nil.
+    func findUnfinished() throws -> MigrationRecord.Row? {
+        let found = try store.database.read { db in
+            try MigrationRecord.unfinished(db, source: from, target: to, origin: origin, file: file)
+        }
+        if let found, found.options != storedOptions {
+            let recorded = found.options
+            throw StoreError(
+                .alreadyExists,
+                "an interrupted migration from '\(from)' to '\(to)' is unfinished (phase \(found.phase.rawValue)) with --only \(recorded.scope.rawValue) --on-conflict \(recorded.onConflict.rawValue)\(recorded.removeSource ? " --remove-source" : ""); run it again with those options to finish it first",
+                details: [
+                    "from": .string(from), "to": .string(to), "phase": .string(found.phase.rawValue),
+                    "only": .string(recorded.scope.rawValue), "onConflict": .string(recorded.onConflict.rawValue),
+                    "removeSource": .bool(recorded.removeSource),
+                ])
+        }
+        return found
+    }
+
+    /// Makes sure the new owner's key exists on disk (fsynced) before anything is sealed with it,
+    /// switches the connection to synchronous=FULL, and creates or resumes the record.
+    func begin(sourceStartVersion: Int64) throws {
+        targetKey = try store.writeKey(to)
+        do {
+            try store.database.queue.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA synchronous = FULL")
+            }
+        } catch {
+            throw StoreDatabase.storeError(error, path: file)
+        }
+        if let existing = try findUnfinished() {
+            record = existing
+            resumed = true
+            return
+        }
+        record = try store.database.write { db in
+            if let raced = try MigrationRecord.unfinished(db, source: from, target: to, origin: origin, file: file) { return raced }
+            return try MigrationRecord.create(
+                db, source: from, target: to, origin: origin, options: storedOptions, sourceStartVersion: sourceStartVersion, file: file)
+        }
+    }
+
+    static func lastVersion(_ db: Database, owner: String) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT lastVersion FROM owner WHERE name = ?", arguments: [owner]) ?? 0
+    }
+
+    // MARK: - Preparing items
+
+    func prepare(_ items: [MigrationSourceItem], kind: SealKind) -> [PreparedItem] {
+        items.map { item in
+            var prepared = PreparedItem(name: item.name, failure: item.failure)
+            guard item.failure == nil, let plaintext = item.plaintext else { return prepared }
+            if kind == .global {
+                prepared.plaintext = plaintext
+                return prepared
+            }
+            do {
+                let record = try JSONCoding.decode(BookmarkRecord.self, fromJSON: plaintext)
+                prepareBookmark(&prepared, record)
+            } catch {
+                prepared.failure = StoreError(
+                    .sealBroken, "bookmark '\(item.name)' of owner '\(from)' opened but is not a bookmark record: \(JSONCoding.describe(error))",
+                    details: ["owner": .string(from), "name": .string(item.name)])
+            }
+            return prepared
+        }
+    }
+
+    private func prepareBookmark(_ prepared: inout PreparedItem, _ source: BookmarkRecord) {
+        var record = source
+        let pathRelative = containers.relative(source.path)
+        let lastRelative = containers.relative(source.lastKnownPath)
+        if let pathRelative { record.path = ContainerMap.join(containers.targetRoot, pathRelative) }
+        if let lastRelative { record.lastKnownPath = ContainerMap.join(containers.targetCanonicalRoot, lastRelative) }
+        prepared.rewritten = pathRelative != nil || lastRelative != nil
+        if copiesFiles {
+            prepared.stale = Bookmarks.status(of: source).isStale
+            prepared.keepIdentity = prepared.stale
+            if let lastRelative, let root = containers.sourceReadRoot {
+                prepared.copySource = ContainerMap.join(root, lastRelative)
+                prepared.copyDestination = ContainerMap.join(containers.targetRoot, lastRelative)
+            }
+        } else {
+            // An import: stale unless something of the same kind is at the path on this machine.
+            prepared.stale = (try? Bookmarks.locate(record.path)).map { $0.kind != record.kind } ?? true
+        }
+        prepared.record = record
+    }
+
+    /// Copies a bookmark's target into the new owner's container and records the copy's identity.
+    func materialize(_ prepared: inout PreparedItem, copier: inout ContainerCopier) throws {
+        guard !prepared.copied, prepared.failure == nil else { return }
+        prepared.copied = true
+        guard var record = prepared.record else { return }
+        if let source = prepared.copySource, let destination = prepared.copyDestination {
+            do {
+                try copier.copy(source, to: destination, root: containers.targetRoot)
+            } catch let conflict as CopyConflict {
+                prepared.failure = StoreError(
+                    .alreadyExists, "bookmark '\(prepared.name)': \(conflict.message)", details: ["name": .string(prepared.name), "file": .string(destination)])
+                return
+            }
+        }
+        // Local: a copy made for a bookmark that was not stale is its new target.
+        // Import: whatever is at the path on this machine, if it is of the same kind
+        // (identities are per machine: the old one's mean nothing here).
+        let probe: String? = copiesFiles ? (prepared.keepIdentity ? nil : prepared.copyDestination) : record.path
+        if let probe, let target = try? Bookmarks.locate(probe), copiesFiles || target.kind == record.kind {
+            record.lastKnownPath = target.canonical
+            record.kind = target.kind
+            record.identity = target.identity
+        }
+        if !copiesFiles {
+            prepared.stale = Bookmarks.status(of: record).isStale
+        }
+        prepared.record = record
+    }
+
+    // MARK: - Planning a batch
+
+    enum Action {
+        case none
+        case insert(targetName: String)
+        case update
+    }
+
+    struct Plan {
+        var actions: [Action] = []
+        var counts = MigrationCounts()
+        var reports: [MigrationItemReport] = []
+    }
+
+    /// The new owner's value under `name`: opened, or a failure.
+    private func existing(_ db: Database, kind: SealKind, name: String) throws -> Result<Data, StoreError>? {
+        guard let key = targetKey else { return nil }
+        guard let sealed = try Data.fetchOne(db, sql: "SELECT sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?", arguments: [to, name])
+        else { return nil }
+        do {
+            return .success(try Sealing.open(sealed, with: key, context: SealContext(owner: to, kind: kind, name: name), file: file))
+        } catch let error as StoreError {
+            return .failure(error)
+        }
+    }
+
+    /// Whether the new owner's value (opened) is the same as the item's.
+    private func same(_ kind: SealKind, _ item: PreparedItem, _ existing: Data) -> Bool {
+        if kind == .global { return item.plaintext == existing }
+        guard let record = item.record, let other = try? JSONCoding.decode(BookmarkRecord.self, fromJSON: existing) else { return false }
+        return record.path == other.path && record.readOnly == other.readOnly
+    }
+
+    /// Decides what to do with each item against the new owner's current
+    /// state (inside the caller's transaction). `simulate`: a dry run, whose
+    /// earlier renames live in `simulated`.
+    func plan(_ db: Database, _ items: [PreparedItem], kind: SealKind, simulate: Bool) throws -> Plan {
+        var plan = Plan()
+        let names = items.map(\.name)
+        guard let first = names.first, let last = names.last else { return plan }
+        var taken = Set(
+            targetKey == nil
+                ? []
+                : try String.fetchAll(
+                    db, sql: "SELECT name FROM \(kind.rawValue) WHERE owner = ? AND name >= ? AND name <= ?", arguments: [to, first, last]))
+        /// Items this batch (or, simulating, the dry run) writes: name -> item.
+        var written = simulate ? (simulated[kind] ?? [:]) : [:]
+        func lookup(_ name: String) throws -> Result<Data, StoreError>? {
+            if let item = written[name] {
+                return .success(kind == .global ? item.plaintext : (try? JSONCoding.encoder().encode(item.record)) ?? Data())
+            }
+            guard taken.contains(name) || !(name >= first && name <= last) else { return nil }
+            return try existing(db, kind: kind, name: name)
+        }
+        for item in items {
+            plan.counts.total += 1
+            if item.failure == nil, kind == .bookmark {
+                if item.stale { plan.counts.stale += 1 }
+                if item.rewritten { plan.counts.rewritten += 1 }
+            }
+            if let failure = item.failure {
+                plan.counts.failed += 1
+                plan.reports.append(report(kind, item.name, "failed", failure))
+                plan.actions.append(.none)
+                continue
+            }
+            guard let current = try lookup(item.name) else {
+                plan.counts.migrated += 1
+                plan.actions.append(.insert(targetName: item.name))
+                written[item.name] = item
+                taken.insert(item.name)
+                continue
+            }
+            switch current {
+            case .failure(let error):
+                plan.counts.failed += 1
+                plan.reports.append(
+                    report(kind, item.name, "failed", StoreError(
+                        error.kind,
+                        "the new owner's \(kind.rawValue) '\(item.name)' does not open (\(error.message)); both were left as they are",
+                        details: error.details)))
+                plan.actions.append(.none)
+                continue
+            case .success(let value) where same(kind, item, value):
+                plan.counts.migrated += 1
+                plan.counts.alreadyPresent += 1
+                plan.actions.append(.none)
+                continue
+            case .success:
+                break
+            }
+            plan.counts.conflicting += 1
+            switch options.onConflict {
+            case .fail, .skip:
+                let outcome = options.onConflict == .fail ? "conflict" : "skipped"
+                plan.counts.skipped += 1
+                plan.reports.append(MigrationItemReport(
+                    kind: kind.rawValue, name: item.name, outcome: outcome,
+                    message: "the new owner already has a \(kind.rawValue) '\(item.name)' with another value; it was kept and this one was not migrated"))
+                plan.actions.append(.none)
+            case .overwrite:
+                plan.counts.migrated += 1
+                plan.counts.overwritten += 1
+                plan.reports.append(MigrationItemReport(
+                    kind: kind.rawValue, name: item.name, outcome: "overwritten", message: "the new owner's value was replaced"))
+                plan.actions.append(.update)
+                written[item.name] = item
+            case .rename:
+                var decided = false
+                for attempt in 1...100 {
+                    guard let candidate = MigrationRun.renameCandidate(item.name, source: from, attempt: attempt) else { break }
+                    guard let other = try lookup(candidate) else {
+                        plan.counts.migrated += 1
+                        plan.counts.renamed += 1
+                        plan.reports.append(MigrationItemReport(kind: kind.rawValue, name: item.name, outcome: "renamed", targetName: candidate))
+                        plan.actions.append(.insert(targetName: candidate))
+                        written[candidate] = item
+                        if simulate { simulated[kind, default: [:]][candidate] = item }
+                        decided = true
+                        break
+                    }
+                    if case .success(let value) = other, same(kind, item, value) {
+                        plan.counts.migrated += 1
+                        plan.counts.renamed += 1
+                        plan.counts.alreadyPresent += 1
+                        plan.reports.append(MigrationItemReport(kind: kind.rawValue, name: item.name, outcome: "renamed", targetName: candidate))
+                        plan.actions.append(.none)
+                        decided = true
+                        break
+                    }
+                }
+                if !decided {
+                    plan.counts.failed += 1
+                    plan.reports.append(report(
+                        kind, item.name, "failed",
+                        StoreError(.alreadyExists, "no free name to migrate \(kind.rawValue) '\(item.name)' under (tried 100)")))
+                    plan.actions.append(.none)
+                }
+            }
+        }
+        return plan
+    }
+
+    private func report(_ kind: SealKind, _ name: String, _ outcome: String, _ error: StoreError) -> MigrationItemReport {
+        MigrationItemReport(kind: kind.rawValue, name: name, outcome: outcome, errorKind: error.kind.rawValue, message: error.message)
+    }
+
+    /// `<name> (from <owner>)`, `<name> (from <owner> 2)`, ...: the name shortened (whole
+    /// characters) to fit the 256-byte limit; nil if no valid name results.
+    static func renameCandidate(_ name: String, source: String, attempt: Int) -> String? {
+        let suffix = attempt == 1 ? " (from \(source))" : " (from \(source) \(attempt))"
+        var base = name
+        while !base.isEmpty, base.utf8.count + suffix.utf8.count > StoreLimits.maxNameBytes { base.removeLast() }
+        let candidate = base + suffix
+        guard !base.isEmpty, (try? NameRules.validateName(candidate, kind: .global)) != nil else { return nil }
+        return candidate
+    }
+
+    // MARK: - Writing a batch
+
+    func execute(_ db: Database, _ items: [PreparedItem], _ plan: Plan, kind: SealKind) throws {
+        guard let key = targetKey else { throw StoreError(.databaseError, "no key for the new owner '\(to)'") }
+        let writes = plan.actions.filter { if case .none = $0 { return false } else { return true } }.count
+        guard writes > 0 else { return }
+        var version: Int64 = 0
+        if kind == .global {
+            guard let last = try Int64.fetchOne(
+                db, sql: "UPDATE owner SET lastVersion = lastVersion + ? WHERE name = ? RETURNING lastVersion", arguments: [writes, to])
+            else {
+                throw StoreError(.databaseError, "owner '\(to)' has no row in the store's owner table", details: ["owner": .string(to)])
+            }
+            version = last - Int64(writes)
+        }
+        let insert = try db.cachedStatement(
+            sql: kind == .global
+                ? "INSERT INTO global (owner, name, version, sealed) VALUES (?, ?, ?, ?)"
+                : "INSERT INTO bookmark (owner, name, sealed) VALUES (?, ?, ?)")
+        let update = try db.cachedStatement(
+            sql: kind == .global
+                ? "UPDATE global SET version = ?, sealed = ? WHERE owner = ? AND name = ?"
+                : "UPDATE bookmark SET sealed = ? WHERE owner = ? AND name = ?")
+        for (item, action) in zip(items, plan.actions) {
+            let targetName: String
+            switch action {
+            case .none: continue
+            case .insert(let name): targetName = name
+            case .update: targetName = item.name
+            }
+            let plaintext: Data
+            if kind == .global {
+                plaintext = item.plaintext
+            } else {
+                do {
+                    plaintext = try JSONCoding.encoder().encode(item.record)
+                } catch {
+                    throw StoreError(.invalidValue, "cannot encode bookmark '\(item.name)': \(error)")
+                }
+            }
+            let sealed = try Sealing.seal(plaintext, with: key, context: SealContext(owner: to, kind: kind, name: targetName))
+            switch (kind, action) {
+            case (.global, .insert):
+                version += 1
+                try insert.execute(arguments: [to, targetName, version, sealed])
+            case (.global, _):
+                version += 1
+                try update.execute(arguments: [version, sealed, to, targetName])
+            case (.bookmark, .insert):
+                try insert.execute(arguments: [to, targetName, sealed])
+            case (.bookmark, _):
+                try update.execute(arguments: [sealed, to, targetName])
+            }
+        }
+    }
+
+    /// Plans and writes one batch in one transaction, moving the record's
+    /// cursor with it. Returns false (writing nothing) when another run moved
+    /// the cursor meanwhile: the caller reloads the record and goes on from there.
+    func commit(_ items: [PreparedItem], kind: SealKind, expectedCursor: String) throws -> Bool {
+        guard var items = Optional(items), let last = items.last?.name, let id = record?.id else { return true }
+        let phase = MigrationRecord.Phase.copy(kind)
+        var copier = ContainerCopier()
+        if kind == .bookmark, copiesFiles {
+            // Copies outside the write lock for what the plan would write now; the
+            // transaction copies any other item it ends up writing (idempotent).
+            let tentative = try store.database.read { db in try plan(db, items, kind: kind, simulate: false) }
+            for index in items.indices {
+                if case .none = tentative.actions[index] { continue }
+                try materialize(&items[index], copier: &copier)
+            }
+            try copier.syncFolders()
+        }
+        return try store.database.write { db in
+            var current = try MigrationRecord.load(db, id: id, source: from, target: to, origin: origin, file: file)
+            guard current.phase == phase, current.cursor == expectedCursor else {
+                record = current
+                return false
+            }
+            var batchPlan = try plan(db, items, kind: kind, simulate: false)
+            if kind == .bookmark {
+                var replan = false
+                for index in items.indices where !items[index].copied {
+                    if case .none = batchPlan.actions[index] { continue }
+                    try materialize(&items[index], copier: &copier)
+                    replan = true
+                }
+                try copier.syncFolders()
+                if replan { batchPlan = try plan(db, items, kind: kind, simulate: false) }
+                // Count what was copied for this batch (files of items skipped later are counted too: they are on disk).
+                batchPlan.counts.filesCopied += copier.files
+                batchPlan.counts.bytesCopied += copier.bytes
+            }
+            try execute(db, items, batchPlan, kind: kind)
+            for item in batchPlan.reports {
+                try MigrationRecord.recordItem(db, migration: id, kind: kind, item)
+            }
+            current.cursor = last
+            current.counts[kind].add(batchPlan.counts)
+            try MigrationRecord.save(db, current)
+            record = current
+            return true
+        }
+    }
+
+    /// Plans a batch without writing (a dry run), accumulating the plan in memory.
+    func simulate(_ items: [PreparedItem], kind: SealKind) throws {
+        let batchPlan = try store.database.read { db in try plan(db, items, kind: kind, simulate: true) }
+        dryCounts[kind].add(batchPlan.counts)
+        dryItemCount += batchPlan.reports.count
+        for item in batchPlan.reports where dryItems.count < MigrationSummary.itemLimit { dryItems.append(item) }
+    }
+
+    /// Moves the record to its next phase (if it is still at `phase`).
+    func advance(from phase: MigrationRecord.Phase) throws {
+        guard let id = record?.id else { return }
+        record = try store.database.write { db in
+            var current = try MigrationRecord.load(db, id: id, source: from, target: to, origin: origin, file: file)
+            guard current.phase == phase else { return current }
+            let next = phase.next(scope: options.scope, removeSource: options.removeSource)
+            let copying: Set<MigrationRecord.Phase> = [.copyGlobals, .copyBookmarks]
+            if copying.contains(phase), !copying.contains(next), current.targetCopiedVersion == nil {
+                current.targetCopiedVersion = try MigrationRun.lastVersion(db, owner: to)
+            }
+            current.phase = next
+            current.cursor = ""
+            try MigrationRecord.save(db, current, finished: next == .done)
+            return current
+        }
+    }
+
+    func report(phase: String, done: Int, total: Int) {
+        progress?(MigrationProgress(phase: phase, done: done, total: total))
+    }
+
+    // MARK: - Summary
+
+    func summary(stoppedBecause: String? = nil) throws -> MigrationSummary {
+        var counts = record?.counts ?? MigrationRecord.Counts()
+        var items: [MigrationItemReport] = []
+        var omitted = 0
+        if let id = record?.id {
+            (items, omitted) = try store.database.read { db in
+                try MigrationRecord.reportedItems(db, migration: id, limit: MigrationSummary.itemLimit)
+            }
+        }
+        do {  // A dry run's plan, or the conflicts found before a `fail` migration wrote anything.
+            counts.global.add(dryCounts.global)
+            counts.bookmark.add(dryCounts.bookmark)
+            let room = max(0, MigrationSummary.itemLimit - items.count)
+            items += dryItems.prefix(room)
+            omitted += max(0, dryItemCount - min(room, dryItems.count))
+        }
+        return MigrationSummary(
+            from: from, to: to, origin: origin, options: options, resumed: resumed,
+            complete: !options.dryRun && record?.phase == .done && stoppedBecause == nil,
+            stoppedBecause: stoppedBecause, globals: counts.global, bookmarks: counts.bookmark, items: items, itemsOmitted: omitted,
+            sourceContainer: containers.sourceLiteral, targetContainer: containers.targetRoot,
+            seconds: Date().timeIntervalSince(started))
+    }
+}

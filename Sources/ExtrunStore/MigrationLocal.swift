@@ -1,0 +1,340 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+
+extension Store {
+    /// Migrates the globals and bookmarks of owner `from` to owner `to` in this
+    /// store: each item is opened with `from`'s key and sealed with `to`'s
+    /// (authenticated data rebound to `to`), bookmarks inside `from`'s container
+    /// are pointed (and their files copied) into `to`'s. Resumable: run it again
+    /// after any interruption and it finishes (docs/migration.md).
+    ///
+    /// Throws for problems with the store or the keys (nothing is written
+    /// then); problems with single items are in the summary.
+    public func migrate(
+        from: String, to: String, options: MigrationOptions = MigrationOptions(), progress: ((MigrationProgress) -> Void)? = nil
+    ) throws -> MigrationSummary {
+        try NameRules.validateOwner(from)
+        try NameRules.validateOwner(to)
+        guard !from.utf8.elementsEqual(to.utf8) else {
+            throw StoreError(.invalidName, "the old and the new owner are both '\(from)'; a migration needs two owners", details: ["owner": .string(from)])
+        }
+        guard let oldKey = try readKey(from) else {
+            throw StoreError(
+                .notFound, "owner '\(from)' has nothing to migrate: no key file \(keystore.path(for: from)) and nothing in \(databasePath)",
+                details: ["owner": .string(from)])
+        }
+        let run = MigrationRun(
+            store: self, from: from, to: to, origin: "local", options: options, containers: .local(store: self, from: from, to: to),
+            copiesFiles: true, progress: progress)
+        return try LocalMigration(run: run, oldKey: oldKey).perform()
+    }
+}
+
+/// A migration within one store: copy phases, then with removeSource a
+/// verification of everything and the removal phases.
+struct LocalMigration {
+    let run: MigrationRun
+    let oldKey: OwnerKey
+
+    var store: Store { run.store }
+    var options: MigrationOptions { run.options }
+    /// Bytes of sealed values read into one batch, at most (plus one value).
+    static let batchBytes = 8 << 20
+
+    struct Row {
+        var name: String
+        var version: Int64?
+        var sealed: Data
+    }
+
+    func perform() throws -> MigrationSummary {
+        if options.dryRun { return try dryRun() }
+        if try run.findUnfinished() == nil, options.onConflict == .fail {
+            run.targetKey = try store.readKey(run.to)
+            let conflicts = try findConflicts()
+            if conflicts > 0 {
+                return try run.summary(
+                    stoppedBecause: "\(conflicts) item(s) of '\(run.from)' conflict with the new owner's under --on-conflict fail; nothing was written")
+            }
+            run.dryCounts = MigrationRecord.Counts()
+            run.dryItems = []
+            run.dryItemCount = 0
+        }
+        let sourceStart = try store.database.read { db in try MigrationRun.lastVersion(db, owner: run.from) }
+        try run.begin(sourceStartVersion: sourceStart)
+        while let record = run.record, record.phase != .done {
+            switch record.phase {
+            case .copyGlobals, .copyBookmarks:
+                try copyPhase(record.phase)
+            case .verify:
+                let (failures, reports) = try verifyAll()
+                if failures > 0 {
+                    run.dryItems = reports
+                    run.dryItemCount = failures
+                    return try run.summary(
+                        stoppedBecause: "\(failures) migrated item(s) do not open under the new owner's key; nothing was removed from '\(run.from)'")
+                }
+                try run.advance(from: .verify)
+            case .removeGlobals, .removeBookmarks:
+                try removePhase(record.phase)
+            case .done:
+                break
+            }
+        }
+        return try run.summary()
+    }
+
+    // MARK: - Reading the old owner
+
+    static func readBatch(_ db: Database, kind: SealKind, owner: String, after cursor: String, limit: Int, conflictingWith target: String? = nil) throws -> [Row] {
+        let version = kind == .global ? "a.version" : "NULL"
+        var sql = "SELECT a.name, \(version), a.sealed FROM \(kind.rawValue) a WHERE a.owner = ? AND a.name > ?"
+        var arguments: StatementArguments = [owner, cursor]
+        if let target {
+            sql += " AND EXISTS (SELECT 1 FROM \(kind.rawValue) b WHERE b.owner = ? AND b.name = a.name)"
+            arguments += [target]
+        }
+        sql += " ORDER BY a.name LIMIT ?"
+        arguments += [limit]
+        var rows: [Row] = []
+        var bytes = 0
+        let cursor = try GRDB.Row.fetchCursor(db, sql: sql, arguments: arguments)
+        while let row = try cursor.next() {
+            let sealed: Data = row[2]
+            rows.append(Row(name: row[0], version: row[1], sealed: sealed))
+            bytes += sealed.count
+            if bytes >= batchBytes { break }
+        }
+        return rows
+    }
+
+    func open(_ row: Row, kind: SealKind) -> MigrationSourceItem {
+        do {
+            let plaintext = try Sealing.open(
+                row.sealed, with: oldKey, context: SealContext(owner: run.from, kind: kind, name: row.name), file: store.databasePath)
+            return MigrationSourceItem(name: row.name, plaintext: plaintext, version: row.version)
+        } catch let error as StoreError {
+            return MigrationSourceItem(name: row.name, version: row.version, failure: error)
+        } catch {
+            return MigrationSourceItem(name: row.name, version: row.version, failure: StoreError(.sealBroken, "\(error)"))
+        }
+    }
+
+    func count(_ kind: SealKind) throws -> Int {
+        try store.database.read { db in
+            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(kind.rawValue) WHERE owner = ?", arguments: [run.from]) ?? 0
+        }
+    }
+
+    static func phaseName(_ phase: MigrationRecord.Phase) -> String {
+        switch phase {
+        case .copyGlobals: "copy globals"
+        case .copyBookmarks: "copy bookmarks"
+        case .verify: "verify"
+        case .removeGlobals: "remove globals"
+        case .removeBookmarks: "remove bookmarks"
+        case .done: "done"
+        }
+    }
+
+    // MARK: - Plans without writing
+
+    private func dryRun() throws -> MigrationSummary {
+        run.targetKey = try store.readKey(run.to)
+        run.record = try run.findUnfinished()
+        run.resumed = run.record != nil
+        let phases = options.scope.kinds.map(MigrationRecord.Phase.copy)
+        let startIndex = run.record.map { record in phases.firstIndex(of: record.phase) ?? phases.count } ?? 0
+        for (index, phase) in phases.enumerated() where index >= startIndex {
+            guard let kind = phase.kind else { continue }
+            var cursor = index == startIndex ? (run.record?.cursor ?? "") : ""
+            let total = try count(kind)
+            var done = 0
+            while true {
+                let rows = try store.database.read { db in
+                    try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize)
+                }
+                guard let last = rows.last else { break }
+                try run.simulate(run.prepare(rows.map { open($0, kind: kind) }, kind: kind), kind: kind)
+                cursor = last.name
+                done += rows.count
+                run.report(phase: "plan", done: done, total: total)
+            }
+        }
+        return try run.summary()
+    }
+
+    /// Under `fail`, before anything is written: the items whose name the new
+    /// owner uses for another value (recorded in the run's dry plan).
+    private func findConflicts() throws -> Int {
+        guard run.targetKey != nil else { return 0 }
+        for kind in options.scope.kinds {
+            var cursor = ""
+            while true {
+                let rows = try store.database.read { db in
+                    try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize, conflictingWith: run.to)
+                }
+                guard let last = rows.last else { break }
+                try run.simulate(run.prepare(rows.map { open($0, kind: kind) }, kind: kind), kind: kind)
+                cursor = last.name
+            }
+        }
+        // Only conflicts count here: items that fail to open are reported by the migration itself.
+        run.dryItems = run.dryItems.filter { $0.outcome == "conflict" }
+        let conflicts = run.dryCounts.global.skipped + run.dryCounts.bookmark.skipped
+        run.dryItemCount = conflicts
+        return conflicts
+    }
+
+    // MARK: - Copying
+
+    private func copyPhase(_ phase: MigrationRecord.Phase) throws {
+        guard let kind = phase.kind else { return }
+        let total = try count(kind) + (run.record?.counts[kind].total ?? 0)
+        while let record = run.record, record.phase == phase {
+            let cursor = record.cursor
+            let rows = try store.database.read { db in
+                try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize)
+            }
+            if rows.isEmpty {
+                try run.advance(from: phase)
+                return
+            }
+            let items = run.prepare(rows.map { open($0, kind: kind) }, kind: kind)
+            if try run.commit(items, kind: kind, expectedCursor: cursor) {
+                run.report(phase: LocalMigration.phaseName(phase), done: run.record?.counts[kind].total ?? 0, total: total)
+            }
+        }
+    }
+
+    // MARK: - Verifying and removing
+
+    enum Verdict {
+        /// Readable under the new owner with the old owner's value (or changed there since): may be removed.
+        case verified
+        /// Not migrated (failed, skipped, conflict): stays, already reported.
+        case notMigrated
+        /// Migrated, but stays in the old owner: the reason.
+        case keep(String)
+        /// The new owner's item does not open: something is wrong, remove nothing.
+        case broken(StoreError)
+    }
+
+    func verdict(_ db: Database, kind: SealKind, row: Row, item: MigrationItemReport?, record: MigrationRecord.Row) throws -> Verdict {
+        if let item, ["failed", "conflict", "skipped"].contains(item.outcome) { return .notMigrated }
+        let source = open(row, kind: kind)
+        guard source.failure == nil, source.plaintext != nil else {
+            return .keep("it no longer opens with the old owner's key (modified after it was copied)")
+        }
+        let targetName = item?.targetName ?? row.name
+        guard let key = run.targetKey,
+            let target = try GRDB.Row.fetchOne(
+                db, sql: "SELECT \(kind == .global ? "version" : "NULL"), sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?",
+                arguments: [run.to, targetName])
+        else {
+            return .keep("the new owner has no \(kind.rawValue) '\(targetName)' (deleted since, or never copied)")
+        }
+        let targetVersion: Int64? = target[0]
+        let plaintext: Data
+        do {
+            plaintext = try Sealing.open(
+                target[1], with: key, context: SealContext(owner: run.to, kind: kind, name: targetName), file: store.databasePath)
+        } catch let error as StoreError {
+            return .broken(error)
+        }
+        guard let prepared = run.prepare([source], kind: kind).first, prepared.failure == nil else {
+            return .keep("it is not a valid \(kind.rawValue) record")
+        }
+        if kind == .global {
+            if prepared.plaintext == plaintext { return .verified }
+            if let targetVersion, let copied = record.targetCopiedVersion, targetVersion > copied { return .verified }
+            if let version = row.version, version > record.sourceStartVersion {
+                return .keep("it changed in the old owner during the migration; run the migration again to carry the change")
+            }
+            return .keep("the new owner's value of '\(targetName)' differs")
+        }
+        guard let expected = prepared.record, let actual = try? JSONCoding.decode(BookmarkRecord.self, fromJSON: plaintext) else {
+            return .keep("the new owner's bookmark '\(targetName)' is not a valid record")
+        }
+        if expected.path == actual.path && expected.readOnly == actual.readOnly { return .verified }
+        return .keep("the new owner's bookmark '\(targetName)' points elsewhere")
+    }
+
+    /// Reads every migrated item back under the new owner's key before anything
+    /// is removed. Returns the items that do not open there (and reports of the first ones).
+    private func verifyAll() throws -> (Int, [MigrationItemReport]) {
+        guard let record = run.record else { return (0, []) }
+        var failures = 0
+        var reports: [MigrationItemReport] = []
+        for kind in options.scope.kinds {
+            let total = try count(kind)
+            var cursor = ""
+            var done = 0
+            while true {
+                let (rows, found) = try store.database.read { db -> ([Row], [(String, StoreError)]) in
+                    let rows = try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize)
+                    guard let first = rows.first?.name, let last = rows.last?.name else { return (rows, []) }
+                    let items = try MigrationRecord.items(db, migration: record.id, kind: kind, from: first, through: last)
+                    var found: [(String, StoreError)] = []
+                    for row in rows {
+                        if case .broken(let error) = try verdict(db, kind: kind, row: row, item: items[row.name], record: record) {
+                            found.append((row.name, error))
+                        }
+                    }
+                    return (rows, found)
+                }
+                guard let last = rows.last else { break }
+                failures += found.count
+                for (name, error) in found where reports.count < MigrationSummary.itemLimit {
+                    reports.append(MigrationItemReport(
+                        kind: kind.rawValue, name: name, outcome: "unverified", errorKind: error.kind.rawValue, message: error.message))
+                }
+                cursor = last.name
+                done += rows.count
+                run.report(phase: "verify", done: done, total: total)
+            }
+        }
+        return (failures, reports)
+    }
+
+    private func removePhase(_ phase: MigrationRecord.Phase) throws {
+        guard let kind = phase.kind, let id = run.record?.id else { return }
+        let total = try count(kind)
+        var done = 0
+        while true {
+            let finished = try store.database.write { db -> Bool in
+                var current = try MigrationRecord.load(db, id: id, source: run.from, target: run.to, origin: run.origin, file: store.databasePath)
+                guard current.phase == phase else { return true }
+                let rows = try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: current.cursor, limit: options.batchSize)
+                guard let first = rows.first?.name, let last = rows.last?.name else { return true }
+                let items = try MigrationRecord.items(db, migration: id, kind: kind, from: first, through: last)
+                let delete = try db.cachedStatement(sql: "DELETE FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
+                for row in rows {
+                    switch try verdict(db, kind: kind, row: row, item: items[row.name], record: current) {
+                    case .verified:
+                        try delete.execute(arguments: [run.from, row.name])
+                        current.counts[kind].removed += 1
+                    case .notMigrated:
+                        current.counts[kind].kept += 1
+                    case .keep(let reason):
+                        try MigrationRecord.markKept(db, migration: id, kind: kind, name: row.name, reason: reason)
+                        current.counts[kind].kept += 1
+                    case .broken(let error):
+                        try MigrationRecord.markKept(
+                            db, migration: id, kind: kind, name: row.name, reason: "it does not open under the new owner's key: \(error.message)")
+                        current.counts[kind].kept += 1
+                    }
+                }
+                current.cursor = last
+                try MigrationRecord.save(db, current)
+                run.record = current
+                done += rows.count
+                return false
+            }
+            run.report(phase: LocalMigration.phaseName(phase), done: done, total: total)
+            if finished { break }
+        }
+        try run.advance(from: phase)
+    }
+}
