@@ -55,9 +55,9 @@ let package = Package(
 
         // Example plugins: each directory holds the plugin's source and its manifest.json.
         .executableTarget(name: "MakeUppercase", dependencies: ["ExtrunSDK"], path: "Examples/MakeUppercase",
-                          exclude: ["manifest.json"]),
+                          exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
         .executableTarget(name: "RenameFiles", dependencies: ["ExtrunSDK"], path: "Examples/RenameFiles",
-                          exclude: ["manifest.json"]),
+                          exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
         .executableTarget(name: "AllocateMemory", dependencies: ["ExtrunSDK"], path: "Examples/AllocateMemory",
                           exclude: ["manifest.json"]),
         .executableTarget(name: "Sleep", dependencies: ["ExtrunSDK"], path: "Examples/Sleep",

@@ -1,33 +1,24 @@
 import ExtrunSDK
 
 /// MakeUppercase: the first intent of the Shortcuts tutorials.
-struct MakeUppercaseHandler: IntentHandler {
-    struct Parameters: Decodable, Sendable {
-        var text: String?
+///
+/// intents.json declares it; MakeUppercaseIntent, MakeUppercaseResponse,
+/// MakeUppercaseHandling and PluginMain are generated from it. A missing text
+/// gets the declared prompt (the default resolution of a required parameter).
+struct MakeUppercaseHandler: MakeUppercaseHandling {
+    func resolveText(for intent: MakeUppercaseIntent, context: IntentContext) async throws -> MakeUppercaseIntent.TextResolution {
+        guard let text = intent.text else { return .needsValue }
+        return text.isEmpty ? .unsupported(.empty) : .success(text)
     }
 
-    static let intentName = "MakeUppercase"
-
-    func resolve(_ parameter: String, _ request: IntentRequest<Parameters>) async throws -> ResolutionResult {
-        guard parameter == "text" else { return .notRequired }
-        guard let text = request.parameters.text else {
-            return .needsValue(prompt: "Which text would you like to make uppercase?")
-        }
-        if text.isEmpty {
-            return .unsupported(reason: "empty", message: "Please enter some text")
-        }
-        return .success(text)
-    }
-
-    func handle(_ request: IntentRequest<Parameters>) async throws -> IntentResponse {
-        let text = request.parameters.text ?? ""
-        return .success(["result": .string(text.uppercased())])
+    func handle(intent: MakeUppercaseIntent, context: IntentContext) async throws -> MakeUppercaseResponse {
+        .success(result: (intent.text ?? "").uppercased())
     }
 }
 
 @main
 struct MakeUppercasePlugin {
     static func main() async {
-        await PluginRuntime.run(id: "com.example.uppercase", version: "1.0.0", handlers: [MakeUppercaseHandler()])
+        await PluginMain.run(makeUppercase: MakeUppercaseHandler())
     }
 }

@@ -4,69 +4,47 @@ import Foundation
 /// RenameFiles: adds the current date (in `dateFormat`) to each file's name,
 /// before or after it, and optionally changes the name's case. The files are
 /// values: the output is the same files under their new names.
-struct RenameFilesHandler: IntentHandler {
-    enum Case: String, Decodable, Sendable { case lowercase, uppercase }
-    enum Position: String, Decodable, Sendable { case prepend, append }
+///
+/// intents.json declares it; RenameFilesIntent (with its NewCase and Position
+/// enums), RenameFilesResponse, RenameFilesHandling and PluginMain are generated
+/// from it. files, changeCase and position keep their default resolutions (a
+/// non-empty list or the prompt; the value or its default).
+struct RenameFilesHandler: RenameFilesHandling {
+    typealias NewCase = RenameFilesIntent.NewCase
+    typealias Position = RenameFilesIntent.Position
 
-    struct Parameters: Decodable, Sendable {
-        var files: [IntentFile]?
-        var dateFormat: String?
-        var changeCase: Bool?
-        var newCase: Case?
-        var position: Position?
+    func resolveDateFormat(for intent: RenameFilesIntent, context: IntentContext) async throws -> RenameFilesIntent.DateFormatResolution {
+        let format = intent.dateFormat ?? RenameFilesIntent.defaultDateFormat
+        if format.trimmingCharacters(in: .whitespaces).isEmpty { return .unsupported(.empty) }
+        return .success(format)
     }
 
-    static let intentName = "RenameFiles"
-
-    func resolve(_ parameter: String, _ request: IntentRequest<Parameters>) async throws -> ResolutionResult {
-        let p = request.parameters
-        switch parameter {
-        case "files":
-            guard let files = p.files, !files.isEmpty else {
-                return .needsValue(prompt: "Which files would you like to rename?")
-            }
-            return .success(files)
-        case "dateFormat":
-            let format = p.dateFormat ?? "yyyy-MM-dd"
-            if format.trimmingCharacters(in: .whitespaces).isEmpty {
-                return .unsupported(reason: "empty", message: "Please enter a date format, such as yyyy-MM-dd")
-            }
-            return .success(format)
-        case "changeCase":
-            return .success(p.changeCase ?? false)
-        case "newCase":
-            // Shown only when changeCase is on, as in the Shortcuts action.
-            guard p.changeCase == true else { return .notRequired }
-            guard let newCase = p.newCase else { return .needsValue(prompt: "Which case should the names be in?") }
-            return .success(newCase.rawValue)
-        case "position":
-            return .success((p.position ?? .prepend).rawValue)
-        default:
-            return .notRequired
-        }
+    /// Shown only when changeCase is on, as in the Shortcuts action; then it is needed.
+    func resolveNewCase(for intent: RenameFilesIntent, context: IntentContext) async throws -> RenameFilesIntent.NewCaseResolution {
+        guard intent.changeCase == true else { return .notRequired }
+        guard let newCase = intent.newCase else { return .needsValue }
+        return .success(newCase)
     }
 
-    func handle(_ request: IntentRequest<Parameters>) async throws -> IntentResponse {
-        let p = request.parameters
+    func handle(intent: RenameFilesIntent, context: IntentContext) async throws -> RenameFilesResponse {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.dateFormat = p.dateFormat ?? "yyyy-MM-dd"
+        formatter.dateFormat = intent.dateFormat ?? RenameFilesIntent.defaultDateFormat
         let stamp = formatter.string(from: Date())
-        let renamed = (p.files ?? []).map { file in
+        let position = intent.position ?? RenameFilesIntent.defaultPosition
+        let newCase = intent.changeCase == true ? intent.newCase : nil
+        let renamed = (intent.files ?? []).map { file in
             var renamedFile = file
-            renamedFile.filename = Self.newName(
-                for: file.filename, stamp: stamp, position: p.position ?? .prepend, newCase: p.changeCase == true ? p.newCase : nil)
+            renamedFile.filename = Self.newName(for: file.filename, stamp: stamp, position: position, newCase: newCase)
             return renamedFile
         }
         let names = renamed.map(\.filename)
-        return try .success(
-            output: Output(files: renamed),
+        return .success(
+            files: renamed,
             dialog: Dialog(full: "Renamed \(renamed.count) file\(renamed.count == 1 ? "" : "s").", supporting: names.joined(separator: ", ")))
     }
 
-    struct Output: Encodable { var files: [IntentFile] }
-
-    static func newName(for filename: String, stamp: String, position: Position, newCase: Case?) -> String {
+    static func newName(for filename: String, stamp: String, position: Position, newCase: NewCase?) -> String {
         let name = filename as NSString
         let ext = name.pathExtension
         var base = ext.isEmpty ? filename : name.deletingPathExtension
@@ -83,6 +61,6 @@ struct RenameFilesHandler: IntentHandler {
 @main
 struct RenameFilesPlugin {
     static func main() async {
-        await PluginRuntime.run(id: "com.example.renamefiles", version: "1.0.0", handlers: [RenameFilesHandler()])
+        await PluginMain.run(renameFiles: RenameFilesHandler())
     }
 }
