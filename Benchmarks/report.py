@@ -67,8 +67,12 @@ def main():
 
     # name -> round -> (wall ms, cpu ms, maxrss kB)
     samples = defaultdict(dict)
+    dropped = defaultdict(int)  # failed runs (benchrun -F), left out
     for line in open(os.path.join(d, "commands.tsv")):
         name, rnd, wall, cpu, rss = line.rstrip("\n").split("\t")
+        if int(wall) < 0:
+            dropped[name] += 1
+            continue
         samples[name][int(rnd)] = (int(wall) / 1000, int(cpu) / 1000, int(rss))
 
     def walls(name):
@@ -127,6 +131,8 @@ def main():
                      fmt(min(w)), cpu])
     print(table(["command", "wall p50", "[p25–p75]", "min", "cpu p50"], rows))
     print("  * bwrap's outer process does not reap the sandboxed processes: their CPU time is not in its rusage")
+    for name, count in dropped.items():
+        print(f"  ! {name}: {count} failed run(s) left out (see Scripts/bench: a shared checkout re-staged plugins?)")
     print()
 
     # 1. Cold dispatch.

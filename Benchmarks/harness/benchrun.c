@@ -1,7 +1,7 @@
 // benchrun: times whole commands, interleaved, so that they can be compared
 // on a shared machine.
 //
-// Usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv] [-a]
+// Usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv] [-a] [-F MAXFAILED]
 //                 -- NAME [-x COUNT] [-s STATUS] [VAR=VALUE...] PROGRAM [ARG...] [:: NAME ...]...
 //
 // One round runs every command once, in an order rotated by one each round
@@ -14,7 +14,9 @@
 // looked up in PATH (execvp); nothing goes through a shell. Its stdout goes to
 // /dev/null, its stderr to a file that is shown if it fails; a command that
 // exits non-zero stops the benchmark (exit status 1), unless -a (any exit
-// status is accepted: for timing error paths).
+// status is accepted: for timing error paths) or -F: up to MAXFAILED failed
+// runs are tolerated (a shared checkout where someone re-stages plugins
+// mid-run); each is written as a sample with wall_us -1 and dropped.
 //
 // Output (OUT.tsv, or stdout): one line per sample:
 //   name <TAB> round <TAB> wall_us <TAB> cpu_us <TAB> maxrss_kb
@@ -43,6 +45,7 @@ struct command {
 };
 
 static int accept_any_status;
+static int max_failed, failed_runs;
 
 static double now_seconds(void) {
     struct timespec t;
@@ -104,7 +107,7 @@ static int run(struct command *c, long *wall_us, long *cpu_us, long *maxrss_kb) 
 
 static void usage_error(void) {
     fprintf(stderr,
-            "usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv] [-a] "
+            "usage: benchrun [-w WARMUP] [-n MAXROUNDS] [-m MINROUNDS] [-t SECONDS] [-o OUT.tsv] [-a] [-F MAXFAILED] "
             "-- NAME [-x COUNT] [-s STATUS] [VAR=VALUE...] PROGRAM [ARG...] [:: NAME ...]...\n");
     exit(2);
 }
@@ -129,6 +132,7 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "-m") == 0) min_rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "-t") == 0) seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "-o") == 0) out_path = argv[++i];
+        else if (strcmp(argv[i], "-F") == 0) max_failed = atoi(argv[++i]);
         else usage_error();
     }
     struct command commands[64];
@@ -173,16 +177,19 @@ int main(int argc, char **argv) {
         for (int k = 0; k < count && !failed; k++) {
             struct command *c = &commands[(first + k) % count];
             long wall = 0, cpu = 0, rss = 0;
+            int dropped = 0;
             for (int r = 0; r < c->repeat; r++) {
                 long w, u, m;
                 if (run(c, &w, &u, &m) != 0) {
-                    failed = 1;
+                    if (++failed_runs > max_failed) failed = 1;
+                    dropped = 1;
                     break;
                 }
                 wall += w;
                 cpu += u;
                 if (m > rss) rss = m;
             }
+            if (dropped) wall = -1;
             if (!failed && round >= 0) fprintf(out, "%s\t%d\t%ld\t%ld\t%ld\n", c->name, round, wall, cpu, rss);
         }
         fflush(out);
