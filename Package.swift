@@ -69,6 +69,8 @@ let package = Package(
         // Example plugins built from a definition file (intents.json): the code and the manifest are generated.
         .executableTarget(name: "SoupChef", dependencies: ["ExtrunSDK"], path: "Examples/SoupChef",
                           exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
+        .executableTarget(name: "People", dependencies: ["ExtrunSDK"], path: "Examples/People",
+                          exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
 
         .testTarget(name: "ExtrunProtocolTests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
