@@ -97,7 +97,8 @@ public struct PluginCatalog: Sendable {
             let known = plugins.flatMap { $0.manifest.intents.map(\.name) }.sorted()
             message += known.isEmpty ? "; no plugins were found" : "; known intents: \(known.joined(separator: ", "))"
             message += " (plugin path: \(searchPathDescription))"
-            let unreadable = problems.filter { problem in !plugins.contains { $0.manifestURL.path == problem.file } }
+            let loaded = plugins + shadowed
+            let unreadable = problems.filter { problem in !loaded.contains { $0.manifestURL.path == problem.file } }
             if !unreadable.isEmpty {
                 message += "; these manifests could not be read: " + unreadable.map(\.description).joined(separator: "; ")
             }

@@ -84,10 +84,21 @@ public enum JSONCoding {
             _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
             return nil
         } catch {
-            let detail = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "malformed JSON"
+            var detail = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "malformed JSON"
             // "Invalid value around character 15." → add the line and column.
-            guard let range = detail.range(of: "character "), let offset = Int(detail[range.upperBound...].prefix { $0.isNumber }) else {
-                return detail
+            let offset: Int
+            if let range = detail.range(of: "character "), let parsed = Int(detail[range.upperBound...].prefix { $0.isNumber }) {
+                offset = parsed
+            } else {
+                // "Unexpected end of file": the parser ran out of input (a truncated file, an
+                // unterminated string, or a misspelled literal such as `tru`): point at the
+                // last non-blank character.
+                var end = data.count
+                while end > 0, [9, 10, 13, 32].contains(data[data.startIndex + end - 1]) { end -= 1 }
+                offset = max(0, end - 1)
+                if detail.lowercased().contains("end of file") {
+                    detail = "unexpected end of input (truncated, an unterminated string, or a misspelled true/false/null)"
+                }
             }
             var line = 1
             var column = 1

@@ -514,22 +514,29 @@ public enum Phrase {
         return names
     }
 
-    /// Fills `${name}` slots from `values` (strings as they are, custom values by their title).
+    /// Fills `${name}` slots from `values` (strings as they are, custom values by their title),
+    /// in one pass: a value is never itself filled in.
     public static func fill(_ template: String, with values: [String: JSONValue]) -> String {
-        var result = template
-        for name in slots(in: template) {
-            let text: String
-            switch values[name] {
-            case .string(let s)?: text = s
-            case .object(let fields)?: text = fields["title"]?.stringValue ?? fields["identifier"]?.stringValue ?? name
-            case .int(let i)?: text = String(i)
-            case .double(let d)?: text = String(d)
-            case .bool(let b)?: text = b ? "yes" : "no"
-            case .array(let items)?: text = items.map { fill("${x}", with: ["x": $0]) }.joined(separator: ", ")
-            default: text = name
-            }
-            result = result.replacingOccurrences(of: "${\(name)}", with: text)
+        var result = ""
+        var rest = template[...]
+        while let open = rest.range(of: "${"), let close = rest[open.upperBound...].firstIndex(of: "}") {
+            result += rest[..<open.lowerBound]
+            let name = String(rest[open.upperBound..<close])
+            result += text(for: values[name], name: name)
+            rest = rest[rest.index(after: close)...]
         }
-        return result
+        return result + rest
+    }
+
+    static func text(for value: JSONValue?, name: String) -> String {
+        switch value {
+        case .string(let s)?: s
+        case .object(let fields)?: fields["title"]?.stringValue ?? fields["identifier"]?.stringValue ?? name
+        case .int(let i)?: String(i)
+        case .double(let d)?: String(d)
+        case .bool(let b)?: b ? "yes" : "no"
+        case .array(let items)?: items.map { text(for: $0, name: name) }.joined(separator: ", ")
+        default: name
+        }
     }
 }
