@@ -188,13 +188,13 @@ struct CLITests {
 
     @Test("handle: no plugin for the intent is noHandler, exit 5")
     func noHandler() throws {
-        let result = try handle(#"{"intent":"OrderSoup"}"#)
+        let result = try handle(#"{"intent":"ExtrunTestNoSuchIntent"}"#)
         #expect(result.status == 5, "\(result)")
         let json = try result.json()
         #expect(json["error"]?["kind"] == "noHandler")
-        #expect(json["error"]?["intent"] == "OrderSoup")
+        #expect(json["error"]?["intent"] == "ExtrunTestNoSuchIntent")
         #expect(json["error"]?["message"]?.stringValue?.contains("MakeUppercase") == true)
-        #expect(json["intent"] == "OrderSoup")
+        #expect(json["intent"] == "ExtrunTestNoSuchIntent")
     }
 
     @Test("handle: a plugin whose executable is missing is configurationError naming its manifest, exit 11")
@@ -202,9 +202,9 @@ struct CLITests {
         let plugins = try TempDirectory("cli-plugins")
         let manifest = try plugins.write(
             "ghost/manifest.json",
-            #"{"id":"test.ghost","version":"1","owner":"T","protocolVersion":1,"executable":"gone","intents":[{"name":"Haunt"}]}"#)
+            #"{"id":"test.ghost","version":"1","owner":"T","protocolVersion":1,"executable":"gone","intents":[{"name":"ExtrunTestHaunt"}]}"#)
         let cli = try CLI(extraPluginDirectories: [plugins.url])
-        let result = try handle(#"{"intent":"Haunt"}"#, cli: cli)
+        let result = try handle(#"{"intent":"ExtrunTestHaunt"}"#, cli: cli)
         #expect(result.status == 11, "\(result)")
         let json = try result.json()
         #expect(json["error"]?["kind"] == "configurationError")
@@ -236,7 +236,7 @@ struct CLITests {
 
         let list = try cli.run(["plugins", "--format", "json"])
         #expect(list.status == 11, "\(list)")
-        let problems = try list.json()["problems"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        let problems = (try list.json()["problems"]?.arrayValue?.compactMap(\.stringValue) ?? []).filter { $0.hasPrefix(plugins.url.path) }
         #expect(problems.count == 1)
         #expect(problems.first?.hasPrefix(manifest.path + ": invalid manifest") == true, "\(problems)")
 
@@ -247,7 +247,7 @@ struct CLITests {
         let ok = try handle(#"{"intent":"MakeUppercase","parameters":{"text":"x"}}"#, cli: cli)
         #expect(ok.status == 0, "\(ok)")
         // An intent nobody readable declares: noHandler, mentioning the manifest that could not be read.
-        let missing = try handle(#"{"intent":"Broken"}"#, cli: cli)
+        let missing = try handle(#"{"intent":"ExtrunTestBroken"}"#, cli: cli)
         #expect(missing.status == 5, "\(missing)")
         #expect(try missing.json()["error"]?["message"]?.stringValue?.contains(manifest.path) == true)
     }

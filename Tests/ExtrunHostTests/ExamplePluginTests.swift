@@ -107,7 +107,7 @@ struct ExamplePluginTests {
 
     @Test("an unknown intent is noHandler")
     func unknownIntent() {
-        let report = handle("MakeLowercase", [:])
+        let report = handle("ExtrunTestNoSuchIntent", [:])
         #expect(report.error?.kind == .noHandler)
         #expect(report.exitCode == 5)
         #expect(report.error?.message.contains("MakeUppercase") == true)

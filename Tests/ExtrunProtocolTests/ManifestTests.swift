@@ -185,14 +185,19 @@ struct ManifestTests {
         #expect(unnamed.problems() == ["intents[0].name: must not be empty", "intents[0].parameters[0].name: must not be empty"])
     }
 
-    @Test("the example plugins' manifests are valid")
+    @Test("the hand-written manifests of the examples are valid (generated ones are checked once staged, in ExtrunHostTests)")
     func exampleManifests() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        for name in ["MakeUppercase", "RenameFiles"] {
-            let url = root.appendingPathComponent("Examples/\(name)/manifest.json")
+        let examples = root.appendingPathComponent("Examples")
+        let names = try FileManager.default.contentsOfDirectory(atPath: examples.path).sorted()
+        var checked = 0
+        for name in names {
+            let url = examples.appendingPathComponent("\(name)/manifest.json")
+            guard FileManager.default.fileExists(atPath: url.path) else { continue }
             let m = try JSONCoding.decode(PluginManifest.self, fromJSON: Data(contentsOf: url))
             #expect(m.problems() == [], "\(name)")
-            #expect(m.intent(named: name) != nil)
+            checked += 1
         }
+        #expect(checked > 0, "no hand-written manifest under \(examples.path)")
     }
 }
