@@ -143,13 +143,17 @@ final class DefinitionReader {
             if let parameter, let value { parent = ParentCondition(parameter: parameter, value: value.json) }
             for (key, spot) in p.spots.fields { o.spots.fields["parent.\(key)"] = spot }
         }
+        var reasonSpots: [String: Spot] = [:]
         let reasons = list(o.take("unsupportedReasons", sink: &sink), path: o.spot("unsupportedReasons").path) { item, itemPath -> UnsupportedReason? in
             guard var r = object(item, path: itemPath) else { return nil }
             let code = r.string("code", required: true, sink: &sink)
             let message = r.string("message", required: true, sink: &sink)
             r.finish(known: ["code", "message"], sink: &sink)
+            let index = itemPath.split(separator: "[").last.map { "[" + $0 } ?? ""
+            for (key, spot) in r.spots.fields { reasonSpots["unsupportedReasons\(index).\(key)"] = spot }
             return UnsupportedReason(code: code ?? "", message: message ?? "")
         }
+        o.spots.fields.merge(reasonSpots) { first, _ in first }
         o.finish(
             known: [
                 "name", "type", "title", "description", "required", "multiple", "default", "prompt", "confirmationPrompt", "values",
@@ -278,6 +282,7 @@ struct ObjectReader {
         }
         var result: [String] = []
         for (i, item) in items.enumerated() {
+            spots.fields["\(key)[\(i)]"] = Spot(path: "\(spot(key).path)[\(i)]", location: item.location)
             if case .string(let text) = item.value {
                 result.append(text)
             } else {

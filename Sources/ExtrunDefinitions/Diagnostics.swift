@@ -1,7 +1,7 @@
 import Foundation
 
 /// A line and column in a definition file, both counted from 1 (columns in characters).
-public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
+public struct FilePosition: Sendable, Hashable, CustomStringConvertible {
     public var line: Int
     public var column: Int
 
@@ -22,10 +22,10 @@ public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
     public var file: String
     /// The JSON path inside the file; empty for the whole document.
     public var path: String
-    public var location: SourceLocation?
+    public var location: FilePosition?
     public var message: String
 
-    public init(file: String, path: String, location: SourceLocation?, message: String) {
+    public init(file: String, path: String, location: FilePosition?, message: String) {
         self.file = file
         self.path = path
         self.location = location
@@ -51,9 +51,9 @@ public struct DefinitionError: Error, Sendable, CustomStringConvertible {
 /// Where something is in a definition file: its JSON path and its position.
 public struct Spot: Sendable, Hashable {
     public var path: String
-    public var location: SourceLocation?
+    public var location: FilePosition?
 
-    public init(path: String, location: SourceLocation?) {
+    public init(path: String, location: FilePosition?) {
         self.path = path
         self.location = location
     }

@@ -17,12 +17,12 @@ public struct JSONNode: Sendable, Hashable {
 
     public struct Member: Sendable, Hashable {
         public var key: String
-        public var keyLocation: SourceLocation
+        public var keyLocation: FilePosition
         public var value: JSONNode
     }
 
     public var value: Value
-    public var location: SourceLocation
+    public var location: FilePosition
 
     /// The same value without positions.
     public var json: JSONValue {
@@ -53,7 +53,7 @@ public struct JSONNode: Sendable, Hashable {
 
 /// A JSON syntax error with its position.
 public struct JSONSyntaxError: Error, Sendable, Hashable, CustomStringConvertible {
-    public var location: SourceLocation
+    public var location: FilePosition
     public var message: String
     public var description: String { "\(location): \(message)" }
 }
@@ -74,9 +74,9 @@ public struct JSONNodeParser {
 
     private init(bytes: [UInt8]) { self.bytes = bytes }
 
-    private var here: SourceLocation { SourceLocation(line: line, column: column) }
+    private var here: FilePosition { FilePosition(line: line, column: column) }
 
-    private func fail(_ message: String, at location: SourceLocation? = nil) -> JSONSyntaxError {
+    private func fail(_ message: String, at location: FilePosition? = nil) -> JSONSyntaxError {
         JSONSyntaxError(location: location ?? here, message: message)
     }
 
@@ -147,7 +147,7 @@ public struct JSONNodeParser {
         defer { depth -= 1 }
         advance()  // {
         var members: [JSONNode.Member] = []
-        var seen: [String: SourceLocation] = [:]
+        var seen: [String: FilePosition] = [:]
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             advance()
@@ -280,7 +280,7 @@ public struct JSONNodeParser {
         }
     }
 
-    private mutating func hex4(_ location: SourceLocation) throws(JSONSyntaxError) -> UInt32 {
+    private mutating func hex4(_ location: FilePosition) throws(JSONSyntaxError) -> UInt32 {
         var result: UInt32 = 0
         for _ in 0..<4 {
             guard index < bytes.count else { throw fail("an incomplete \\u escape", at: location) }

@@ -66,7 +66,7 @@ final class SwiftGenerator {
     private func pluginMain() {
         let plugin = definition.plugin
         let arguments = definition.intents.map { "\(SwiftNames.escaped(SwiftNames.lowerFirst($0.name))): some \($0.name)Handling" }
-        let passing = definition.intents.map { "\(SwiftNames.escaped(SwiftNames.lowerFirst($0.name))): \(SwiftNames.escaped(SwiftNames.lowerFirst($0.name)))" }
+        let passing = definition.intents.map { "\(SwiftNames.argumentLabel(SwiftNames.lowerFirst($0.name))): \(SwiftNames.escaped(SwiftNames.lowerFirst($0.name)))" }
         let adapters = definition.intents.map { "\($0.name)Intent.Adapter(\(SwiftNames.escaped(SwiftNames.lowerFirst($0.name))))" }
         line()
         doc("""

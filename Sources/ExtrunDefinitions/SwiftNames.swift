@@ -31,6 +31,11 @@ enum SwiftNames {
         keywords.contains(name) ? "`\(name)`" : name
     }
 
+    /// The name as an argument label at a call site: only `inout`, `var` and `let` need backticks there.
+    static func argumentLabel(_ name: String) -> String {
+        ["inout", "var", "let"].contains(name) ? "`\(name)`" : name
+    }
+
     /// `dateFormat` → `DateFormat`.
     static func upperFirst(_ name: String) -> String {
         guard let first = name.first else { return name }

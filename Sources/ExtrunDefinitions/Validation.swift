@@ -187,6 +187,20 @@ struct Validator {
             upperNames[SwiftNames.upperFirst(parameter.name)] = parameter.name
             checkParameter(parameter, at: index, in: intent)
         }
+        // Types nested in <Intent>Intent: Adapter, and per parameter <Name>Resolution, <Name>UnsupportedReason, an in-place enum <Name>.
+        var nested: [String: String] = ["Adapter": "the generated Adapter"]
+        for parameter in intent.parameters where SwiftNames.isIdentifier(parameter.name) {
+            let upper = SwiftNames.upperFirst(parameter.name)
+            var names = ["\(upper)Resolution": "the resolution of '\(parameter.name)'"]
+            if !parameter.unsupportedReasons.isEmpty { names["\(upper)UnsupportedReason"] = "the unsupported reasons of '\(parameter.name)'" }
+            if parameter.type == "enum" && parameter.values != nil { names[upper] = "the enum of '\(parameter.name)'" }
+            for (name, what) in names.sorted(by: { $0.key < $1.key }) {
+                if let other = nested[name] {
+                    sink.error(parameter.spots["name"], "\(what) would be \(intent.name)Intent.\(name), like \(other); rename the parameter")
+                }
+                nested[name] = what
+            }
+        }
 
         // Templates over the parameters.
         if let confirmation = intent.confirmation {
@@ -196,7 +210,7 @@ struct Validator {
             }
         }
         for (i, phrase) in intent.phrases.enumerated() {
-            let spot = Spot(path: "\(intent.spots["phrases"].path)[\(i)]", location: intent.spots["phrases"].location)
+            let spot = intent.spots["phrases[\(i)]"]
             let slots = Template.slots(phrase)
             if phrase.trimmingCharacters(in: .whitespaces).isEmpty { sink.error(spot, "a phrase must not be empty") }
             if slots.count > 1 {
@@ -249,8 +263,7 @@ struct Validator {
         }
         if let allowed = parameter.allowedTypes {
             for (i, identifier) in allowed.enumerated() where identifier.isEmpty || identifier.contains(where: \.isWhitespace) {
-                sink.error(Spot(path: "\(parameter.spots["allowedTypes"].path)[\(i)]", location: parameter.spots["allowedTypes"].location),
-                           "'\(identifier)' is not a type identifier (e.g. public.jpeg)")
+                sink.error(parameter.spots["allowedTypes[\(i)]"], "'\(identifier)' is not a type identifier (e.g. public.jpeg)")
             }
         }
         if let prompt = parameter.prompt, prompt.trimmingCharacters(in: .whitespaces).isEmpty {
@@ -271,7 +284,7 @@ struct Validator {
             default:
                 let manifestParameter = manifestParameter(parameter, type: type)
                 if let problem = ParameterValueCheck.problem(value, for: manifestParameter) {
-                    if case .enumeration(let reference) = type, case .string(let text) = value, !problem.hasPrefix("[") {
+                    if !parameter.multiple, case .enumeration(let reference) = type, case .string(let text) = value {
                         sink.error(spot, "'\(text)' is not one of the cases of \(describe(reference)) (\(definition.cases(of: reference).map(\.value).joined(separator: ", ")))")
                     } else {
                         sink.error(spot, "not a valid value: \(problem)")
@@ -318,7 +331,7 @@ struct Validator {
 
         var codes = Set<String>()
         for (i, reason) in parameter.unsupportedReasons.enumerated() {
-            let spot = Spot(path: "\(parameter.spots["unsupportedReasons"].path)[\(i)].code", location: parameter.spots["unsupportedReasons"].location)
+            let spot = parameter.spots["unsupportedReasons[\(i)].code"]
             if !SwiftNames.isIdentifier(reason.code) {
                 sink.error(spot, "'\(reason.code)' is not a valid reason code (letters, digits and _, not starting with a digit)")
             } else if ["message", "init", "rawValue", "allCases", "self"].contains(reason.code) {
@@ -326,7 +339,7 @@ struct Validator {
             }
             if !codes.insert(reason.code).inserted { sink.error(spot, "the reason '\(reason.code)' is declared twice") }
             if reason.message.trimmingCharacters(in: .whitespaces).isEmpty {
-                sink.error(Spot(path: "\(parameter.spots["unsupportedReasons"].path)[\(i)].message", location: spot.location), "must not be empty")
+                sink.error(parameter.spots["unsupportedReasons[\(i)].message"], "must not be empty")
             }
         }
     }
@@ -347,7 +360,7 @@ struct Validator {
         }
         var listed = Set<String>()
         for (i, name) in (response.properties ?? []).enumerated() {
-            let itemSpot = Spot(path: "\(response.spots["properties"].path)[\(i)]", location: response.spots["properties"].location)
+            let itemSpot = response.spots["properties[\(i)]"]
             if intent.output(named: name) == nil {
                 let hint = closest(to: name, in: intent.outputs.map(\.name)).map { "; did you mean '\($0)'?" }
                     ?? (intent.outputs.isEmpty ? " (the intent declares no outputs)" : " (its outputs: \(intent.outputs.map(\.name).joined(separator: ", ")))")

@@ -101,9 +101,12 @@ func fail(_ message: String, status: Int32) -> Never {
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
-if arguments.isEmpty || arguments.contains("-h") || arguments.contains("--help") || arguments.first == "help" {
+if arguments.isEmpty {
+    fail(usage, status: 64)
+}
+if arguments.contains("-h") || arguments.contains("--help") || arguments.first == "help" {
     FileHandle.standardOutput.write(Data(usage.utf8))
-    exit(arguments.isEmpty ? 64 : 0)
+    exit(0)
 }
 
 let options: Options
