@@ -100,23 +100,14 @@ static void format_int(char *buffer, size_t size, long value) {
 }
 
 /// The plugin process: limits, filter, exec. Never returns.
-static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int in_pid_ns)
+static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket)
     __attribute__((noreturn));
-static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int in_pid_ns) {
+static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket) {
     reset_signals();
     // Die with the supervisor. Its parent is a single thread, so this is reliable here.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (setpgid(0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_SETPGID);
 
-    if (in_pid_ns && request->pid_max > 0) {
-        int fd = open("/proc/sys/kernel/pid_max", O_WRONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            char text[24];
-            format_int(text, sizeof text, request->pid_max);
-            write_all(fd, text, strlen(text));
-            close(fd);
-        }
-    }
     if (request->cgroup_procs_fd >= 0) {
         write_all(request->cgroup_procs_fd, "0\n", 2);
     }
@@ -296,6 +287,80 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     }
 }
 
+/// What the namespace's init tells the supervisor when the plugin ends.
+struct plugin_exit {
+    int status;
+    struct rusage usage;
+};
+
+/// Pid 1 of the plugin's pid namespace. The plugin must not be pid 1 itself:
+/// the kernel drops signals that pid 1 sends itself with their default action
+/// (`abort()`, `raise(SIGTERM)`), which would turn a crash into a hang. This
+/// init forks the plugin, reaps whatever is re-parented to it, and when the
+/// plugin ends reports its status and rusage and exits, which ends every
+/// other process in the namespace. Never returns.
+static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd)
+    __attribute__((noreturn));
+static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd) {
+    reset_signals();
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (request->pid_max > 0) {
+        int fd = open("/proc/sys/kernel/pid_max", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            char text[24];
+            format_int(text, sizeof text, request->pid_max);
+            write_all(fd, text, strlen(text));
+            close(fd);
+        }
+    }
+    pid_t plugin = fork();
+    if (plugin == 0) {
+        close(exit_fd);
+        run_plugin(request, report_fd, notify_socket);
+    }
+    if (plugin < 0) {
+        struct child_failure failure = {EXTRUN_STAGE_FORK, errno};
+        write_all(report_fd, &failure, sizeof failure);
+        _exit(127);
+    }
+    // Keep nothing of the plugin's: its pipes must close when it exits.
+    int keep[1] = {exit_fd};
+    close_all_except(keep, 1);
+    for (;;) {
+        struct plugin_exit done;
+        memset(&done, 0, sizeof done);
+        pid_t reaped = wait4(-1, &done.status, 0, &done.usage);
+        if (reaped == plugin) {
+            write_all(exit_fd, &done, sizeof done);
+            _exit(0);
+        }
+        if (reaped < 0 && errno != EINTR) _exit(0);
+    }
+}
+
+/// The plugin's pid in the supervisor's namespace: the one child of `init`.
+static pid_t only_child_of(pid_t init) {
+    char path[80] = "/proc/";
+    char number[24];
+    format_int(number, sizeof number, init);
+    size_t at = strlen(path);
+    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
+    const char *middle = "/task/";
+    for (size_t i = 0; middle[i] != '\0'; i++) path[at++] = middle[i];
+    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
+    const char *tail = "/children";
+    for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
+    path[at] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buffer[64];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    long pid = 0;
+    for (ssize_t i = 0; i < n && buffer[i] >= '0' && buffer[i] <= '9'; i++) pid = pid * 10 + (buffer[i] - '0');
+    return pid > 0 ? (pid_t)pid : -1;
+}
+
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) __attribute__((noreturn));
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) {
     reset_signals();
@@ -327,18 +392,27 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
     }
 
-    pid_t plugin = fork();
-    if (plugin == 0) {
+    // In a pid namespace the child is its init, which forks the plugin; otherwise the child is the plugin.
+    int in_pid_ns = (active & EXTRUN_NS_PID) != 0;
+    int exit_pipe[2] = {-1, -1};
+    if (in_pid_ns && pipe2(exit_pipe, O_CLOEXEC) != 0) report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
+    pid_t child = fork();
+    if (child == 0) {
         close(report[0]);
         if (notify_pair[0] >= 0) close(notify_pair[0]);
         close(status_fd);
         close(lifeline_fd);
-        run_plugin(request, report[1], notify_pair[1], (active & EXTRUN_NS_PID) != 0);
+        if (in_pid_ns) {
+            close(exit_pipe[0]);
+            run_init(request, report[1], notify_pair[1], exit_pipe[1]);
+        }
+        run_plugin(request, report[1], notify_pair[1]);
     }
     close(report[1]);
     if (notify_pair[1] >= 0) close(notify_pair[1]);
-    if (plugin < 0) report_setup_failure(status_fd, EXTRUN_STAGE_FORK, errno);
-    setpgid(plugin, plugin);
+    if (exit_pipe[1] >= 0) close(exit_pipe[1]);
+    if (child < 0) report_setup_failure(status_fd, EXTRUN_STAGE_FORK, errno);
+    if (!in_pid_ns) setpgid(child, child);
 
     int listener = -1;
     if (notify_pair[0] >= 0) {
@@ -352,10 +426,16 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     } while (got < 0 && errno == EINTR);
     close(report[0]);
     if (got == (ssize_t)sizeof failure) {
-        int status;
-        waitpid(plugin, &status, 0);
+        kill(child, SIGKILL);
         kill_and_reap_descendants(self, 0);
         report_setup_failure(status_fd, failure.stage, failure.error);
+    }
+    // The plugin has exec'd: in a namespace, it is init's one child by now.
+    pid_t plugin = in_pid_ns ? only_child_of(child) : child;
+    if (plugin <= 0) {
+        kill(child, SIGKILL);
+        kill_and_reap_descendants(self, 0);
+        report_setup_failure(status_fd, EXTRUN_STAGE_FORK, ESRCH);
     }
 
     memset(&event, 0, sizeof event);
@@ -364,7 +444,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     event.namespaces = active;
     send_event(status_fd, &event);
 
-    int plugin_fd = (int)syscall(SYS_pidfd_open, plugin, 0);
+    int plugin_fd = (int)syscall(SYS_pidfd_open, child, 0);
     int killed = 0;
     for (;;) {
         struct pollfd fds[3];
@@ -382,7 +462,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                 ssize_t n = read(lifeline_fd, &command, 1);
                 if (n <= 0 || command == 'K') {
                     // The host died or asked: the plugin and all it started go.
-                    kill(plugin, SIGKILL);
+                    kill(child, SIGKILL);
                     kill(-plugin, SIGKILL);
                     killed = 1;
                     if (n <= 0) {
@@ -406,7 +486,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         event.arch = request_buffer.data.arch;
                         event.arg0 = request_buffer.data.args[0];
                         send_event(status_fd, &event);
-                        kill(plugin, SIGKILL);
+                        kill(child, SIGKILL);
                         kill(-plugin, SIGKILL);
                         killed = 1;
                     }
@@ -419,9 +499,24 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         }
         int status;
         struct rusage usage;
-        pid_t done = wait4(plugin, &status, WNOHANG, &usage);
-        if (done == plugin) {
+        pid_t done = wait4(child, &status, WNOHANG, &usage);
+        if (done == child) {
             if (listener >= 0) close(listener);
+            if (in_pid_ns) {
+                // The plugin's own fate, from init; none if init was killed (with the plugin).
+                struct plugin_exit reported;
+                ssize_t n;
+                do {
+                    n = read(exit_pipe[0], &reported, sizeof reported);
+                } while (n < 0 && errno == EINTR);
+                if (n == (ssize_t)sizeof reported) {
+                    status = reported.status;
+                    usage = reported.usage;
+                } else {
+                    status = SIGKILL;  // a wait status meaning "killed by SIGKILL"
+                    memset(&usage, 0, sizeof usage);
+                }
+            }
             kill_and_reap_descendants(self, plugin);
             memset(&event, 0, sizeof event);
             event.type = EXTRUN_EVENT_EXITED;
@@ -434,10 +529,12 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
             _exit(0);
         }
         if (lifeline_fd < 0 && !killed) {
+            kill(child, SIGKILL);
             kill(-plugin, SIGKILL);
             killed = 1;
         }
     }
+    kill(child, SIGKILL);
     kill(-plugin, SIGKILL);
     kill_and_reap_descendants(self, plugin);
     _exit(1);

@@ -7,6 +7,11 @@ import Glibc
 /// library pages) while it runs, and keeps the peak.
 final class MemorySampler {
     private var fd: Int32 = -1
+    private var statFD: Int32 = -1
+    /// CPU time (user + system) at the last sample: the figure when the plugin is
+    /// killed before anyone could collect its rusage.
+    private(set) var lastCPUMs: Double = 0
+    private static let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
     private(set) var peakDataBytes: Int64 = 0
     private(set) var lastDataBytes: Int64 = 0
     private(set) var samples = 0
@@ -15,6 +20,7 @@ final class MemorySampler {
     func attach(pid: pid_t) {
         detach()
         fd = open("/proc/\(pid)/status", O_RDONLY | O_CLOEXEC)
+        statFD = open("/proc/\(pid)/stat", O_RDONLY | O_CLOEXEC)
         sample()
     }
 
@@ -22,6 +28,10 @@ final class MemorySampler {
         if fd >= 0 {
             close(fd)
             fd = -1
+        }
+        if statFD >= 0 {
+            close(statFD)
+            statFD = -1
         }
     }
 
@@ -33,6 +43,20 @@ final class MemorySampler {
         samples += 1
         lastDataBytes = value
         if value > peakDataBytes { peakDataBytes = value }
+        sampleCPU()
+    }
+
+    /// utime and stime, fields 14 and 15 of /proc/PID/stat (after the command's closing parenthesis).
+    private func sampleCPU() {
+        guard statFD >= 0 else { return }
+        let count = buffer.withUnsafeMutableBytes { pread(statFD, $0.baseAddress, $0.count, 0) }
+        guard count > 0, let close = buffer[0..<count].lastIndex(of: UInt8(ascii: ")")) else { return }
+        let fields = buffer[(close + 1)..<count].split(separator: UInt8(ascii: " "))
+        // After ")": state is field 3, so utime (14) and stime (15) are at 11 and 12.
+        guard fields.count > 12, let user = Double(String(decoding: fields[11], as: UTF8.self)),
+            let system = Double(String(decoding: fields[12], as: UTF8.self)), Self.ticksPerSecond > 0
+        else { return }
+        lastCPUMs = (user + system) * 1000 / Self.ticksPerSecond
     }
 
     /// Parses "Name:   1234 kB" out of a status file, in bytes.

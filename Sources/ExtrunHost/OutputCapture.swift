@@ -1,21 +1,32 @@
-/// Keeps the last bytes a plugin wrote to stdout or stderr, within a fixed
-/// budget, and hands complete lines to an observer as they arrive.
+/// Keeps the last bytes a plugin wrote to stdout or stderr in a fixed ring
+/// (so the host's memory stays flat however much it writes), and, when asked,
+/// hands complete lines to an observer as they arrive.
 struct OutputCapture {
     let limit: Int
-    private(set) var tail: [UInt8] = []
+    private var ring: [UInt8]
+    private var next = 0
+    private var filled = 0
     private(set) var totalBytes = 0
+    /// Whether lines are collected (for `--verbose`); otherwise only the tail is kept.
+    var collectsLines = false
     private var partialLine: [UInt8] = []
     private let maxLineBytes = 4096
 
     init(limit: Int) {
-        self.limit = limit
+        self.limit = max(1, limit)
+        self.ring = [UInt8](repeating: 0, count: max(1, limit))
     }
 
-    /// Appends bytes; returns the complete lines they finish.
+    /// Appends bytes; returns the complete lines they finish (none unless `collectsLines`).
     mutating func append(_ bytes: UnsafeRawBufferPointer) -> [String] {
         totalBytes += bytes.count
-        tail.append(contentsOf: bytes.suffix(limit))
-        if tail.count > limit { tail.removeFirst(tail.count - limit) }
+        let kept = bytes.count > limit ? UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - limit)...]) : bytes
+        for byte in kept {
+            ring[next] = byte
+            next = next + 1 == limit ? 0 : next + 1
+        }
+        filled = min(limit, filled + kept.count)
+        guard collectsLines else { return [] }
         var lines: [String] = []
         for byte in bytes {
             if byte == 10 {
@@ -33,6 +44,12 @@ struct OutputCapture {
         guard !partialLine.isEmpty else { return nil }
         defer { partialLine.removeAll() }
         return String(decoding: partialLine, as: UTF8.self)
+    }
+
+    /// The bytes kept, oldest first.
+    var tail: [UInt8] {
+        if filled < limit { return Array(ring[0..<filled]) }
+        return Array(ring[next..<limit]) + Array(ring[0..<next])
     }
 
     /// The last `count` lines kept.

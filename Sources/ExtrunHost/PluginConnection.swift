@@ -46,7 +46,12 @@ final class PluginConnection {
     private var readBuffer = [UInt8](repeating: 0, count: 256 << 10)
 
     /// Called with each line the plugin writes to stdout (`true`) or stderr (`false`).
-    var onOutputLine: ((_ isStdout: Bool, _ line: String) -> Void)?
+    var onOutputLine: ((_ isStdout: Bool, _ line: String) -> Void)? {
+        didSet {
+            stdout.collectsLines = onOutputLine != nil
+            stderr.collectsLines = onOutputLine != nil
+        }
+    }
     /// Called with each notification the plugin sends.
     var onNotification: ((_ method: String, _ params: JSONValue?) -> Void)?
     /// Answers requests the plugin sends to the host (globals, bookmarks...).

@@ -144,8 +144,9 @@ struct PluginRun {
         }
         var metrics = RunMetrics(wallMs: MonotonicClock.milliseconds(from: start), launchMs: launchMs)
         if let exit = process.exit {
-            metrics.cpuMs = exit.cpuMs
-            metrics.peakRSSBytes = exit.maxRSSBytes
+            // Without rusage (the plugin was killed with its namespace), the last sampled CPU time.
+            metrics.cpuMs = exit.cpuMs > 0 ? exit.cpuMs : process.memory.lastCPUMs.rounded(toPlaces: 3)
+            if exit.maxRSSBytes > 0 { metrics.peakRSSBytes = exit.maxRSSBytes }
         }
         metrics.peakMemoryBytes = peakMemory(process)
         var own = rusage()
