@@ -406,6 +406,27 @@ struct CLITests {
         }
     }
 
+    @Test("every subcommand listed in --help has a --help of its own that exits 0")
+    func everySubcommandHasHelp() throws {
+        let top = try cli.run(["--help"])
+        let section = top.stdout.components(separatedBy: "SUBCOMMANDS:").last ?? ""
+        // Subcommand lines are indented by two spaces; their wrapped descriptions by more.
+        // Subcommand lines are "  name   description"; wrapped descriptions are indented further,
+        // and the closing "  See 'extrun help <subcommand>'..." line is not a subcommand.
+        let names = section.split(separator: "\n").compactMap { line -> String? in
+            guard line.hasPrefix("  "), !line.hasPrefix("   "), let word = line.split(separator: " ").first,
+                word.allSatisfy({ $0.isLowercase || $0.isNumber || $0 == "-" })
+            else { return nil }
+            return String(word)
+        }
+        #expect(names.contains("handle") && names.contains("plugins"), "\(names)")
+        for name in names {
+            let result = try cli.run([name, "--help"])
+            #expect(result.status == 0, "\(name) --help: \(result)")
+            #expect(result.stdout.contains("USAGE: extrun \(name)"), "\(name) --help: \(result.stdout)")
+        }
+    }
+
     @Test("--version prints the host version")
     func version() throws {
         let result = try cli.run(["--version"])

@@ -109,11 +109,19 @@ struct JSONCodingTests {
     }
 
     @Test(
-        "a misspelled literal, an unterminated string or a truncated file also names its line and column",
-        .disabled("bug: JSONCoding.syntaxError adds a position only when Foundation's message says 'around character N'; for these it says only 'Unexpected end of file during JSON parse.' (misleading for tru/nul) with no position"),
-        arguments: ["{\n  \"a\": tru\n}", "{\n  \"a\": nul}", "{\n  \"a\": \"x}", "{\n  \"a\": true"])
-    func syntaxErrorWithoutPosition(text: String) throws {
+        "an unterminated string or a truncated file names the line and column where the input ends",
+        arguments: [("{\n  \"a\": nul}", 2, 11), ("{\n  \"a\": \"x}", 2, 10), ("{\n  \"a\": true\n\n", 2, 11)])
+    func syntaxErrorAtEnd(text: String, line: Int, column: Int) throws {
         let description = try #require(JSONCoding.syntaxError(in: Data(text.utf8)))
+        #expect(description.contains("(line \(line), column \(column))"), "\(description)")
+        #expect(description.contains("unexpected end of input"), "\(description)")
+    }
+
+    @Test(
+        "a misspelled literal before the end of the file is located where it is",
+        .disabled("bug: Foundation reports 'Unexpected end of file' for `tru` with no offset, and JSONCoding.syntaxError then points at the file's last non-blank character (here line 3), not at the literal (line 2)"))
+    func misspelledLiteralPosition() throws {
+        let description = try #require(JSONCoding.syntaxError(in: Data("{\n  \"a\": tru\n}".utf8)))
         #expect(description.contains("(line 2, column"), "\(description)")
     }
 
