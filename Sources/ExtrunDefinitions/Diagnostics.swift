@@ -17,7 +17,7 @@ public struct FilePosition: Sendable, Hashable, CustomStringConvertible {
 /// `intents[0].parameters[1].default`, and the line and column), and what is wrong.
 ///
 /// Its description reads like a compiler's, so SwiftPM and editors can point at it:
-/// `Examples/SoupChef/intents.json:31:20: error: intents[0].parameters[1].default: expected an integer, got a string`.
+/// `Examples/SoupChef/intents.json:53:82: error: intents[0].parameters[1].default: not a valid value: expected an integer, got string`.
 public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
     public var file: String
     /// The JSON path inside the file; empty for the whole document.
