@@ -1,6 +1,11 @@
 # Shared by the scripts in Scripts/. Source it; it sets ROOT and defines helpers.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# ROOT without subshells (this runs before every Scripts/extrun call).
+__extrun_here=$PWD
+case "${BASH_SOURCE[0]}" in */*) cd -P "${BASH_SOURCE[0]%/*}/../.." ;; *) cd -P ../.. ;; esac
+ROOT=$PWD
+cd "$__extrun_here"
+unset __extrun_here
 export PATH="/opt/swift/usr/bin:$PATH"
 
 log() { printf '%s\n' "$*" >&2; }
@@ -38,7 +43,8 @@ ensure_packages() {
 }
 
 # The debug build products directory.
-bin_dir() { echo "$ROOT/.build/debug"; }
+BIN_DIR="$ROOT/.build/debug"
+bin_dir() { echo "$BIN_DIR"; }
 
 # Where Scripts/extrun stages the example plugins.
 STAGED_PLUGINS="$ROOT/.build/extrun-plugins"
@@ -46,7 +52,7 @@ STAMP="$ROOT/.build/extrun-build.stamp"
 
 # Whether a source file changed since the last build through these scripts.
 build_is_stale() {
-  [ -f "$STAMP" ] && [ -x "$(bin_dir)/extrun" ] || return 0
+  [ -f "$STAMP" ] && [ -x "$BIN_DIR/extrun" ] || return 0
   [ -n "$(find "$ROOT/Package.swift" "$ROOT/Sources" "$ROOT/Examples" "$ROOT/Plugins" -newer "$STAMP" -print -quit 2>/dev/null)" ]
 }
 
