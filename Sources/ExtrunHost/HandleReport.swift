@@ -81,7 +81,7 @@ public struct HandleReport: Sendable, Equatable {
             }
         }
         if let options {
-            lines.append("\(head): \(options.allItems.count) options")
+            lines.append("\(head): \(options.allItems.count) option\(options.allItems.count == 1 ? "" : "s")")
             for section in options.sections {
                 if let title = section.title { lines.append("  \(title)") }
                 for item in section.items {
