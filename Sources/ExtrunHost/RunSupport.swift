@@ -73,7 +73,18 @@ enum ScratchDirectory {
         return URL(fileURLWithPath: String(cString: made), isDirectory: true)
     }
 
+    /// Removes the directory whatever the plugin left in it, folders it made
+    /// read-only included (their permissions are restored first).
     static func remove(_ url: URL) {
+        if (try? FileManager.default.removeItem(at: url)) != nil { return }
+        if let walker = FileManager.default.enumerator(atPath: url.path) {
+            _ = chmod(url.path, 0o700)
+            while let relative = walker.nextObject() as? String {
+                let path = url.appendingPathComponent(relative).path
+                var info = stat()
+                if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { _ = chmod(path, 0o700) }
+            }
+        }
         try? FileManager.default.removeItem(at: url)
     }
 }
