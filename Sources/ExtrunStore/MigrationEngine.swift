@@ -384,35 +384,52 @@ final class MigrationRun {
             sql: kind == .global
                 ? "UPDATE global SET version = ?, sealed = ? WHERE owner = ? AND name = ?"
                 : "UPDATE bookmark SET sealed = ? WHERE owner = ? AND name = ?")
-        for (item, action) in zip(items, plan.actions) {
+        // Seal on every core, then write in order.
+        let sealing = BatchSealing(key: key, kind: kind)
+        let nonces = BatchSealing.nonces(items.count)
+        let actions = plan.actions
+        let sealedItems: [Result<Data, StoreError>?] = Parallel.map(items.count) { index in
+            let item = items[index]
+            let targetName: String
+            switch actions[index] {
+            case .none: return nil
+            case .insert(let name): targetName = name
+            case .update: targetName = item.name
+            }
+            do {
+                let plaintext = kind == .global ? item.plaintext : try JSONCoding.encoder().encode(item.record)
+                return .success(try sealing.seal(plaintext, name: targetName, nonce: nonces[index]))
+            } catch let error as StoreError {
+                return .failure(error)
+            } catch {
+                return .failure(StoreError(.invalidValue, "cannot encode \(kind.rawValue) '\(item.name)': \(error)"))
+            }
+        }
+        for (index, (item, action)) in zip(items, plan.actions).enumerated() {
             let targetName: String
             switch action {
             case .none: continue
             case .insert(let name): targetName = name
             case .update: targetName = item.name
             }
-            let plaintext: Data
-            if kind == .global {
-                plaintext = item.plaintext
-            } else {
-                do {
-                    plaintext = try JSONCoding.encoder().encode(item.record)
-                } catch {
-                    throw StoreError(.invalidValue, "cannot encode bookmark '\(item.name)': \(error)")
-                }
-            }
-            let sealed = try Sealing.seal(plaintext, with: key, context: SealContext(owner: to, kind: kind, name: targetName))
+            guard let result = sealedItems[index] else { continue }
+            let sealed = try result.get()
+            // The arguments match the statements above: no validation needed.
             switch (kind, action) {
             case (.global, .insert):
                 version += 1
-                try insert.execute(arguments: [to, targetName, version, sealed])
+                insert.setUncheckedArguments([to, targetName, version, sealed])
+                try insert.execute()
             case (.global, _):
                 version += 1
-                try update.execute(arguments: [version, sealed, to, targetName])
+                update.setUncheckedArguments([version, sealed, to, targetName])
+                try update.execute()
             case (.bookmark, .insert):
-                try insert.execute(arguments: [to, targetName, sealed])
+                insert.setUncheckedArguments([to, targetName, sealed])
+                try insert.execute()
             case (.bookmark, _):
-                try update.execute(arguments: [sealed, to, targetName])
+                update.setUncheckedArguments([sealed, to, targetName])
+                try update.execute()
             }
         }
     }

@@ -110,9 +110,18 @@ struct LocalMigration {
     }
 
     func open(_ row: Row, kind: SealKind) -> MigrationSourceItem {
+        open(row, BatchSealing(key: oldKey, kind: kind))
+    }
+
+    /// Opens a batch on every core.
+    func open(_ rows: [Row], kind: SealKind) -> [MigrationSourceItem] {
+        let sealing = BatchSealing(key: oldKey, kind: kind)
+        return Parallel.map(rows.count) { open(rows[$0], sealing) }
+    }
+
+    func open(_ row: Row, _ sealing: BatchSealing) -> MigrationSourceItem {
         do {
-            let plaintext = try Sealing.open(
-                row.sealed, with: oldKey, context: SealContext(owner: run.from, kind: kind, name: row.name), file: store.databasePath)
+            let plaintext = try sealing.open(row.sealed, name: row.name, file: store.databasePath)
             return MigrationSourceItem(name: row.name, plaintext: plaintext, version: row.version)
         } catch let error as StoreError {
             return MigrationSourceItem(name: row.name, version: row.version, failure: error)
@@ -156,7 +165,7 @@ struct LocalMigration {
                     try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize)
                 }
                 guard let last = rows.last else { break }
-                try run.simulate(run.prepare(rows.map { open($0, kind: kind) }, kind: kind), kind: kind)
+                try run.simulate(run.prepare(open(rows, kind: kind), kind: kind), kind: kind)
                 cursor = last.name
                 done += rows.count
                 run.report(phase: "plan", done: done, total: total)
@@ -176,7 +185,7 @@ struct LocalMigration {
                     try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize, conflictingWith: run.to)
                 }
                 guard let last = rows.last else { break }
-                try run.simulate(run.prepare(rows.map { open($0, kind: kind) }, kind: kind), kind: kind)
+                try run.simulate(run.prepare(open(rows, kind: kind), kind: kind), kind: kind)
                 cursor = last.name
             }
         }
@@ -201,7 +210,7 @@ struct LocalMigration {
                 try run.advance(from: phase)
                 return
             }
-            let items = run.prepare(rows.map { open($0, kind: kind) }, kind: kind)
+            let items = run.prepare(open(rows, kind: kind), kind: kind)
             if try run.commit(items, kind: kind, expectedCursor: cursor) {
                 run.report(phase: LocalMigration.phaseName(phase), done: run.record?.counts[kind].total ?? 0, total: total)
             }
@@ -221,18 +230,18 @@ struct LocalMigration {
         case broken(StoreError)
     }
 
-    func verdict(_ db: Database, kind: SealKind, row: Row, item: MigrationItemReport?, record: MigrationRecord.Row) throws -> Verdict {
+    func verdict(
+        _ db: Database, kind: SealKind, row: Row, item: MigrationItemReport?, record: MigrationRecord.Row, sealing: BatchSealing
+    ) throws -> Verdict {
         if let item, ["failed", "conflict", "skipped"].contains(item.outcome) { return .notMigrated }
-        let source = open(row, kind: kind)
+        let source = open(row, sealing)
         guard source.failure == nil, source.plaintext != nil else {
             return .keep("it no longer opens with the old owner's key (modified after it was copied)")
         }
         let targetName = item?.targetName ?? row.name
-        guard let key = run.targetKey,
-            let target = try GRDB.Row.fetchOne(
-                db, sql: "SELECT \(kind == .global ? "version" : "NULL"), sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?",
-                arguments: [run.to, targetName])
-        else {
+        let lookup = try db.cachedStatement(
+            sql: "SELECT \(kind == .global ? "version" : "NULL"), sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
+        guard let key = run.targetKey, let target = try GRDB.Row.fetchOne(lookup, arguments: [run.to, targetName]) else {
             return .keep("the new owner has no \(kind.rawValue) '\(targetName)' (deleted since, or never copied)")
         }
         let targetVersion: Int64? = target[0]
@@ -267,9 +276,16 @@ struct LocalMigration {
         guard let record = run.record else { return (0, []) }
         var failures = 0
         var reports: [MigrationItemReport] = []
-        for kind in options.scope.kinds {
+        // The cursor is "<kind>:<last name verified>"; it only moves while nothing
+        // broken was found, so a run that resumes finds any broken item again.
+        let saved = record.cursor.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        let startKind = saved.count == 2 ? SealKind(rawValue: saved[0]) : nil
+        let kinds = options.scope.kinds
+        for kind in kinds {
+            if let startKind, let start = kinds.firstIndex(of: startKind), let index = kinds.firstIndex(of: kind), index < start { continue }
             let total = try count(kind)
-            var cursor = ""
+            let sealing = BatchSealing(key: oldKey, kind: kind)
+            var cursor = kind == startKind && saved.count == 2 ? saved[1] : ""
             var done = 0
             while true {
                 let (rows, found) = try store.database.read { db -> ([Row], [(String, StoreError)]) in
@@ -278,7 +294,7 @@ struct LocalMigration {
                     let items = try MigrationRecord.items(db, migration: record.id, kind: kind, from: first, through: last)
                     var found: [(String, StoreError)] = []
                     for row in rows {
-                        if case .broken(let error) = try verdict(db, kind: kind, row: row, item: items[row.name], record: record) {
+                        if case .broken(let error) = try verdict(db, kind: kind, row: row, item: items[row.name], record: record, sealing: sealing) {
                             found.append((row.name, error))
                         }
                     }
@@ -292,6 +308,16 @@ struct LocalMigration {
                 }
                 cursor = last.name
                 done += rows.count
+                if failures == 0 {
+                    let position = kind.rawValue + ":" + cursor
+                    try store.database.write { db in
+                        var current = try MigrationRecord.load(
+                            db, id: record.id, source: run.from, target: run.to, origin: run.origin, file: store.databasePath)
+                        guard current.phase == .verify else { return }
+                        current.cursor = position
+                        try MigrationRecord.save(db, current)
+                    }
+                }
                 run.report(phase: "verify", done: done, total: total)
             }
         }
@@ -301,6 +327,7 @@ struct LocalMigration {
     private func removePhase(_ phase: MigrationRecord.Phase) throws {
         guard let kind = phase.kind, let id = run.record?.id else { return }
         let total = try count(kind)
+        let sealing = BatchSealing(key: oldKey, kind: kind)
         var done = 0
         while true {
             let finished = try store.database.write { db -> Bool in
@@ -311,7 +338,7 @@ struct LocalMigration {
                 let items = try MigrationRecord.items(db, migration: id, kind: kind, from: first, through: last)
                 let delete = try db.cachedStatement(sql: "DELETE FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
                 for row in rows {
-                    switch try verdict(db, kind: kind, row: row, item: items[row.name], record: current) {
+                    switch try verdict(db, kind: kind, row: row, item: items[row.name], record: current, sealing: sealing) {
                     case .verified:
                         try delete.execute(arguments: [run.from, row.name])
                         current.counts[kind].removed += 1
@@ -338,3 +365,4 @@ struct LocalMigration {
         try run.advance(from: phase)
     }
 }
+
