@@ -31,14 +31,20 @@ struct Migrate: ParsableCommand {
             (killed, disk full) is finished by running the same command again.
 
             Same machine:
-              extrun migrate --from OLDTEAM --to NEWTEAM --dry-run      # the plan, writes nothing
-              extrun migrate --from OLDTEAM --to NEWTEAM                # copy; the old owner keeps its data
-              extrun migrate --from OLDTEAM --to NEWTEAM --remove-source  # then verify and remove it
+              extrun migrate --from OLD --to NEW --dry-run   # the plan; writes nothing
+              extrun migrate --from OLD --to NEW             # copy; OLD keeps its data
+              extrun migrate --from OLD --to NEW --remove-source
+                                                  # verify, then remove from OLD
+            Options of a run: --only globals|bookmarks, --dry-run,
+            --on-conflict fail|skip|overwrite|rename, --remove-source
+            (`extrun migrate run --help`).
 
             Two machines (the new owner's key never leaves its machine):
-              new$ extrun owners pubkey NEWTEAM -o newteam.pub
-              old$ extrun migrate export --from OLDTEAM --recipient newteam.pub -o transfer.bundle
-              new$ extrun migrate import transfer.bundle --to NEWTEAM --sender-fingerprint <printed by export>
+              new$ extrun owners pubkey NEW -o new.pub
+              old$ extrun migrate export --from OLD --recipient new.pub \\
+                     -o transfer.bundle
+              new$ extrun migrate import transfer.bundle --to NEW \\
+                     --sender-fingerprint <printed by export>
 
             A JSON summary goes to stdout (counts migrated, skipped, conflicting, failed, stale \
             bookmarks, and the items that need a look). Exit status: 0 all migrated; 18 finished \
@@ -162,7 +168,7 @@ struct MigrateExport: ParsableCommand {
             yourself (docs/migration.md).
 
             Example:
-              extrun migrate export --from OLDTEAM --recipient newteam.pub -o transfer.bundle
+              extrun migrate export --from OLD --recipient new.pub -o transfer.bundle
             """)
 
     @Option(help: ArgumentHelp("The owner whose data to export.", valueName: "owner")) var from: String
