@@ -59,6 +59,17 @@ final class MemorySampler {
         lastCPUMs = (user + system) * 1000 / Self.ticksPerSecond
     }
 
+    /// This process's own peak resident set size (VmHWM).
+    static func ownPeakRSS() -> Int64? {
+        let fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return nil }
+        return field("VmHWM:", in: buffer, count: count)
+    }
+
     /// Parses "Name:   1234 kB" out of a status file, in bytes.
     static func field(_ name: String, in buffer: [UInt8], count: Int) -> Int64? {
         let key = Array(name.utf8)

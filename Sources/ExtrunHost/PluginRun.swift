@@ -149,8 +149,8 @@ struct PluginRun {
             if exit.maxRSSBytes > 0 { metrics.peakRSSBytes = exit.maxRSSBytes }
         }
         metrics.peakMemoryBytes = peakMemory(process)
-        var own = rusage()
-        if getrusage(RUSAGE_SELF.rawValue, &own) == 0 { metrics.hostPeakRSSBytes = Int64(own.ru_maxrss) * 1024 }
+        // VmHWM, not getrusage's ru_maxrss, which Linux carries over from the process that exec'd the host.
+        metrics.hostPeakRSSBytes = MemorySampler.ownPeakRSS()
         report.metrics = metrics
     }
 

@@ -225,9 +225,12 @@ public struct EffectiveLimits: Sendable, Equatable {
                 limits.maxExtendedDeadlineMs = max(limits.maxExtendedDeadlineMs, deadline)
             }
         }
+
         let fromManifest = mode == .extension ? manifest?.extension : manifest?.inApp
         try check(fromManifest?.memoryBytes, fromManifest?.deadlineMs, source: "the manifest \(manifestFile)", kind: .configurationError)
         try check(memoryOverride, deadlineOverride, source: "the command line", kind: .invalidIntent)
+        // A deadline given on the command line is a cap: progress reports do not extend it.
+        if deadlineOverride != nil { limits.maxExtendedDeadlineMs = limits.deadlineMs }
         return limits
     }
 }

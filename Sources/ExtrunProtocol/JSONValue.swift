@@ -79,6 +79,12 @@ extension JSONValue {
 
     public subscript(key: String) -> JSONValue? { objectValue?[key] }
 
+    /// "an integer", "a string", ... for messages.
+    public var typeNameWithArticle: String {
+        let name = typeName
+        return (name.first.map { "aeiou".contains($0) } ?? false) ? "an \(name)" : "a \(name)"
+    }
+
     /// The JSON type name used in error messages ("string", "number", ...).
     public var typeName: String {
         switch self {

@@ -113,7 +113,7 @@ extension Message {
         case nil, .null?: id = nil
         case .int(let v)?: id = .int(v)
         case .string(let v)?: id = .string(v)
-        case let other?: throw MessageError("message id must be an integer or a string, not a \(other.typeName)")
+        case let other?: throw MessageError("message id must be an integer or a string, not \(other.typeNameWithArticle)")
         }
         if let methodValue = object["method"] {
             guard case .string(let method) = methodValue else { throw MessageError("\"method\" must be a string") }

@@ -119,16 +119,17 @@ struct HostilePluginSandboxTests {
     }
 
     @Test func progressExtendsTheDeadlineInExtensionModeOnly() throws {
-        let plugin = try HostilePlugin()
+        let plugin = try HostilePlugin(policy: #"{"extension": {"deadlineMs": 1000}, "in-app": {"deadlineMs": 1000}}"#)
         defer { plugin.remove() }
-        // Three progress reports 0.6 s apart: 1.8 s in all, past a 1 s deadline.
-        let extended = plugin.handle("ProgressThenAnswer", ["steps": 3]) { $0.deadlineMs = 1000 }
+        // Three progress reports 0.6 s apart: 1.8 s in all, past the policy's 1 s deadline.
+        let extended = plugin.handle("ProgressThenAnswer", ["steps": 3])
         #expect(extended.response?.code == "success", "\(String(describing: extended.error))")
-        let inApp = plugin.handle("ProgressThenAnswer", ["steps": 3]) {
-            $0.deadlineMs = 1000
-            $0.mode = .inApp
-        }
+        let inApp = plugin.handle("ProgressThenAnswer", ["steps": 3]) { $0.mode = .inApp }
         #expect(inApp.error?.kind == .timeout)
+        // A deadline given for one run (--timeout) is a cap: progress does not extend it.
+        let capped = plugin.handle("ProgressThenAnswer", ["steps": 3]) { $0.deadlineMs = 1000 }
+        #expect(capped.error?.kind == .timeout)
+        #expect(capped.limits?.maxExtendedDeadlineMs == 1000)
     }
 
     @Test func theHostsDeathTakesThePluginWithIt() throws {
