@@ -230,34 +230,60 @@ struct LocalMigration {
         case broken(StoreError)
     }
 
-    func verdict(
-        _ db: Database, kind: SealKind, row: Row, item: MigrationItemReport?, record: MigrationRecord.Row, sealing: BatchSealing
-    ) throws -> Verdict {
+    /// The new owner's row for a migrated item: its version (globals) and sealed value.
+    struct Target {
+        var version: Int64?
+        var sealed: Data
+    }
+
+    /// The verdicts of a batch: the new owner's rows are read in order, then
+    /// both sides are opened and compared on every core.
+    func verdicts(
+        _ db: Database, kind: SealKind, rows: [Row], items: [String: MigrationItemReport], record: MigrationRecord.Row,
+        sealing: BatchSealing
+    ) throws -> [Verdict] {
+        let lookup = try db.cachedStatement(
+            sql: "SELECT \(kind == .global ? "version" : "NULL"), sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
+        let targets: [Target?] = try rows.map { row in
+            let targetName = items[row.name]?.targetName ?? row.name
+            guard let found = try GRDB.Row.fetchOne(lookup, arguments: [run.to, targetName]) else { return nil }
+            return Target(version: found[0], sealed: found[1])
+        }
+        let newSealing = run.targetKey.map { BatchSealing(key: $0, kind: kind) }
+        return Parallel.map(rows.count) { index in
+            judge(kind: kind, row: rows[index], item: items[rows[index].name], target: targets[index], record: record, sealing: sealing,
+                  newSealing: newSealing)
+        }
+    }
+
+    /// Whether the old owner's item may be removed (reads only: safe on any thread).
+    func judge(
+        kind: SealKind, row: Row, item: MigrationItemReport?, target: Target?, record: MigrationRecord.Row, sealing: BatchSealing,
+        newSealing: BatchSealing?
+    ) -> Verdict {
         if let item, ["failed", "conflict", "skipped"].contains(item.outcome) { return .notMigrated }
         let source = open(row, sealing)
         guard source.failure == nil, source.plaintext != nil else {
             return .keep("it no longer opens with the old owner's key (modified after it was copied)")
         }
         let targetName = item?.targetName ?? row.name
-        let lookup = try db.cachedStatement(
-            sql: "SELECT \(kind == .global ? "version" : "NULL"), sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
-        guard let key = run.targetKey, let target = try GRDB.Row.fetchOne(lookup, arguments: [run.to, targetName]) else {
+        guard let newSealing, let target else {
             return .keep("the new owner has no \(kind.rawValue) '\(targetName)' (deleted since, or never copied)")
         }
-        let targetVersion: Int64? = target[0]
         let plaintext: Data
         do {
-            plaintext = try Sealing.open(
-                target[1], with: key, context: SealContext(owner: run.to, kind: kind, name: targetName), file: store.databasePath)
+            plaintext = try newSealing.open(target.sealed, name: targetName, file: store.databasePath)
         } catch let error as StoreError {
             return .broken(error)
+        } catch {
+            return .broken(StoreError(.sealBroken, "\(error)"))
         }
         guard let prepared = run.prepare([source], kind: kind).first, prepared.failure == nil else {
             return .keep("it is not a valid \(kind.rawValue) record")
         }
         if kind == .global {
             if prepared.plaintext == plaintext { return .verified }
-            if let targetVersion, let copied = record.targetCopiedVersion, targetVersion > copied { return .verified }
+            if let targetVersion = target.version, let copied = record.targetCopiedVersion, targetVersion > copied { return .verified }
             if let version = row.version, version > record.sourceStartVersion {
                 return .keep("it changed in the old owner during the migration; run the migration again to carry the change")
             }
@@ -293,10 +319,9 @@ struct LocalMigration {
                     guard let first = rows.first?.name, let last = rows.last?.name else { return (rows, []) }
                     let items = try MigrationRecord.items(db, migration: record.id, kind: kind, from: first, through: last)
                     var found: [(String, StoreError)] = []
-                    for row in rows {
-                        if case .broken(let error) = try verdict(db, kind: kind, row: row, item: items[row.name], record: record, sealing: sealing) {
-                            found.append((row.name, error))
-                        }
+                    let verdicts = try verdicts(db, kind: kind, rows: rows, items: items, record: record, sealing: sealing)
+                    for (row, verdict) in zip(rows, verdicts) {
+                        if case .broken(let error) = verdict { found.append((row.name, error)) }
                     }
                     return (rows, found)
                 }
@@ -337,8 +362,9 @@ struct LocalMigration {
                 guard let first = rows.first?.name, let last = rows.last?.name else { return true }
                 let items = try MigrationRecord.items(db, migration: id, kind: kind, from: first, through: last)
                 let delete = try db.cachedStatement(sql: "DELETE FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
-                for row in rows {
-                    switch try verdict(db, kind: kind, row: row, item: items[row.name], record: current, sealing: sealing) {
+                let verdicts = try verdicts(db, kind: kind, rows: rows, items: items, record: current, sealing: sealing)
+                for (row, verdict) in zip(rows, verdicts) {
+                    switch verdict {
                     case .verified:
                         try delete.execute(arguments: [run.from, row.name])
                         current.counts[kind].removed += 1

@@ -55,7 +55,7 @@ func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = n
 /// then run again: it finishes, and every item is readable under exactly one
 /// name of the new owner with its value; nothing is duplicated or missing.
 @Suite(.serialized) struct MigrationKillTests {
-    static let globals = 20_000
+    static let globals = 30_000
     static let bookmarks = 1_000
     static let containerFiles = 400
     static let valueBytes = 40
@@ -154,7 +154,7 @@ func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = n
         /// The summary of the run that finished the migration (later runs start new ones).
         var finished: Data?
         for attempt in 0..<20 {
-            let delay = 0.12 + Double(generator.next() % 900) / 1000
+            let delay = 0.12 + Double(generator.next() % 600) / 1000
             let run = try runExtrun(arguments, home: test.home, killAfter: delay)
             if run.killed { killed += 1 } else if finished == nil { finished = run.stdout }
             let phase = try test.store.database.read { db in
@@ -163,8 +163,10 @@ func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = n
             phases.append("\(attempt): \(run.killed ? "killed" : "exit \(run.status)") after \(Int(delay * 1000)) ms at \(phase ?? "start")")
             try Self.checkInvariants(test.home, final: false, full: attempt % 5 == 4)
         }
-        // The record says where each kill landed; most of them must have cut a run short.
-        #expect(killed >= 15, "\(phases.joined(separator: "\n"))")
+        // The record says where each kill landed; most of them must have cut a run short
+        // (on the 2-core development VM all 20 do, spread over copy, verify and remove;
+        // a much faster machine may finish a run before its kill).
+        #expect(killed >= 10, "\(phases.joined(separator: "\n"))")
         let last = try runExtrun(arguments, home: test.home)
         #expect(last.status == 18, "one item does not open: reported, so not clean")
         let summary = try JSONCoding.decode(JSONValue.self, fromJSON: finished ?? last.stdout)
