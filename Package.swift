@@ -53,7 +53,7 @@ let package = Package(
         .executableTarget(name: "extrun-intentgen", dependencies: ["ExtrunDefinitions"]),
         .plugin(name: "IntentGenerator", capability: .buildTool(), dependencies: ["extrun-intentgen"]),
 
-        // Example plugins: each directory holds the plugin's source and its manifest.json.
+        // Example plugins: each directory holds the plugin's source and its intents.json (generated code and manifest) or manifest.json.
         .executableTarget(name: "MakeUppercase", dependencies: ["ExtrunSDK"], path: "Examples/MakeUppercase",
                           exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
         .executableTarget(name: "RenameFiles", dependencies: ["ExtrunSDK"], path: "Examples/RenameFiles",

@@ -335,7 +335,7 @@ public struct ResponseDefinition: Codable, Sendable, Hashable {
     public var code: String
     /// Whether this custom code counts as success.
     public var success: Bool
-    /// A dialog template, e.g. "Sorry, {soup} is sold out."
+    /// A dialog template, e.g. "Sorry, ${soup} is sold out."
     public var dialog: String?
     /// The output properties this response carries.
     public var properties: [String]?
