@@ -53,7 +53,13 @@ STAMP="$ROOT/.build/extrun-build.stamp"
 # Whether a source file changed since the last build through these scripts.
 build_is_stale() {
   [ -f "$STAMP" ] && [ -x "$BIN_DIR/extrun" ] || return 0
-  [ -n "$(find "$ROOT/Package.swift" "$ROOT/Sources" "$ROOT/Examples" "$ROOT/Plugins" -newer "$STAMP" -print -quit 2>/dev/null)" ]
+  # Bash's own globbing and -nt: no process is started (this runs before every Scripts/extrun call).
+  local f
+  shopt -s globstar nullglob
+  for f in "$ROOT/Package.swift" "$ROOT"/Sources/** "$ROOT"/Examples/** "$ROOT"/Plugins/**; do
+    [[ "$f" -nt "$STAMP" ]] && return 0
+  done
+  return 1
 }
 
 build_debug() {
