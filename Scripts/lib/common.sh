@@ -44,7 +44,6 @@ ensure_packages() {
 
 # The debug build products directory.
 BIN_DIR="$ROOT/.build/debug"
-bin_dir() { echo "$BIN_DIR"; }
 
 # Where Scripts/extrun stages the example plugins.
 STAGED_PLUGINS="$ROOT/.build/extrun-plugins"
@@ -65,6 +64,6 @@ build_is_stale() {
 build_debug() {
   log "Building (swift build)..."
   (cd "$ROOT" && swift build "$@" >&2)
-  "$ROOT/Scripts/stage-plugins" "$(bin_dir)" "$STAGED_PLUGINS"
+  "$ROOT/Scripts/stage-plugins" "$BIN_DIR" "$STAGED_PLUGINS"
   touch "$STAMP"
 }

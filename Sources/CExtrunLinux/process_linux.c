@@ -5,22 +5,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_close_range
-#define SYS_close_range 436
-#endif
-
-int extrun_pidfd_open(pid_t pid) {
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
-int extrun_wifexited(int status) { return WIFEXITED(status); }
 int extrun_wexitstatus(int status) { return WEXITSTATUS(status); }
 int extrun_wifsignaled(int status) { return WIFSIGNALED(status); }
 int extrun_wtermsig(int status) { return WTERMSIG(status); }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -46,7 +47,18 @@ public enum CgroupSupport: Sendable, Equatable {
         return .available(url)
     }
 
+    /// Detection for this process, done once per configured directory (it reads /proc/self/mountinfo).
     public static func detectHere(configured: String?) -> CgroupSupport {
+        let key = configured ?? ProcessInfo.processInfo.environment["EXTRUN_CGROUP"] ?? ""
+        if let known = detected.withLock({ $0[key] }) { return known }
+        let result = detectUncached(configured: configured)
+        detected.withLock { $0[key] = result }
+        return result
+    }
+
+    private static let detected = Mutex<[String: CgroupSupport]>([:])
+
+    static func detectUncached(configured: String?) -> CgroupSupport {
         let mountInfo = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
         let directory = configured ?? ProcessInfo.processInfo.environment["EXTRUN_CGROUP"]
         return detect(directory: directory, mountInfo: mountInfo)

@@ -45,7 +45,8 @@ public struct Host: Sendable {
     public func handle(_ invocation: IntentInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
         var report = HandleReport(intent: invocation.intent)
         report.id = invocation.id
-        guard var (run, parameters) = prepare(invocation, options: options, report: &report) else { return report }
+        guard let (prepared, parameters) = prepare(invocation, options: options, report: &report) else { return report }
+        var run = prepared
         run.execute(.handle(parameters: parameters), into: &report)
         return report
     }
@@ -57,7 +58,8 @@ public struct Host: Sendable {
     ) -> HandleReport {
         var report = HandleReport(intent: invocation.intent)
         report.id = invocation.id
-        guard var (run, parameters) = prepare(invocation, options: options, report: &report) else { return report }
+        guard let (prepared, parameters) = prepare(invocation, options: options, report: &report) else { return report }
+        var run = prepared
         guard let definition = run.definition.parameter(named: parameter) else {
             let known = run.definition.parameters.map(\.name).joined(separator: ", ")
             report.error = HostError(

@@ -13,8 +13,6 @@ final class MemorySampler {
     private(set) var lastCPUMs: Double = 0
     private static let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
     private(set) var peakDataBytes: Int64 = 0
-    private(set) var lastDataBytes: Int64 = 0
-    private(set) var samples = 0
     private var buffer = [UInt8](repeating: 0, count: 4096)
 
     func attach(pid: pid_t) {
@@ -40,8 +38,6 @@ final class MemorySampler {
         guard fd >= 0 else { return }
         let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard count > 0, let value = Self.field("VmData:", in: buffer, count: count) else { return }
-        samples += 1
-        lastDataBytes = value
         if value > peakDataBytes { peakDataBytes = value }
         sampleCPU()
     }

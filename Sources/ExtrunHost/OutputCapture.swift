@@ -6,7 +6,6 @@ struct OutputCapture {
     private var ring: [UInt8]
     private var next = 0
     private var filled = 0
-    private(set) var totalBytes = 0
     /// Whether lines are collected (for `--verbose`); otherwise only the tail is kept.
     var collectsLines = false
     private var partialLine: [UInt8] = []
@@ -19,7 +18,6 @@ struct OutputCapture {
 
     /// Appends bytes; returns the complete lines they finish (none unless `collectsLines`).
     mutating func append(_ bytes: UnsafeRawBufferPointer) -> [String] {
-        totalBytes += bytes.count
         let kept = bytes.count > limit ? UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - limit)...]) : bytes
         for byte in kept {
             ring[next] = byte

@@ -8,9 +8,11 @@ extension Host {
     public func phrase(_ text: String, options: HandleOptions = HandleOptions()) -> HandleReport {
         let catalog = self.catalog()
         var candidates: [PhraseMatch] = []
+        var definitions: [String: IntentDefinition] = [:]
         var templates: [(template: String, intent: String)] = []
         for plugin in catalog.plugins where plugin.problem == nil {
             for intent in plugin.manifest.intents {
+                definitions[intent.name] = intent
                 for template in intent.phrases ?? [] {
                     templates.append((template, intent.name))
                     if let match = PhraseMatch.match(text, template: template, intent: intent.name) { candidates.append(match) }
@@ -38,15 +40,20 @@ extension Host {
         var invocation = IntentInvocation(intent: match.intent, source: "phrase \"\(text)\"")
         if let slot = match.slot, let slotText = match.slotText {
             var report = HandleReport(intent: match.intent)
-            guard let value = fill(slot, with: slotText, intent: match.intent, options: options, report: &report) else { return report }
+            guard let definition = definitions[match.intent],
+                let value = fill(slot, with: slotText, definition: definition, options: options, report: &report)
+            else { return report }
             invocation.parameters[slot] = value
         }
         return handle(invocation, options: options)
     }
 
     /// The value for a phrase's parameter, from the words that filled its slot.
-    func fill(_ parameter: String, with text: String, intent: String, options: HandleOptions, report: inout HandleReport) -> JSONValue? {
-        guard let (_, definition) = try? catalog().handler(for: intent), let parameterDefinition = definition.parameter(named: parameter) else {
+    func fill(_ parameter: String, with text: String, definition: IntentDefinition, options: HandleOptions, report: inout HandleReport)
+        -> JSONValue?
+    {
+        let intent = definition.name
+        guard let parameterDefinition = definition.parameter(named: parameter) else {
             report.error = HostError(.configurationError, "the phrase names '\(parameter)', which is not a parameter of \(intent)")
             return nil
         }

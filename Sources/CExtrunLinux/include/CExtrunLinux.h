@@ -25,9 +25,6 @@ enum extrun_spawn_stage {
     EXTRUN_STAGE_PIPE = 9,
 };
 
-/// pidfd_open(2): a descriptor that polls readable when `pid` exits. -1 and errno on failure.
-int extrun_pidfd_open(pid_t pid);
-
 /// pipe2(fds, O_CLOEXEC). 0, or -1 and errno.
 int extrun_pipe_cloexec(int fds[2]);
 
@@ -35,7 +32,6 @@ int extrun_pipe_cloexec(int fds[2]);
 int extrun_set_pipe_size(int fd, int size);
 
 /// WIFEXITED & co. as functions, since Swift cannot call the macros.
-int extrun_wifexited(int status);
 int extrun_wexitstatus(int status);
 int extrun_wifsignaled(int status);
 int extrun_wtermsig(int status);
