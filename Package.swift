@@ -66,6 +66,8 @@ let package = Package(
                           exclude: ["manifest.json"]),
         .executableTarget(name: "Bookmarks", dependencies: ["ExtrunSDK"], path: "Examples/Bookmarks",
                           exclude: ["manifest.json"]),
+        .executableTarget(name: "Indexer", dependencies: ["ExtrunSDK"], path: "Examples/Indexer",
+                          exclude: ["manifest.json"]),
         // Example plugins built from a definition file (intents.json): the code and the manifest are generated.
         .executableTarget(name: "SoupChef", dependencies: ["ExtrunSDK"], path: "Examples/SoupChef",
                           exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),

@@ -61,13 +61,39 @@ struct ViewPersonHandler: ViewPersonHandling {
         Directory.people(matching: search ?? "")
     }
 
+    /// The extension does not show people: it hands over to the app, with the person
+    /// and the note in the user activity (as an extension answers `continueInApp`).
+    /// In in-app mode (`--mode in-app`), it shows them itself.
     func handle(intent: ViewPersonIntent, context: IntentContext) async throws -> ViewPersonResponse {
         guard let person = intent.person.flatMap({ Directory.person(identifier: $0.identifier) }) else {
             return .failure("There is nobody by that name in People.")
         }
+        if context.mode == .extension {
+            var userInfo: [String: JSONValue] = ["person": .string(person.identifier)]
+            if let note = intent.note { userInfo["note"] = .string(note) }
+            let activity = UserActivity(activityType: ViewPersonActivity.activityType, title: person.name, userInfo: userInfo)
+            return .continueInApp(userActivity: activity, dialog: Dialog(full: "Opening \(person.name ?? person.identifier) in People."))
+        }
+        return ViewPersonActivity.details(of: person, note: intent.note)
+    }
+}
+
+/// The app's side: shows the person of a `com.example.people.viewPerson` activity,
+/// whether the extension handed it over or `extrun continue` brought it.
+struct ViewPersonActivity: ActivityHandler {
+    static let activityType = "com.example.people.viewPerson"
+
+    func continueActivity(_ activity: UserActivity, interaction: Interaction?, context: IntentContext) async throws -> IntentResponse {
+        guard let identifier = activity.userInfo?["person"]?.stringValue, let person = Directory.person(identifier: identifier) else {
+            return ViewPersonResponse.failure("There is nobody by that name in People.").intentResponse
+        }
+        return Self.details(of: person, note: activity.userInfo?["note"]?.stringValue).intentResponse
+    }
+
+    static func details(of person: Person, note: String?) -> ViewPersonResponse {
         let display = person.displayRepresentation
         var details = "\(display.title), \(display.subtitle ?? "no job"), \(person.email ?? "no email")."
-        if let note = intent.note, !note.isEmpty { details += " Note: \(note)" }
+        if let note, !note.isEmpty { details += " Note: \(note)" }
         return .success(person: person, details: details)
     }
 }
@@ -75,6 +101,6 @@ struct ViewPersonHandler: ViewPersonHandling {
 @main
 struct PeopleMain {
     static func main() async {
-        await PluginMain.run(getPeople: GetPeopleHandler(), viewPerson: ViewPersonHandler())
+        await PluginMain.run(getPeople: GetPeopleHandler(), viewPerson: ViewPersonHandler(), activities: [ViewPersonActivity()])
     }
 }

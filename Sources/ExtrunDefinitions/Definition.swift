@@ -35,6 +35,10 @@ public struct PluginSpec: Sendable, Hashable {
     public var arguments: [String]
     public var modes: [Mode]
     public var limits: ManifestLimits?
+    /// User activity types continued in in-app mode, besides the intents' names.
+    public var activityTypes: [String] = []
+    /// Retry an extension-mode run that went over its memory cap in in-app mode.
+    public var retryInAppOnMemoryLimit = false
     public var spots: Spots
 }
 

@@ -58,10 +58,14 @@ final class DefinitionReader {
             limits = ManifestLimits(extension: request("extension"), inApp: request("in-app"))
             l.finish(known: ["extension", "in-app"], sink: &sink)
         }
-        o.finish(known: ["id", "version", "owner", "appName", "executable", "arguments", "modes", "limits"], sink: &sink)
+        let activityTypes = o.strings("activityTypes", sink: &sink) ?? []
+        let retry = o.bool("retryInAppOnMemoryLimit", sink: &sink) ?? false
+        o.finish(
+            known: ["id", "version", "owner", "appName", "executable", "arguments", "modes", "limits", "activityTypes", "retryInAppOnMemoryLimit"],
+            sink: &sink)
         return PluginSpec(
             id: id ?? "", version: version ?? "", owner: owner ?? "", appName: appName, executable: executable, arguments: arguments ?? [],
-            modes: modes, limits: limits, spots: o.spots)
+            modes: modes, limits: limits, activityTypes: activityTypes, retryInAppOnMemoryLimit: retry, spots: o.spots)
     }
 
     func readEnum(_ node: JSONNode, path: String) -> EnumSpec? {

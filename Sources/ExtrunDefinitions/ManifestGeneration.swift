@@ -11,7 +11,7 @@ struct ManifestGenerator {
         return PluginManifest(
             id: plugin.id, version: plugin.version, owner: plugin.owner, executable: executable, arguments: plugin.arguments,
             modes: plugin.modes, intents: definition.intents.map(intent), limits: limits, appName: plugin.appName,
-            types: definition.types.map(type))
+            types: definition.types.map(type), activityTypes: plugin.activityTypes, retryInAppOnMemoryLimit: plugin.retryInAppOnMemoryLimit)
     }
 
     func intent(_ intent: IntentSpec) -> IntentDefinition {

@@ -84,9 +84,10 @@ final class SwiftGenerator {
                 g.line("[\(adapters.joined(separator: ", "))]")
             }
             g.line()
-            g.line("/// Serves the protocol with these handlers (`PluginRuntime.run`); never returns.")
-            g.block("static func run(\(arguments.joined(separator: ", "))) async -> Never") { g in
-                g.line("await PluginRuntime.run(id: id, version: version, handlers: handlers(\(passing.joined(separator: ", "))))")
+            g.line("/// Serves the protocol with these handlers (`PluginRuntime.run`), and `activities` for the")
+            g.line("/// activity types the definition declares; never returns.")
+            g.block("static func run(\((arguments + ["activities: [any ActivityHandler] = []"]).joined(separator: ", "))) async -> Never") { g in
+                g.line("await PluginRuntime.run(id: id, version: version, handlers: handlers(\(passing.joined(separator: ", "))), activities: activities)")
             }
         }
     }
@@ -464,6 +465,9 @@ final class SwiftGenerator {
             g.line("func confirm(intent: \(intentType), context: IntentContext) async throws -> \(response)")
             g.line("/// Does the work and answers.")
             g.line("func handle(intent: \(intentType), context: IntentContext) async throws -> \(response)")
+            g.line("/// In in-app mode, after the extension answered `continueInApp` or `failureRequiringAppLaunch`")
+            g.line("/// (`extensionResponse`) with `activity`: carries on. The default: `handle`, now with in-app limits.")
+            g.line("func continueInApp(intent: \(intentType), activity: UserActivity, extensionResponse: IntentResponse?, context: IntentContext) async throws -> \(response)")
         }
         line()
         block("extension \(intent.name)Handling") { g in
@@ -490,6 +494,10 @@ final class SwiftGenerator {
             }
             g.block("func confirm(intent: \(intentType), context: IntentContext) async throws -> \(response)") { g in
                 g.line("\(response)(code: .ready)")
+            }
+            g.line()
+            g.block("func continueInApp(intent: \(intentType), activity: UserActivity, extensionResponse: IntentResponse?, context: IntentContext) async throws -> \(response)") { g in
+                g.line("try await handle(intent: intent, context: context)")
             }
         }
     }
@@ -560,6 +568,10 @@ final class SwiftGenerator {
                 g.line()
                 g.block("func handle(_ request: IntentRequest<\(intentType)>) async throws -> IntentResponse") { g in
                     g.line("try await handler.handle(intent: request.parameters, context: request.context).intentResponse")
+                }
+                g.line()
+                g.block("func continueInApp(_ activity: UserActivity, _ request: IntentRequest<\(intentType)>, extensionResponse: IntentResponse?) async throws -> IntentResponse") { g in
+                    g.line("try await handler.continueInApp(intent: request.parameters, activity: activity, extensionResponse: extensionResponse, context: request.context).intentResponse")
                 }
             }
         }

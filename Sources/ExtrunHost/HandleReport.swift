@@ -26,6 +26,48 @@ public struct RunMetrics: Sendable, Equatable {
     }
 }
 
+/// One process run of a `handle` or `continue`: the extension, then (when it
+/// escalated) the app.
+public struct StepReport: Sendable, Equatable {
+    public var mode: Mode?
+    /// Why this step ran, for every step after the first (e.g. "the extension answered continueInApp").
+    public var reason: String?
+    /// The user activity the step continued.
+    public var activity: UserActivity?
+    public var response: IntentResponse?
+    public var error: HostError?
+    public var metrics: RunMetrics?
+    public var limits: EffectiveLimits?
+    public var responseIsSuccess = false
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [:]
+        if let mode { object["mode"] = .string(mode.rawValue) }
+        if let reason { object["reason"] = .string(reason) }
+        if let activity { object["activity"] = (try? JSONCoding.value(of: activity)) ?? .null }
+        if let response { object["response"] = (try? JSONCoding.value(of: response)) ?? .null }
+        if let error { object["error"] = error.json }
+        if let metrics { object["metrics"] = metrics.json }
+        if let limits { object["limits"] = limits.json }
+        return .object(object)
+    }
+}
+
+/// What became of the donation of a run's interaction.
+public struct DonationOutcome: Sendable, Equatable {
+    public var donated: Bool
+    /// Why not: `--no-donate`, or the store's error.
+    public var reason: String?
+    public var error: JSONValue?
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = ["donated": .bool(donated)]
+        if let reason { object["reason"] = .string(reason) }
+        if let error { object["error"] = error }
+        return .object(object)
+    }
+}
+
 /// The result of `extrun handle`: what the plugin answered, or why there is no answer.
 public struct HandleReport: Sendable, Equatable {
     public var id: String?
@@ -41,6 +83,15 @@ public struct HandleReport: Sendable, Equatable {
     public var options: OptionsResult?
     /// Whether the response code counts as success for this intent.
     public var responseIsSuccess = false
+    /// Every process run, in order; the top-level fields describe the last one.
+    public var steps: [StepReport] = []
+    /// Why the app was not launched although the extension asked for it (or went over its
+    /// memory cap with `retryInAppOnMemoryLimit`): `--no-app-launch`, or a plugin without in-app mode.
+    public var appLaunch: String?
+    /// The activity `extrun continue` dispatched.
+    public var activity: UserActivity?
+    /// Set after a successful `handle`.
+    public var donation: DonationOutcome?
 
     public init(intent: String?) {
         self.intent = intent
@@ -65,12 +116,41 @@ public struct HandleReport: Sendable, Equatable {
         if let error { object["error"] = error.json }
         if let metrics { object["metrics"] = metrics.json }
         if let limits { object["limits"] = limits.json }
+        if let activity { object["activity"] = (try? JSONCoding.value(of: activity)) ?? .null }
+        if !steps.isEmpty { object["steps"] = .array(steps.map(\.json)) }
+        if let appLaunch { object["appLaunch"] = .string(appLaunch) }
+        if let donation { object["donation"] = donation.json }
         return .object(object)
+    }
+
+    /// The top-level fields as one step.
+    mutating func recordStep(reason: String? = nil, activity: UserActivity? = nil) {
+        steps.append(
+            StepReport(
+                mode: mode, reason: reason, activity: activity, response: response, error: error, metrics: metrics, limits: limits,
+                responseIsSuccess: responseIsSuccess))
+    }
+
+    /// Clears the top-level fields for the next step.
+    mutating func startStep(mode: Mode, limits: EffectiveLimits) {
+        self.mode = mode
+        self.limits = limits
+        response = nil
+        error = nil
+        metrics = nil
+        responseIsSuccess = false
     }
 
     /// A summary for people (`--format text`).
     public var text: String {
         var lines: [String] = []
+        if steps.count > 1 {
+            for (index, step) in steps.dropLast().enumerated() {
+                let outcome = step.response.map { "answered \($0.code)" } ?? step.error.map { "error \($0.kind.rawValue)" } ?? "no answer"
+                lines.append("step \(index + 1) (\(step.mode?.rawValue ?? "?")): \(outcome)")
+            }
+            if let reason = steps.last?.reason { lines.append("step \(steps.count) (\(mode?.rawValue ?? "?")): \(reason)") }
+        }
         let head = [intent, plugin.map { "by \($0)" }, mode.map { "(\($0.rawValue))" }].compactMap { $0 }.joined(separator: " ")
         if let response {
             lines.append("\(head): \(response.code)")
@@ -93,6 +173,7 @@ public struct HandleReport: Sendable, Equatable {
             lines.append("\(head.isEmpty ? "extrun" : head): error \(error.kind.rawValue)")
             lines.append("  \(error.message)")
         }
+        if let appLaunch { lines.append("  app not launched: \(appLaunch)") }
         if let metrics {
             var parts = ["wall \(TextFormat.ms(metrics.wallMs))"]
             if let launch = metrics.launchMs { parts.append("launch \(TextFormat.ms(launch))") }

@@ -18,6 +18,13 @@ public struct HandleOptions: Sendable {
     /// Asks a person for missing values, choices and confirmations. Nil: nobody to ask,
     /// so those end as `parameterUnresolved` or `confirmationDeclined`.
     public var prompter: (any Prompter)?
+    /// When an extension-mode run answers `continueInApp` or `failureRequiringAppLaunch`, or
+    /// goes over its memory cap and its manifest has `retryInAppOnMemoryLimit`, carry on in
+    /// in-app mode (a second process). False (`--no-app-launch`): stop after the extension.
+    public var appLaunch = true
+    /// Donate the interaction to the owner's donation log after a successful run, and store
+    /// the plugin's own donations. False: `--no-donate`.
+    public var donate = true
 
     public init() {}
 }
@@ -25,6 +32,7 @@ public struct HandleOptions: Sendable {
 /// The phases of a plugin run, as reported in `timeout` errors.
 public enum Phase: String, Sendable {
     case launch, resolve, confirm, handle, options
+    case continueActivity = "continue"
 }
 
 /// The host: finds the plugin for an intent, starts it, drives the lifecycle
@@ -39,16 +47,6 @@ public struct Host: Sendable {
 
     public func catalog() -> PluginCatalog {
         PluginCatalog.discover(paths: paths)
-    }
-
-    /// Handles one intent. Never throws: every failure is in the report.
-    public func handle(_ invocation: IntentInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
-        var report = HandleReport(intent: invocation.intent)
-        report.id = invocation.id
-        guard let (prepared, parameters) = prepare(invocation, options: options, report: &report) else { return report }
-        var run = prepared
-        run.execute(.handle(parameters: parameters), into: &report)
-        return report
     }
 
     /// Asks the plugin for the possible values of a parameter with dynamic options,
@@ -115,7 +113,8 @@ public struct Host: Sendable {
             report.mode = mode
             report.limits = limits
             var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
-            run.services = StoreServices(home: paths.home, owner: plugin.manifest.owner, log: options.log)
+            run.services = StoreServices(
+                home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, donate: options.donate, log: options.log)
             run.baseDirectory = invocation.baseDirectory
             return (run, parameters)
         } catch {

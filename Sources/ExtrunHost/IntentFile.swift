@@ -7,6 +7,8 @@ import Foundation
 public struct IntentInvocation: Sendable, Equatable {
     public var intent: String
     public var id: String?
+    /// Groups donations of related intents (a conversation, an order...), so they can be deleted together.
+    public var groupIdentifier: String?
     public var mode: Mode?
     /// Parameter values as given in the file (file parameters not yet loaded).
     public var parameters: [String: JSONValue]
@@ -29,7 +31,7 @@ public struct IntentInvocation: Sendable, Equatable {
 }
 
 public enum IntentFileParser {
-    static let topLevelFields: Set<String> = ["intent", "parameters", "id", "mode"]
+    static let topLevelFields: Set<String> = ["intent", "parameters", "id", "groupIdentifier", "mode"]
 
     /// Reads an intent file; `-` reads standard input.
     public static func read(path: String) throws(HostError) -> IntentInvocation {
@@ -64,7 +66,7 @@ public enum IntentFileParser {
             throw fail(nil, "expected a JSON object like {\"intent\": \"MakeUppercase\", \"parameters\": {...}}, got \(value.typeName)")
         }
         for key in object.keys.sorted() where !topLevelFields.contains(key) {
-            throw fail(key, "unknown field (allowed: intent, parameters, id, mode)")
+            throw fail(key, "unknown field (allowed: intent, parameters, id, groupIdentifier, mode)")
         }
         guard let intentValue = object["intent"] else { throw fail("intent", "missing: name the intent to handle") }
         guard case .string(let intent) = intentValue, !intent.isEmpty else {
@@ -75,6 +77,11 @@ public enum IntentFileParser {
         case nil, .null?: break
         case .string(let id)?: invocation.id = id
         case let other?: throw fail("id", "expected a string, got \(other.typeName)")
+        }
+        switch object["groupIdentifier"] {
+        case nil, .null?: break
+        case .string(let group)? where !group.isEmpty: invocation.groupIdentifier = group
+        case let other?: throw fail("groupIdentifier", "expected a non-empty string, got \(other.typeName)")
         }
         switch object["mode"] {
         case nil, .null?: break

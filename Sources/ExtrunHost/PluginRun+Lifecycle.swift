@@ -8,7 +8,7 @@ import Foundation
 extension PluginRun {
     mutating func initialize(_ connection: PluginConnection) throws {
         phase = .launch
-        let params = InitializeParams(hostVersion: Host.version, mode: mode, intent: definition.name)
+        let params = InitializeParams(hostVersion: Host.version, mode: mode, intent: activityOnly ? nil : definition.name)
         let value = try call(connection, Method.initialize, try JSONCoding.value(of: params))
         let result: InitializeResult
         do {
@@ -24,7 +24,7 @@ extension PluginRun {
             throw CallFailure.protocolViolation(
                 "it introduced itself as '\(result.plugin.id)' but its manifest (\(plugin.manifestURL.path)) says '\(id)'")
         }
-        if !result.intents.contains(definition.name) {
+        if !activityOnly && !result.intents.contains(definition.name) {
             throw CallFailure.protocolViolation(
                 "its handshake does not list the intent '\(definition.name)' that its manifest declares (it lists: \(result.intents.joined(separator: ", ")))")
         }
@@ -33,6 +33,7 @@ extension PluginRun {
     /// Resolves, confirms (asking the intent's confirmation question, if it has one) and handles.
     mutating func handle(_ connection: PluginConnection, parameters: [String: JSONValue], into report: inout HandleReport) throws {
         let resolved = try resolveAll(connection, parameters: parameters)
+        self.resolved = resolved
         phase = .confirm
         let confirmation = try intentResponse(connection, Method.confirm, parameters: resolved)
         guard confirmation.code == ResponseCode.ready || confirmation.code == ResponseCode.success else {
@@ -40,11 +41,35 @@ extension PluginRun {
             report.responseIsSuccess = definition.isSuccessCode(confirmation.code)
             return
         }
-        if let template = definition.confirmation {
+        if let template = definition.confirmation, !intentConfirmed {
             try confirmWithPerson(Phrase.fill(template, with: resolved))
+            intentConfirmed = true
         }
         phase = .handle
         let response = try intentResponse(connection, Method.handle, parameters: resolved)
+        report.response = response
+        report.responseIsSuccess = definition.isSuccessCode(response.code)
+    }
+
+    /// In in-app mode: hands the plugin the user activity and the interaction it came
+    /// from, and takes its answer as the intent's response.
+    mutating func continueActivity(
+        _ connection: PluginConnection, activity: UserActivity, interaction: Interaction?, into report: inout HandleReport
+    ) throws {
+        phase = .continueActivity
+        let params = ContinueParams(activity: activity, interaction: interaction)
+        let value = try call(connection, Method.continue, try JSONCoding.value(of: params))
+        let response: IntentResponse
+        do {
+            response = try JSONCoding.decode(IntentResponse.self, from: value)
+        } catch {
+            throw CallFailure.protocolViolation("its continue response is malformed: \(JSONCoding.describe(error))")
+        }
+        if !definition.isKnownResponseCode(response.code) {
+            throw CallFailure.protocolViolation(
+                "it answered continue with the code '\(response.code)', which is neither a standard code nor one its manifest declares"
+                    + (activityOnly ? "" : " for \(definition.name)"))
+        }
         report.response = response
         report.responseIsSuccess = definition.isSuccessCode(response.code)
     }

@@ -21,6 +21,12 @@ struct PluginRun {
     var services: StoreServices?
     /// Where relative file paths typed at a prompt are taken from.
     var baseDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+    /// The parameters once every one was resolved (set by `handle`), for a later step.
+    var resolved: [String: JSONValue]?
+    /// Whether a person (or --yes) confirmed the intent in this run.
+    var intentConfirmed = false
+    /// Continuing an activity that no intent comes with: `initialize` names no intent.
+    var activityOnly = false
 
     /// What a run is for.
     enum Work {
@@ -28,6 +34,8 @@ struct PluginRun {
         case handle(parameters: [String: JSONValue])
         /// Ask for a parameter's possible values.
         case options(parameter: String, parameters: [String: JSONValue], search: String?)
+        /// In in-app mode: carry on with a user activity (and the interaction an extension handed over).
+        case continueActivity(UserActivity, interaction: Interaction?)
     }
 
     init(plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions) {
@@ -107,6 +115,8 @@ struct PluginRun {
             case .options(let parameter, let parameters, let search):
                 phase = .options
                 report.options = try options(connection, parameter: parameter, parameters: parameters, search: search)
+            case .continueActivity(let activity, let interaction):
+                try continueActivity(connection, activity: activity, interaction: interaction, into: &report)
             }
             let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
             if let failure = connection.closeAndWait(deadline: exitDeadline) {

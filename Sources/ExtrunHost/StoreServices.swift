@@ -9,13 +9,19 @@ import Foundation
 final class StoreServices {
     let home: URL
     let owner: String
+    /// The plugin's manifest: the intents it may donate.
+    let plugin: PluginManifest
+    /// False with `--no-donate`: donations are answered but not stored.
+    let donate: Bool
     private var store: Store?
     /// Lines for `--verbose`.
     let log: (@Sendable (String) -> Void)?
 
-    init(home: URL, owner: String, log: (@Sendable (String) -> Void)?) {
+    init(home: URL, owner: String, plugin: PluginManifest, donate: Bool = true, log: (@Sendable (String) -> Void)?) {
         self.home = home
         self.owner = owner
+        self.plugin = plugin
+        self.donate = donate
         self.log = log
     }
 
@@ -94,9 +100,57 @@ final class StoreServices {
             let p = try decode(BookmarkPathParams.self, params, method)
             let trashed = try access(p.bookmark).trash(p.path)
             return try JSONCoding.value(of: TrashResult(path: trashed.path))
+        case ServiceMethod.donationsDonate:
+            return try JSONCoding.value(of: try donateInteraction(decode(DonateParams.self, params, method)))
+        case ServiceMethod.donationsDelete:
+            let p = try decode(DonationDeleteParams.self, params, method)
+            let donations = try openStore().donations(of: owner)
+            let deleted: Int
+            switch (p.identifier, p.groupIdentifier, p.all ?? false) {
+            case (let identifier?, nil, false): deleted = try donations.delete(identifier: identifier) ? 1 : 0
+            case (nil, let group?, false): deleted = try donations.delete(group: group)
+            case (nil, nil, true): deleted = try donations.deleteAll()
+            default:
+                throw RPCError(
+                    code: RPCError.invalidParams, message: "invalid params for \(method): give exactly one of identifier, groupIdentifier, all: true")
+            }
+            return try JSONCoding.value(of: DonationDeleteResult(deleted: deleted))
         default:
             throw RPCError(code: RPCError.methodNotFound, message: "the host does not offer '\(method)'")
         }
+    }
+
+    /// A plugin's own donation: an intent it declares, with parameters that fit the manifest.
+    private func donateInteraction(_ p: DonateParams) throws -> DonateResult {
+        guard let definition = plugin.intent(named: p.intent) else {
+            throw RPCError(
+                code: RPCError.invalidParams,
+                message: "invalid params for \(ServiceMethod.donationsDonate): '\(p.intent)' is not an intent of \(plugin.id) (it declares \(plugin.intents.map(\.name).joined(separator: ", ")))")
+        }
+        for (name, value) in p.parameters.sorted(by: { $0.key < $1.key }) {
+            guard let parameter = definition.parameter(named: name) else {
+                throw RPCError(code: RPCError.invalidParams, message: "invalid params for \(ServiceMethod.donationsDonate): \(p.intent) has no parameter '\(name)'")
+            }
+            if !value.isNull, let problem = ParameterValueCheck.problem(value, for: parameter) {
+                throw RPCError(code: RPCError.invalidParams, message: "invalid params for \(ServiceMethod.donationsDonate): parameters.\(name): \(problem)")
+            }
+        }
+        if let response = p.response, !definition.isKnownResponseCode(response.code) {
+            throw RPCError(
+                code: RPCError.invalidParams,
+                message: "invalid params for \(ServiceMethod.donationsDonate): '\(response.code)' is neither a standard code nor one \(p.intent) declares")
+        }
+        let identifier = p.identifier ?? Host.newIdentifier()
+        guard donate else {
+            log?("[extrun] \(plugin.id) donated \(p.intent) (\(identifier)); not stored: --no-donate")
+            return DonateResult(identifier: identifier, donated: false)
+        }
+        try openStore().donations(of: owner).donate(
+            Donation(
+                identifier: identifier, owner: owner, plugin: plugin.id, intent: p.intent, groupIdentifier: p.groupIdentifier, source: "plugin",
+                parameters: p.parameters.mapValues(Host.withoutFileData), response: p.response))
+        log?("[extrun] \(plugin.id) donated \(p.intent) (\(identifier))")
+        return DonateResult(identifier: identifier, donated: true)
     }
 
     private func access(_ bookmark: String) throws -> BookmarkAccess {

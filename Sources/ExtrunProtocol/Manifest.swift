@@ -22,12 +22,21 @@ public struct PluginManifest: Codable, Sendable, Hashable {
     public var appName: String?
     /// Custom types its parameters and outputs use.
     public var types: [CustomTypeDefinition]
+    /// User activity types the plugin continues in in-app mode (`extrun continue`, and
+    /// the activity of a `continueInApp` answer), besides the names of its own intents,
+    /// which it may always continue.
+    public var activityTypes: [String]
+    /// When a run in extension mode is stopped for going over its memory cap, the host
+    /// runs the intent again, once, in in-app mode (docs/protocol.md, "Continuing in the app").
+    public var retryInAppOnMemoryLimit: Bool
 
     public init(
         id: String, version: String, owner: String, protocolVersion: Int = ProtocolVersion.current, executable: String,
         arguments: [String] = [], modes: [Mode] = [.extension, .inApp], intents: [IntentDefinition], limits: ManifestLimits? = nil,
-        appName: String? = nil, types: [CustomTypeDefinition] = []
+        appName: String? = nil, types: [CustomTypeDefinition] = [], activityTypes: [String] = [], retryInAppOnMemoryLimit: Bool = false
     ) {
+        self.activityTypes = activityTypes
+        self.retryInAppOnMemoryLimit = retryInAppOnMemoryLimit
         self.limits = limits
         self.appName = appName
         self.types = types
@@ -42,7 +51,8 @@ public struct PluginManifest: Codable, Sendable, Hashable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case id, version, owner, protocolVersion, executable, arguments, modes, intents, limits, appName, types
+        case id, version, owner, protocolVersion, executable, arguments, modes, intents, limits, appName, types, activityTypes,
+            retryInAppOnMemoryLimit
     }
 
     public init(from decoder: any Decoder) throws {
@@ -58,6 +68,31 @@ public struct PluginManifest: Codable, Sendable, Hashable {
         limits = try c.decodeIfPresent(ManifestLimits.self, forKey: .limits)
         appName = try c.decodeIfPresent(String.self, forKey: .appName)
         types = try c.decodeIfPresent([CustomTypeDefinition].self, forKey: .types) ?? []
+        activityTypes = try c.decodeIfPresent([String].self, forKey: .activityTypes) ?? []
+        retryInAppOnMemoryLimit = try c.decodeIfPresent(Bool.self, forKey: .retryInAppOnMemoryLimit) ?? false
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(id, forKey: .id)
+        try c.encode(version, forKey: .version)
+        try c.encode(owner, forKey: .owner)
+        try c.encode(protocolVersion, forKey: .protocolVersion)
+        try c.encode(executable, forKey: .executable)
+        try c.encode(arguments, forKey: .arguments)
+        try c.encode(modes, forKey: .modes)
+        try c.encode(intents, forKey: .intents)
+        try c.encodeIfPresent(limits, forKey: .limits)
+        try c.encodeIfPresent(appName, forKey: .appName)
+        try c.encode(types, forKey: .types)
+        if !activityTypes.isEmpty { try c.encode(activityTypes, forKey: .activityTypes) }
+        if retryInAppOnMemoryLimit { try c.encode(true, forKey: .retryInAppOnMemoryLimit) }
+    }
+
+    /// Whether the plugin continues user activities of this type: one it declares,
+    /// or the name of one of its intents.
+    public func continues(activityType: String) -> Bool {
+        activityTypes.contains(activityType) || intent(named: activityType) != nil
     }
 
     public func type(named name: String) -> CustomTypeDefinition? {
@@ -87,6 +122,19 @@ public struct PluginManifest: Codable, Sendable, Hashable {
         if executable.isEmpty { problems.append("executable: must not be empty") }
         if modes.isEmpty { problems.append("modes: must list at least one of extension, in-app") }
         if intents.isEmpty { problems.append("intents: the plugin declares no intent") }
+        if retryInAppOnMemoryLimit && !(modes.contains(.extension) && modes.contains(.inApp)) {
+            problems.append("retryInAppOnMemoryLimit: needs both modes in modes (it retries an extension-mode run in in-app mode)")
+        }
+        var seenActivities = Set<String>()
+        for (i, type) in activityTypes.enumerated() {
+            if type.isEmpty || type.contains(where: { $0.isWhitespace }) {
+                problems.append("activityTypes[\(i)]: '\(type)' is not an activity type (a non-empty name without spaces, e.g. com.example.people.viewPerson)")
+            }
+            if !seenActivities.insert(type).inserted { problems.append("activityTypes[\(i)]: '\(type)' is declared twice") }
+        }
+        if !activityTypes.isEmpty && !modes.contains(.inApp) {
+            problems.append("activityTypes: activities are continued in in-app mode, which modes does not list")
+        }
         var seenTypes = Set<String>()
         for (i, type) in types.enumerated() {
             if type.name.isEmpty { problems.append("types[\(i)].name: must not be empty") }

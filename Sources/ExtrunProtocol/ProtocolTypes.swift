@@ -14,6 +14,8 @@ public enum Method {
     public static let shutdown = "shutdown"
     /// The possible values of a parameter with `dynamicOptions`.
     public static let options = "options"
+    /// In in-app mode: carry on with a user activity (and the interaction an extension handed over).
+    public static let `continue` = "continue"
     // host → plugin notifications
     public static let cancel = "cancel"
     // plugin → host notifications
@@ -233,6 +235,37 @@ public struct IntentResponse: Codable, Sendable, Hashable {
         dialog = try c.decodeIfPresent(Dialog.self, forKey: .dialog)
         userActivity = try c.decodeIfPresent(UserActivity.self, forKey: .userActivity)
         progress = try c.decodeIfPresent(Double.self, forKey: .progress)
+    }
+}
+
+/// An intent together with the response it got: what an extension hands over
+/// to the app when it answers `continueInApp`, and what a donation records.
+public struct Interaction: Codable, Sendable, Hashable {
+    /// The interaction's identifier (the intent file's `id`, or one the host made up).
+    public var identifier: String?
+    public var intent: String
+    /// The intent's parameters, as far as they were resolved.
+    public var parameters: [String: JSONValue]
+    /// The response the intent got (the extension's answer, when handed over).
+    public var response: IntentResponse?
+
+    public init(identifier: String? = nil, intent: String, parameters: [String: JSONValue], response: IntentResponse? = nil) {
+        self.identifier = identifier
+        self.intent = intent
+        self.parameters = parameters
+        self.response = response
+    }
+}
+
+/// Parameters of `continue`: the user activity to carry on with and, when an
+/// extension handed it over, the interaction it came from.
+public struct ContinueParams: Codable, Sendable, Hashable {
+    public var activity: UserActivity
+    public var interaction: Interaction?
+
+    public init(activity: UserActivity, interaction: Interaction? = nil) {
+        self.activity = activity
+        self.interaction = interaction
     }
 }
 

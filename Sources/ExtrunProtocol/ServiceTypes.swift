@@ -18,6 +18,59 @@ public enum ServiceMethod {
     public static let bookmarksCreateFolder = "bookmarks.createFolder"
     public static let bookmarksMove = "bookmarks.move"
     public static let bookmarksTrash = "bookmarks.trash"
+    public static let donationsDonate = "donations.donate"
+    public static let donationsDelete = "donations.delete"
+}
+
+// MARK: Donations
+
+/// `donations.donate`: `{"intent", "parameters", "response"?, "identifier"?, "groupIdentifier"?}` →
+/// `{"identifier": "...", "donated": true}` (`donated` is false when the run was started with `--no-donate`).
+/// The intent must be one the plugin declares; its parameters are checked against the manifest.
+public struct DonateParams: Codable, Sendable, Hashable {
+    public var intent: String
+    public var parameters: [String: JSONValue]
+    public var response: IntentResponse?
+    public var identifier: String?
+    public var groupIdentifier: String?
+
+    public init(
+        intent: String, parameters: [String: JSONValue] = [:], response: IntentResponse? = nil, identifier: String? = nil,
+        groupIdentifier: String? = nil
+    ) {
+        self.intent = intent
+        self.parameters = parameters
+        self.response = response
+        self.identifier = identifier
+        self.groupIdentifier = groupIdentifier
+    }
+}
+
+public struct DonateResult: Codable, Sendable, Hashable {
+    public var identifier: String
+    public var donated: Bool
+    public init(identifier: String, donated: Bool) {
+        self.identifier = identifier
+        self.donated = donated
+    }
+}
+
+/// `donations.delete`: exactly one of `{"identifier"}`, `{"groupIdentifier"}`, `{"all": true}`,
+/// over the plugin's owner's donations only → `{"deleted": 2}`.
+public struct DonationDeleteParams: Codable, Sendable, Hashable {
+    public var identifier: String?
+    public var groupIdentifier: String?
+    public var all: Bool?
+    public init(identifier: String? = nil, groupIdentifier: String? = nil, all: Bool? = nil) {
+        self.identifier = identifier
+        self.groupIdentifier = groupIdentifier
+        self.all = all
+    }
+}
+
+public struct DonationDeleteResult: Codable, Sendable, Hashable {
+    public var deleted: Int
+    public init(deleted: Int) { self.deleted = deleted }
 }
 
 // MARK: Globals

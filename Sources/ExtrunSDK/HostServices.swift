@@ -139,3 +139,44 @@ public struct Bookmarks: Sendable {
         _ = try await channel.service(ServiceMethod.bookmarksTrash, BookmarkPathParams(bookmark: bookmark, path: path), as: TrashResult.self)
     }
 }
+
+/// The owner's donation log: interactions the system may suggest again. The host
+/// donates every successful `handle` itself; a plugin donates related intents here
+/// (for example the order it just placed as a "reorder" intent) and deletes what no
+/// longer makes sense (a soup that left the menu).
+public struct Donations: Sendable {
+    let channel: PluginChannel
+
+    /// Donates an intent the plugin declares, with its parameters (checked against the
+    /// manifest) and optionally a response. Returns the identifier (made up when not given)
+    /// and whether it was stored (not with `--no-donate`).
+    @discardableResult
+    public func donate(
+        intent: String, parameters: [String: JSONValue] = [:], response: IntentResponse? = nil, identifier: String? = nil,
+        groupIdentifier: String? = nil
+    ) async throws -> DonateResult {
+        try await channel.service(
+            ServiceMethod.donationsDonate,
+            DonateParams(intent: intent, parameters: parameters, response: response, identifier: identifier, groupIdentifier: groupIdentifier),
+            as: DonateResult.self)
+    }
+
+    /// Deletes the owner's donation with this identifier; returns how many were deleted (0 or 1).
+    @discardableResult
+    public func delete(identifier: String) async throws -> Int {
+        try await channel.service(ServiceMethod.donationsDelete, DonationDeleteParams(identifier: identifier), as: DonationDeleteResult.self).deleted
+    }
+
+    /// Deletes the owner's donations of a group.
+    @discardableResult
+    public func delete(groupIdentifier: String) async throws -> Int {
+        try await channel.service(ServiceMethod.donationsDelete, DonationDeleteParams(groupIdentifier: groupIdentifier), as: DonationDeleteResult.self)
+            .deleted
+    }
+
+    /// Deletes all of the owner's donations.
+    @discardableResult
+    public func deleteAll() async throws -> Int {
+        try await channel.service(ServiceMethod.donationsDelete, DonationDeleteParams(all: true), as: DonationDeleteResult.self).deleted
+    }
+}

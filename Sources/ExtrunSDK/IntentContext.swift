@@ -17,6 +17,9 @@ public struct IntentContext: Sendable {
     /// The owner's bookmarked files and folders (through the host).
     public var bookmarks: Bookmarks { Bookmarks(channel: channel) }
 
+    /// The owner's donation log: donate related intents, delete donations (through the host).
+    public var donations: Donations { Donations(channel: channel) }
+
     /// Reports progress of long work (0...1). In extension mode this also
     /// extends the deadline, up to the host's maximum.
     public func reportProgress(_ fraction: Double?, message: String? = nil) {

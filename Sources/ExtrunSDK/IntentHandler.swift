@@ -37,6 +37,13 @@ public protocol IntentHandler: Sendable {
     /// The possible values of a parameter whose manifest entry has `dynamicOptions`,
     /// narrowed by `search` when given. The default offers none.
     func provideOptions(_ parameter: String, _ request: IntentRequest<Parameters>, search: String?) async throws -> OptionsResult
+
+    /// In in-app mode: carries on with the intent after the extension answered
+    /// `continueInApp` or `failureRequiringAppLaunch` (`extensionResponse`), with the
+    /// user activity it handed over. `request` holds the parameters as the extension
+    /// resolved them. The default handles the intent, now with in-app limits.
+    func continueInApp(_ activity: UserActivity, _ request: IntentRequest<Parameters>, extensionResponse: IntentResponse?) async throws
+        -> IntentResponse
 }
 
 extension IntentHandler {
@@ -52,6 +59,31 @@ extension IntentHandler {
     public func provideOptions(_ parameter: String, _ request: IntentRequest<Parameters>, search: String?) async throws -> OptionsResult {
         OptionsResult(sections: [])
     }
+
+    public func continueInApp(_ activity: UserActivity, _ request: IntentRequest<Parameters>, extensionResponse: IntentResponse?) async throws
+        -> IntentResponse
+    {
+        try await handle(request)
+    }
+}
+
+/// Continues user activities of one type in in-app mode (`extrun continue`), like an
+/// app given an `NSUserActivity`. Declare the type in the manifest's `activityTypes`.
+///
+/// ```swift
+/// struct ShowOrder: ActivityHandler {
+///     static let activityType = "com.example.soupchef.showOrder"
+///     func continueActivity(_ activity: UserActivity, interaction: Interaction?, context: IntentContext) async throws -> IntentResponse {
+///         .success(["order": activity.userInfo?["order"] ?? .null])
+///     }
+/// }
+/// ```
+public protocol ActivityHandler: Sendable {
+    static var activityType: String { get }
+
+    /// Answers with a response code (and properties) as `handle` does. `interaction`
+    /// is the intent and the extension's response, when an extension handed it over.
+    func continueActivity(_ activity: UserActivity, interaction: Interaction?, context: IntentContext) async throws -> IntentResponse
 }
 
 /// One call's view of an intent: the typed parameters, their raw JSON values, and the context.

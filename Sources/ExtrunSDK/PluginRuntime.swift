@@ -17,7 +17,7 @@ import Synchronization
 /// }
 /// ```
 public enum PluginRuntime {
-    public static func run(id: String, version: String, handlers: [any IntentHandler]) async -> Never {
+    public static func run(id: String, version: String, handlers: [any IntentHandler], activities: [any ActivityHandler] = []) async -> Never {
         let channel = PluginChannel()
         guard channel.isConnected else {
             FileHandle.standardError.write(Data("""
@@ -27,7 +27,7 @@ public enum PluginRuntime {
                 """.utf8))
             exit(64)
         }
-        let server = Server(identity: PluginIdentity(id: id, version: version), handlers: handlers, channel: channel)
+        let server = Server(identity: PluginIdentity(id: id, version: version), handlers: handlers, activities: activities, channel: channel)
         await server.serve()
     }
 }
@@ -35,15 +35,19 @@ public enum PluginRuntime {
 final class Server: Sendable {
     let identity: PluginIdentity
     let handlers: [String: any IntentHandler]
+    let activities: [String: any ActivityHandler]
     let channel: PluginChannel
     let mode = Mutex<Mode>(.extension)
     let running = Mutex<[RequestID: Task<Void, Never>]>([:])
 
-    init(identity: PluginIdentity, handlers: [any IntentHandler], channel: PluginChannel) {
+    init(identity: PluginIdentity, handlers: [any IntentHandler], activities: [any ActivityHandler] = [], channel: PluginChannel) {
         self.identity = identity
         var byName: [String: any IntentHandler] = [:]
         for handler in handlers { byName[type(of: handler).intentName] = handler }
         self.handlers = byName
+        var byType: [String: any ActivityHandler] = [:]
+        for handler in activities { byType[type(of: handler).activityType] = handler }
+        self.activities = byType
         self.channel = channel
     }
 
@@ -105,6 +109,10 @@ final class Server: Sendable {
                 let handler = try handler(for: p.intent)
                 let response = try await run(handler, confirm: method == Method.confirm, intent: p.intent, values: p.parameters)
                 return .success(try JSONCoding.value(of: response))
+            case Method.continue:
+                let p = try decodeParams(ContinueParams.self, params)
+                let response = try await continueActivity(p.activity, interaction: p.interaction)
+                return .success(try JSONCoding.value(of: response))
             default:
                 return .failure(RPCError(code: RPCError.methodNotFound, message: "\(identity.id) does not know the method '\(method)'"))
             }
@@ -115,6 +123,29 @@ final class Server: Sendable {
         } catch {
             return .failure(RPCError(code: RPCError.internalError, message: "\(error)"))
         }
+    }
+
+    /// An activity handler for the type, else the intent's handler (the interaction's
+    /// intent, or the intent the activity type is named after, its user info as parameters).
+    private func continueActivity(_ activity: UserActivity, interaction: Interaction?) async throws -> IntentResponse {
+        if let handler = activities[activity.activityType] {
+            return try await handler.continueActivity(activity, interaction: interaction, context: IntentContext(mode: mode.withLock { $0 }, channel: channel))
+        }
+        if let interaction {
+            return try await continueIntent(try handler(for: interaction.intent), activity, intent: interaction.intent, values: interaction.parameters, extensionResponse: interaction.response)
+        }
+        if let handler = handlers[activity.activityType] {
+            return try await continueIntent(handler, activity, intent: activity.activityType, values: activity.userInfo ?? [:], extensionResponse: nil)
+        }
+        throw RPCError(
+            code: RPCError.methodNotFound,
+            message: "\(identity.id) does not continue the activity type '\(activity.activityType)' (it continues: \((activities.keys.sorted() + handlers.keys.sorted()).joined(separator: ", ")))")
+    }
+
+    private func continueIntent<H: IntentHandler>(
+        _ handler: H, _ activity: UserActivity, intent: String, values: [String: JSONValue], extensionResponse: IntentResponse?
+    ) async throws -> IntentResponse {
+        try await handler.continueInApp(activity, request(handler, intent: intent, values: values), extensionResponse: extensionResponse)
     }
 
     private func handler(for intent: String) throws -> any IntentHandler {

@@ -430,6 +430,9 @@ final class MigrationRun {
             case (.bookmark, _):
                 update.setUncheckedArguments([sealed, to, targetName])
                 try update.execute()
+            case (.donation, _):
+                // Migration moves globals and bookmarks; donations stay with the old owner (docs/migration.md).
+                throw StoreError(.databaseError, "donation '\(item.name)' reached the migration of items, which moves only globals and bookmarks")
             }
         }
     }

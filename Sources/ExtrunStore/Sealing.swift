@@ -6,6 +6,7 @@ import Foundation
 enum SealKind: String, Sendable {
     case global
     case bookmark
+    case donation
 }
 
 /// The owner, kind and name a sealed blob belongs to. They are not encrypted

@@ -223,6 +223,27 @@ final class StoreDatabase: Sendable {
         migrator.registerMigration("v2-owner-migrations") { db in
             try db.execute(sql: MigrationRecord.schemaSQL)
         }
+        // Donated interactions (docs/store.md, "Donations"): selectable fields in
+        // clear, parameters and response sealed with the owner's key.
+        migrator.registerMigration("v3-donations") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE donation (
+                        id INTEGER PRIMARY KEY,
+                        owner TEXT NOT NULL REFERENCES owner(name),
+                        identifier TEXT NOT NULL,
+                        groupIdentifier TEXT,
+                        intent TEXT NOT NULL,
+                        plugin TEXT NOT NULL,
+                        source TEXT NOT NULL,
+                        created TEXT NOT NULL,
+                        sealed BLOB NOT NULL,
+                        UNIQUE (owner, identifier)
+                    );
+                    CREATE INDEX donation_group ON donation (owner, groupIdentifier);
+                    CREATE INDEX donation_identifier ON donation (identifier);
+                    """)
+        }
         return migrator
     }()
 

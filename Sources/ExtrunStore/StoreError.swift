@@ -28,6 +28,8 @@ public enum StoreErrorKind: String, Codable, Sendable, CaseIterable {
     case staleBookmark
     /// An export document is malformed or belongs to another owner.
     case invalidDocument
+    /// The item (a donation) belongs to another owner, which alone may change it.
+    case notYours
 
     // Keys: the store was not touched.
     /// The owner has data in the store but its key file is gone.

@@ -19,6 +19,9 @@ struct Extrun: ParsableCommand {
               extrun handle Examples/intents/make-uppercase.json
             """,
         version: Host.version,
-        subcommands: [Handle.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self, GlobalsCommand.self, BookmarksCommand.self, Migrate.self]
+        subcommands: [
+            Handle.self, ContinueCommand.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self, GlobalsCommand.self,
+            BookmarksCommand.self, DonationsCommand.self, Migrate.self,
+        ]
     )
 }

@@ -9,7 +9,9 @@ struct Handle: ParsableCommand {
         discussion: """
             The intent file is JSON:
               {"intent": "MakeUppercase", "parameters": {"text": "hello world"}}
-            with optional "id" (echoed in the output) and "mode" ("extension" or "in-app").
+            with optional "id" (the interaction's identifier, echoed in the output; one is \
+            made up when absent), "groupIdentifier" (groups donations) and "mode" \
+            ("extension" or "in-app").
 
             The host checks the file against the plugin's manifest before starting \
             anything; then it starts the plugin in its sandbox, resolves each parameter, \
@@ -27,6 +29,18 @@ struct Handle: ParsableCommand {
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \
             11 configurationError; 12 pluginError; 13 confirmationDeclined; 64 bad command line; \
             70 internal error.
+
+            Continuing in the app: when the plugin, in extension mode, answers continueInApp \
+            or failureRequiringAppLaunch, and it supports in-app mode, the host starts it again \
+            in in-app mode (in-app limits, 10 s from that launch) and hands it the user \
+            activity, the intent and the extension's answer; when the extension goes over \
+            its memory cap and its manifest has retryInAppOnMemoryLimit, the intent is run \
+            again in in-app mode. The output's "steps" lists every process run; the \
+            top-level fields describe the last. --no-app-launch stops after the extension.
+
+            Donations: after a successful run the interaction (intent, parameters, \
+            response, id, groupIdentifier, time) is donated to the owner's donation log \
+            (`extrun donations list`); --no-donate skips it.
 
             On a terminal, a missing value, a choice among options and a confirmation are \
             asked (on /dev/tty; the plugin's clock stops meanwhile); without one (or with \
@@ -63,6 +77,12 @@ struct Handle: ParsableCommand {
     @Flag(help: "Never ask on the terminal: a missing value or a needed confirmation ends the run with an error.")
     var noInput = false
 
+    @Flag(help: "Stop after the extension when it asks for the app (continueInApp, failureRequiringAppLaunch, or a memory retry).")
+    var noAppLaunch = false
+
+    @Flag(help: "Do not donate this run's interaction (nor the plugin's own donations) to the donation log.")
+    var noDonate = false
+
     @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases, and the plugin's stdout, stderr and log lines.")
     var verbose = false
 
@@ -81,6 +101,8 @@ struct Handle: ParsableCommand {
         options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
         options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
         options.assumeYes = assumeYes
+        options.appLaunch = !noAppLaunch
+        options.donate = !noDonate
         if !noInput { options.prompter = TerminalPrompter() }
         if verbose { options.log = { line in Output.printError(line) } }
 

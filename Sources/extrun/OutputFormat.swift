@@ -2,22 +2,48 @@ import ArgumentParser
 import ExtrunProtocol
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
     case json, text
 }
 
+/// stdout and stderr. Writes with write(2): a reader that went away (`| head`)
+/// must not crash extrun (FileHandle.write traps on EPIPE); SIGPIPE is ignored
+/// from the first write on, and what could not be written is dropped.
 enum Output {
     static func printJSON(_ value: JSONValue) {
-        let data = (try? JSONCoding.encoder(pretty: true).encode(value)) ?? Data("{}".utf8)
-        FileHandle.standardOutput.write(data)
-        FileHandle.standardOutput.write(Data("\n".utf8))
+        var data = (try? JSONCoding.encoder(pretty: true).encode(value)) ?? Data("{}".utf8)
+        data.append(0x0A)
+        write(data, to: STDOUT_FILENO)
     }
 
     static func printLine(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        write(Data((text + "\n").utf8), to: STDOUT_FILENO)
     }
 
     static func printError(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        write(Data((text + "\n").utf8), to: STDERR_FILENO)
+    }
+
+    private static let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
+    static func write(_ data: Data, to fd: Int32) {
+        _ = ignoreSIGPIPE
+        data.withUnsafeBytes { buffer in
+            guard var pointer = buffer.baseAddress else { return }
+            var left = buffer.count
+            while left > 0 {
+                let written = Glibc.write(fd, pointer, left)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
+                left -= written
+                pointer += written
+            }
+        }
     }
 }

@@ -21,7 +21,7 @@ enum StoreExit {
         case .notFound: 2
         case .versionConflict: 13
         case .invalidName, .invalidValue, .tooLarge, .invalidPath, .pathEscape, .wrongType, .alreadyExists, .readOnly, .staleBookmark,
-            .invalidDocument:
+            .invalidDocument, .notYours:
             14
         case .keyMissing, .wrongKey, .invalidKeyFile, .insecurePermissions: 15
         case .sealBroken, .corruptStore, .storeMissing, .incompatibleStore: 16

@@ -1,0 +1,207 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+
+/// One donated interaction: an intent that was handled (or that a plugin
+/// donated), with its parameters and response, so the system can suggest it
+/// again. The identifier, group, intent, plugin and time are stored in clear
+/// (they are what listing and deletion select on); the parameters and the
+/// response are sealed with the owner's key.
+public struct Donation: Sendable, Equatable {
+    public var identifier: String
+    public var owner: String
+    /// The plugin that handled or donated it.
+    public var plugin: String
+    public var intent: String
+    public var groupIdentifier: String?
+    /// `handle` (the host donated a successful run) or `plugin` (the plugin donated it through the SDK).
+    public var source: String
+    /// When it was donated (ISO 8601).
+    public var created: String
+    public var parameters: [String: JSONValue]
+    public var response: IntentResponse?
+
+    public init(
+        identifier: String, owner: String, plugin: String, intent: String, groupIdentifier: String? = nil, source: String,
+        created: String = ISODate.format(Date()), parameters: [String: JSONValue], response: IntentResponse?
+    ) {
+        self.identifier = identifier
+        self.owner = owner
+        self.plugin = plugin
+        self.intent = intent
+        self.groupIdentifier = groupIdentifier
+        self.source = source
+        self.created = created
+        self.parameters = parameters
+        self.response = response
+    }
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "identifier": .string(identifier), "owner": .string(owner), "plugin": .string(plugin), "intent": .string(intent),
+            "source": .string(source), "created": .string(created), "parameters": .object(parameters),
+        ]
+        if let groupIdentifier { object["groupIdentifier"] = .string(groupIdentifier) }
+        if let response { object["response"] = (try? JSONCoding.value(of: response)) ?? .null }
+        return .object(object)
+    }
+}
+
+/// What a donation seals: the parts that may hold people's data.
+struct SealedDonation: Codable {
+    var parameters: [String: JSONValue]
+    var response: IntentResponse?
+}
+
+/// One owner's donation log. Get it from `Store.donations(of:)`.
+public struct Donations: Sendable {
+    public let owner: String
+    let store: Store
+
+    init(store: Store, owner: String) {
+        self.store = store
+        self.owner = owner
+    }
+
+    /// Records a donation. A donation with the same identifier of this owner is replaced
+    /// (donating an interaction again refreshes it).
+    public func donate(_ donation: Donation) throws {
+        guard donation.owner == owner else {
+            throw StoreError(
+                .invalidDocument, "a donation of owner '\(donation.owner)' cannot be recorded for owner '\(owner)'",
+                details: ["owner": .string(owner)])
+        }
+        try NameRules.validateName(donation.identifier, kind: .donation)
+        if let group = donation.groupIdentifier { try NameRules.validateName(group, kind: .donation) }
+        let plaintext: Data
+        do {
+            plaintext = try JSONCoding.encoder().encode(SealedDonation(parameters: donation.parameters, response: donation.response))
+        } catch {
+            throw StoreError(
+                .invalidValue, "donation '\(donation.identifier)' cannot be stored as JSON (numbers must be finite): \(error)",
+                details: ["owner": .string(owner), "identifier": .string(donation.identifier)])
+        }
+        if plaintext.count > StoreLimits.maxValueBytes {
+            throw StoreError(
+                .tooLarge, "donation '\(donation.identifier)' is \(plaintext.count) bytes as JSON; the limit is \(StoreLimits.maxValueBytes) bytes (4 MiB)",
+                details: ["owner": .string(owner), "identifier": .string(donation.identifier)])
+        }
+        let key = try store.writeKey(owner)
+        let sealed = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .donation, name: donation.identifier))
+        try store.database.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO donation (owner, identifier, groupIdentifier, intent, plugin, source, created, sealed)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (owner, identifier) DO UPDATE SET
+                        groupIdentifier = excluded.groupIdentifier, intent = excluded.intent, plugin = excluded.plugin,
+                        source = excluded.source, created = excluded.created, sealed = excluded.sealed
+                    """,
+                arguments: [
+                    owner, donation.identifier, donation.groupIdentifier, donation.intent, donation.plugin, donation.source,
+                    donation.created, sealed,
+                ])
+        }
+    }
+
+    /// The owner's donations, oldest first, optionally only those of one intent.
+    public func list(intent: String? = nil) throws -> [Donation] {
+        guard let key = try store.readKey(owner) else { return [] }
+        let rows = try store.database.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT identifier, groupIdentifier, intent, plugin, source, created, sealed FROM donation
+                    WHERE owner = ? AND (? IS NULL OR intent = ?) ORDER BY id
+                    """,
+                arguments: [owner, intent, intent])
+        }
+        return try rows.map { row in
+            let identifier: String = row["identifier"]
+            let plaintext = try Sealing.open(
+                row["sealed"], with: key, context: SealContext(owner: owner, kind: .donation, name: identifier), file: store.databasePath)
+            let opened: SealedDonation
+            do {
+                opened = try JSONCoding.decoder().decode(SealedDonation.self, from: plaintext)
+            } catch {
+                throw StoreError(
+                    .sealBroken, "donation '\(identifier)' of owner '\(owner)' opened but is not a donation: \(JSONCoding.describe(error))",
+                    details: ["owner": .string(owner), "identifier": .string(identifier), "file": .string(store.databasePath)])
+            }
+            return Donation(
+                identifier: identifier, owner: owner, plugin: row["plugin"], intent: row["intent"], groupIdentifier: row["groupIdentifier"],
+                source: row["source"], created: row["created"], parameters: opened.parameters, response: opened.response)
+        }
+    }
+
+    /// Deletes the donation with this identifier. Returns false when the owner has none by
+    /// that identifier; throws `notYours` when only other owners have one (an owner deletes
+    /// only its own donations).
+    @discardableResult
+    public func delete(identifier: String) throws -> Bool {
+        try store.database.write { db in
+            try db.execute(sql: "DELETE FROM donation WHERE owner = ? AND identifier = ?", arguments: [owner, identifier])
+            if db.changesCount > 0 { return true }
+            let others = try String.fetchAll(
+                db, sql: "SELECT owner FROM donation WHERE identifier = ? AND owner <> ? ORDER BY owner", arguments: [identifier, owner])
+            if !others.isEmpty {
+                throw StoreError(
+                    .notYours,
+                    "donation '\(identifier)' belongs to owner '\(others[0])', not to '\(owner)': an owner can delete only its own donations; nothing was deleted",
+                    details: ["owner": .string(owner), "identifier": .string(identifier), "donationOwner": .string(others[0])])
+            }
+            return false
+        }
+    }
+
+    /// Deletes every donation of the group; returns how many. Throws `notYours` when
+    /// the owner has none in the group but other owners have.
+    @discardableResult
+    public func delete(group: String) throws -> Int {
+        try store.database.write { db in
+            try db.execute(sql: "DELETE FROM donation WHERE owner = ? AND groupIdentifier = ?", arguments: [owner, group])
+            let deleted = db.changesCount
+            if deleted == 0 {
+                let others = try String.fetchAll(
+                    db, sql: "SELECT DISTINCT owner FROM donation WHERE groupIdentifier = ? AND owner <> ? ORDER BY owner",
+                    arguments: [group, owner])
+                if !others.isEmpty {
+                    throw StoreError(
+                        .notYours,
+                        "the donations of group '\(group)' belong to owner '\(others[0])', not to '\(owner)': an owner can delete only its own donations; nothing was deleted",
+                        details: ["owner": .string(owner), "groupIdentifier": .string(group), "donationOwner": .string(others[0])])
+                }
+            }
+            return deleted
+        }
+    }
+
+    /// Deletes all of the owner's donations; returns how many.
+    @discardableResult
+    public func deleteAll() throws -> Int {
+        try store.database.write { db in
+            try db.execute(sql: "DELETE FROM donation WHERE owner = ?", arguments: [owner])
+            return db.changesCount
+        }
+    }
+
+    /// The owners that have donations, in name order.
+    static func owners(in store: Store) throws -> [String] {
+        try store.database.read { db in
+            try String.fetchAll(db, sql: "SELECT DISTINCT owner FROM donation ORDER BY owner")
+        }
+    }
+}
+
+extension Store {
+    /// The owner's donation log. Throws `invalidName` for a bad owner name.
+    public func donations(of owner: String) throws -> Donations {
+        try NameRules.validateOwner(owner)
+        return Donations(store: self, owner: owner)
+    }
+
+    /// Every owner's donations (each opened with its owner's key), by owner then age.
+    public func allDonations(intent: String? = nil) throws -> [Donation] {
+        try Donations.owners(in: self).flatMap { owner in try donations(of: owner).list(intent: intent) }
+    }
+}

@@ -1,0 +1,74 @@
+import ArgumentParser
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+
+struct ContinueCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "continue",
+        abstract: "Continue a user activity in in-app mode with the plugin that declares its type.",
+        discussion: """
+            The activity file is JSON:
+              {"activityType": "com.example.people.viewPerson", "title": "Anne Johnson",
+               "userInfo": {"person": "anne"}}
+            with an optional "interaction": {"intent", "parameters", "response", \
+            "identifier"} — the intent the activity carries on with and the answer an \
+            extension gave, as `extrun handle` hands them over when an extension answers \
+            continueInApp.
+
+            The plugin is the one whose manifest lists the type in "activityTypes" (or that \
+            has an intent of that name). It runs in in-app mode (in-app limits, 10 s from \
+            launch) and answers the protocol's `continue` request with a response, printed \
+            like `extrun handle`'s output (docs/cli.md). An activity type no plugin \
+            declares exits with status 5 (noHandler); the other statuses are `handle`'s.
+            """)
+
+    @Argument(help: ArgumentHelp("The activity file; - reads standard input.", valueName: "activity.json"))
+    var activityFile: String
+
+    @Option(
+        name: .customLong("memory-limit"),
+        help: ArgumentHelp("Memory cap for this run, e.g. 512MiB, within the policy's maximum for in-app mode.", valueName: "size"))
+    var memoryLimit: String?
+
+    @Option(help: ArgumentHelp("Deadline for this run, counted from the plugin's launch, e.g. 5s.", valueName: "duration"))
+    var timeout: String?
+
+    @Option(help: "Output format: json (for programs) or text (a summary for people).")
+    var format: OutputFormat = .json
+
+    @Flag(help: "Do not store the plugin's own donations.")
+    var noDonate = false
+
+    @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases, and the plugin's stdout, stderr and log lines.")
+    var verbose = false
+
+    func validate() throws {
+        if let memoryLimit, ByteCount.parse(memoryLimit) == nil {
+            throw ValidationError("--memory-limit '\(memoryLimit)' is not a size; write it like 64MiB, 1GiB or 500000000")
+        }
+        if let timeout, DurationText.parseMilliseconds(timeout) == nil {
+            throw ValidationError("--timeout '\(timeout)' is not a duration; write it like 5s, 2500ms or 1m")
+        }
+    }
+
+    func run() throws {
+        var options = HandleOptions()
+        options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
+        options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
+        options.donate = !noDonate
+        if verbose { options.log = { line in Output.printError(line) } }
+        var report: HandleReport
+        do {
+            report = Host().continueActivity(try ActivityFileParser.read(path: activityFile), options: options)
+        } catch {
+            report = HandleReport(intent: nil)
+            report.error = error
+        }
+        switch format {
+        case .json: Output.printJSON(report.json)
+        case .text: Output.printLine(report.text)
+        }
+        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+    }
+}
