@@ -77,7 +77,7 @@ let package = Package(
         .testTarget(name: "ExtrunProtocolTests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
         .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK"]),
-        .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost"]),
+        .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore"]),
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost"], exclude: ["Fixtures"]),

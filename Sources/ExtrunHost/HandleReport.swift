@@ -60,6 +60,12 @@ public struct DonationOutcome: Sendable, Equatable {
     public var reason: String?
     public var error: JSONValue?
 
+    public init(donated: Bool, reason: String? = nil, error: JSONValue? = nil) {
+        self.donated = donated
+        self.reason = reason
+        self.error = error
+    }
+
     public var json: JSONValue {
         var object: [String: JSONValue] = ["donated": .bool(donated)]
         if let reason { object["reason"] = .string(reason) }

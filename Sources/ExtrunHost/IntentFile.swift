@@ -18,11 +18,12 @@ public struct IntentInvocation: Sendable, Equatable {
     public var baseDirectory: URL
 
     public init(
-        intent: String, id: String? = nil, mode: Mode? = nil, parameters: [String: JSONValue] = [:], source: String = "<memory>",
-        baseDirectory: URL = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+        intent: String, id: String? = nil, groupIdentifier: String? = nil, mode: Mode? = nil, parameters: [String: JSONValue] = [:],
+        source: String = "<memory>", baseDirectory: URL = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
     ) {
         self.intent = intent
         self.id = id
+        self.groupIdentifier = groupIdentifier
         self.mode = mode
         self.parameters = parameters
         self.source = source

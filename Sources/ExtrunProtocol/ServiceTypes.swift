@@ -44,6 +44,17 @@ public struct DonateParams: Codable, Sendable, Hashable {
         self.identifier = identifier
         self.groupIdentifier = groupIdentifier
     }
+
+    private enum CodingKeys: String, CodingKey { case intent, parameters, response, identifier, groupIdentifier }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        intent = try c.decode(String.self, forKey: .intent)
+        parameters = try c.decodeIfPresent([String: JSONValue].self, forKey: .parameters) ?? [:]
+        response = try c.decodeIfPresent(IntentResponse.self, forKey: .response)
+        identifier = try c.decodeIfPresent(String.self, forKey: .identifier)
+        groupIdentifier = try c.decodeIfPresent(String.self, forKey: .groupIdentifier)
+    }
 }
 
 public struct DonateResult: Codable, Sendable, Hashable {

@@ -107,7 +107,7 @@ let pythonPluginKit = #"""
     def handshake(msg, plugin_id=None, version=1, intents=None):
         reply(msg, {"protocolVersion": version,
                     "plugin": {"id": plugin_id or os.environ["EXTRUN_PLUGIN_ID"], "version": "1.0.0"},
-                    "intents": intents if intents is not None else [msg["params"]["intent"]]})
+                    "intents": intents if intents is not None else [msg["params"].get("intent") or "Echo"]})
 
     def default(msg):
         method = msg.get("method")
