@@ -64,7 +64,7 @@ struct CLITests {
 
     // MARK: Success and responses
 
-    @Test("handle: success prints one JSON object with intent, plugin, mode, response, metrics and limits; exit 0")
+    @Test("handle: success prints one JSON object with id, intent, plugin, mode, response, metrics, limits, steps and donation; exit 0")
     func success() throws {
         let result = try cli.run(["handle", "Examples/intents/make-uppercase.json"])
         #expect(result.status == 0, "\(result)")
@@ -82,7 +82,10 @@ struct CLITests {
         #expect(json["metrics"]?["peakRSSBytes"]?.intValue != nil)
         #expect(json["limits"]?["deadlineMs"] == 10_000)
         #expect((json["limits"]?["memoryBytes"]?.intValue ?? 0) > 0)
-        #expect(Set(json.objectValue?.keys.map { $0 } ?? []) == ["intent", "plugin", "mode", "response", "metrics", "limits"])
+        #expect(Set(json.objectValue?.keys.map { $0 } ?? []) == ["id", "intent", "plugin", "mode", "response", "metrics", "limits", "steps", "donation"])
+        #expect(json["steps"]?.arrayValue?.count == 1)
+        #expect(json["steps"]?.arrayValue?.first?["response"] == json["response"])
+        #expect(json["donation"] == ["donated": true])
         #expect(result.stderr.isEmpty, "\(result.stderr)")
     }
 
@@ -394,7 +397,9 @@ struct CLITests {
 
     @Test("--help of each command exits 0 and mentions its options", arguments: [
         (["--help"], ["handle", "plugins", "EXTRUN_PLUGIN_PATH", "--version"]),
-        (["handle", "--help"], ["<intent.json>", "--mode", "--memory-limit", "--timeout", "--format", "--yes", "--verbose", "Exit status"]),
+        (["handle", "--help"], ["<intent.json>", "--mode", "--memory-limit", "--timeout", "--format", "--yes", "--verbose", "--no-app-launch", "--no-donate", "Exit status"]),
+        (["continue", "--help"], ["<activity.json>", "activityTypes", "--memory-limit", "--timeout"]),
+        (["donations", "delete", "--help"], ["--owner", "--id", "--group", "--all"]),
         (["plugins", "--help"], ["--format", "EXTRUN_PLUGIN_PATH"]),
         (["help", "handle"], ["--mode"]),
     ])

@@ -84,7 +84,7 @@ struct IntentFileParseTests {
         let error = try #require(failure { try parse(#"{"intent":"A","params":{"text":"hi"}}"#) })
         #expect(error.kind == .invalidIntent)
         #expect(error.details["field"] == "params")
-        #expect(error.message == "intent.json: params: unknown field (allowed: intent, parameters, id, mode)")
+        #expect(error.message == "intent.json: params: unknown field (allowed: intent, parameters, id, groupIdentifier, mode)")
     }
 
     @Test("a missing intent is named")

@@ -1,0 +1,108 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+import Testing
+
+@testable import ExtrunStore
+
+@Suite struct DonationsTests {
+    func donation(_ id: String, owner: String = "TEAM", intent: String = "OrderSoup", group: String? = nil, text: String = "tomato")
+        -> Donation
+    {
+        Donation(
+            identifier: id, owner: owner, plugin: "com.example.soupchef", intent: intent, groupIdentifier: group, source: "handle",
+            parameters: ["soup": .string(text)], response: IntentResponse(code: "success", properties: ["total": 4.5]))
+    }
+
+    @Test func donationsRoundTripSealedAndListInOrder() throws {
+        let test = try TestStore()
+        let log = try test.store.donations(of: "TEAM")
+        try log.donate(donation("a", group: "g1"))
+        try log.donate(donation("b", intent: "CancelOrder"))
+        try log.donate(donation("c", group: "g1", text: "leek"))
+        let listed = try test.reopen().donations(of: "TEAM").list()
+        #expect(listed.map(\.identifier) == ["a", "b", "c"])
+        #expect(listed[2].parameters == ["soup": "leek"])
+        #expect(listed[2].response?.properties["total"] == 4.5)
+        #expect(listed[0].groupIdentifier == "g1")
+        #expect(try log.list(intent: "CancelOrder").map(\.identifier) == ["b"])
+        // The parameters are sealed: the plaintext is not in the database file.
+        let sealed = try test.store.database.read { db in try Data.fetchOne(db, sql: "SELECT sealed FROM donation WHERE identifier = 'c'") }
+        #expect(sealed.map { String(decoding: $0, as: UTF8.self).contains("leek") } == false)
+    }
+
+    @Test func donatingTheSameIdentifierAgainReplacesIt() throws {
+        let test = try TestStore()
+        let log = try test.store.donations(of: "TEAM")
+        try log.donate(donation("a", text: "tomato"))
+        try log.donate(donation("a", group: "g", text: "pea"))
+        let listed = try log.list()
+        #expect(listed.count == 1)
+        #expect(listed[0].parameters == ["soup": "pea"])
+        #expect(listed[0].groupIdentifier == "g")
+    }
+
+    @Test func deleteByIdentifierGroupAndAll() throws {
+        let test = try TestStore()
+        let log = try test.store.donations(of: "TEAM")
+        for (id, group) in [("a", "g1"), ("b", "g1"), ("c", "g2"), ("d", nil)] { try log.donate(donation(id, group: group)) }
+        #expect(try log.delete(identifier: "d"))
+        #expect(try log.delete(identifier: "d") == false)
+        #expect(try log.delete(group: "g1") == 2)
+        #expect(try log.list().map(\.identifier) == ["c"])
+        #expect(try log.deleteAll() == 1)
+        #expect(try log.list().isEmpty)
+    }
+
+    @Test func anOwnerCannotDeleteAnotherOwnersDonations() throws {
+        let test = try TestStore()
+        try test.store.donations(of: "TEAM").donate(donation("mine", group: "orders"))
+        let other = try test.store.donations(of: "OTHER")
+        #expect(throws: StoreError.self) { try other.delete(identifier: "mine") }
+        do {
+            try other.delete(identifier: "mine")
+        } catch let error as StoreError {
+            #expect(error.kind == .notYours)
+            #expect(error.message == "donation 'mine' belongs to owner 'TEAM', not to 'OTHER': an owner can delete only its own donations; nothing was deleted")
+        }
+        do {
+            try other.delete(group: "orders")
+            Issue.record("deleting another owner's group was not refused")
+        } catch let error as StoreError {
+            #expect(error.kind == .notYours)
+        }
+        #expect(try other.deleteAll() == 0)
+        #expect(try test.store.donations(of: "TEAM").list().map(\.identifier) == ["mine"])
+        // The same identifier may exist for both owners; each deletes its own.
+        try other.donate(donation("mine", owner: "OTHER"))
+        #expect(try other.delete(identifier: "mine"))
+        #expect(try test.store.donations(of: "TEAM").list().count == 1)
+    }
+
+    @Test func everyOwnersDonationsAndBadInput() throws {
+        let test = try TestStore()
+        try test.store.donations(of: "B").donate(donation("1", owner: "B"))
+        try test.store.donations(of: "A").donate(donation("2", owner: "A", intent: "Other"))
+        #expect(try test.store.allDonations().map(\.owner) == ["A", "B"])
+        #expect(try test.store.allDonations(intent: "Other").map(\.identifier) == ["2"])
+        #expect(throws: StoreError.self) { try test.store.donations(of: "A").donate(donation("x", owner: "B")) }
+        #expect(throws: StoreError.self) { try test.store.donations(of: "A").donate(donation("", owner: "A")) }
+        #expect(throws: StoreError.self) { try test.store.donations(of: "../A") }
+    }
+
+    @Test func aDonationCopiedToAnotherIdentifierNoLongerOpens() throws {
+        let test = try TestStore()
+        let log = try test.store.donations(of: "TEAM")
+        try log.donate(donation("a"))
+        try log.donate(donation("b"))
+        try test.store.database.write { db in
+            try db.execute(sql: "UPDATE donation SET sealed = (SELECT sealed FROM donation WHERE identifier = 'a') WHERE identifier = 'b'")
+        }
+        do {
+            _ = try log.list()
+            Issue.record("a swapped seal opened")
+        } catch let error as StoreError {
+            #expect(error.kind == .sealBroken)
+        }
+    }
+}
