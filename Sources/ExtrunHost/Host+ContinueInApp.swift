@@ -183,7 +183,7 @@ extension Host {
             groupIdentifier: invocation.groupIdentifier, source: "handle",
             parameters: (run.resolved ?? [:]).mapValues(Self.withoutFileData), response: report.response)
         do {
-            try Store(home: paths.home).donations(of: manifest.owner).donate(donation)
+            try Store(home: paths.home).donations(of: manifest.owner).donate(donation, durable: false)
             options.log?("[extrun] donated the interaction \(donation.identifier) to \(manifest.owner)'s donation log")
             return DonationOutcome(donated: true)
         } catch let error as StoreError {

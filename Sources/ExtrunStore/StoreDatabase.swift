@@ -292,6 +292,15 @@ final class StoreDatabase: Sendable {
         }
     }
 
+    /// Outside any transaction (pragmas).
+    func withoutTransaction<T>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            return try queue.writeWithoutTransaction(body)
+        } catch {
+            throw StoreDatabase.storeError(error, path: path)
+        }
+    }
+
     /// A `StoreError` for anything thrown while using the database at `path`.
     static func storeError(_ error: any Error, path: String) -> StoreError {
         if let error = error as? StoreError { return error }
