@@ -8,8 +8,8 @@ struct Plugins: ParsableCommand {
         abstract: "List the plugins on the plugin path and the intents they handle.",
         discussion: """
             Searches the directories of EXTRUN_PLUGIN_PATH, then $EXTRUN_HOME/plugins. \
-            Manifests that cannot be read, missing executables and intents claimed by two \
-            plugins are listed as problems; the exit status is then 11 (configurationError).
+            Manifests that cannot be read, missing executables, and intents or activity \
+            types claimed by two plugins are listed as problems; the exit status is then 11 (configurationError).
             """
     )
 
@@ -27,6 +27,13 @@ struct Plugins: ParsableCommand {
         for (intent, files) in claimants.sorted(by: { $0.key < $1.key }) where files.count > 1 {
             problems.append("intent '\(intent)' is claimed by more than one plugin: \(files.joined(separator: " and "))")
         }
+        var activityClaimants: [String: [String]] = [:]
+        for plugin in catalog.plugins {
+            for type in plugin.manifest.activityTypes { activityClaimants[type, default: []].append(plugin.manifestURL.path) }
+        }
+        for (type, files) in activityClaimants.sorted(by: { $0.key < $1.key }) where files.count > 1 {
+            problems.append("activity type '\(type)' is declared by more than one plugin: \(files.joined(separator: " and "))")
+        }
 
         switch format {
         case .json:
@@ -38,6 +45,8 @@ struct Plugins: ParsableCommand {
                     "directory": .string(plugin.directory.path),
                     "modes": .array(plugin.manifest.modes.map { .string($0.rawValue) }),
                     "intents": .array(plugin.manifest.intents.map { .string($0.name) }),
+                    "activityTypes": .array(plugin.manifest.activityTypes.map { .string($0) }),
+                    "retryInAppOnMemoryLimit": .bool(plugin.manifest.retryInAppOnMemoryLimit),
                 ])
             }
             Output.printJSON(.object([
@@ -57,6 +66,8 @@ struct Plugins: ParsableCommand {
                     let parameters = intent.parameters.map { "\($0.name): \($0.type.rawValue)\($0.multiple ? "[]" : "")\($0.required ? "" : "?")" }
                     Output.printLine("  \(intent.name)(\(parameters.joined(separator: ", ")))")
                 }
+                if !m.activityTypes.isEmpty { Output.printLine("  continues activities: \(m.activityTypes.joined(separator: ", "))") }
+                if m.retryInAppOnMemoryLimit { Output.printLine("  retried in the app when over the extension's memory cap") }
             }
             if !problems.isEmpty {
                 Output.printLine("")
