@@ -28,37 +28,15 @@ public enum ActivityFileParser {
 
     /// Reads an activity file; `-` reads standard input.
     public static func read(path: String) throws(HostError) -> ActivityInvocation {
-        if path == "-" {
-            return try parse(FileHandle.standardInput.readDataToEndOfFile(), source: "<stdin>")
-        }
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw HostError(
-                .invalidIntent, "\(path): cannot read the activity file: \(IntentFileParser.reason(error))", details: ["file": .string(path)])
-        }
-        return try parse(data, source: path)
+        let input = try JSONInputFile.read(path: path, what: "activity file")
+        return try parse(input.data, source: input.source)
     }
 
     public static func parse(_ data: Data, source: String) throws(HostError) -> ActivityInvocation {
-        func fail(_ field: String?, _ message: String) -> HostError {
-            var details: [String: JSONValue] = ["file": .string(source)]
-            if let field { details["field"] = .string(field) }
-            return HostError(.invalidIntent, "\(source): \(field.map { "\($0): " } ?? "")\(message)", details: details)
-        }
-        let value: JSONValue
-        do {
-            value = try JSONCoding.decode(JSONValue.self, fromJSON: data)
-        } catch {
-            throw fail(nil, data.isEmpty ? "the activity file is empty" : JSONCoding.describe(error))
-        }
-        guard case .object(let object) = value else {
-            throw fail(nil, "expected a JSON object like {\"activityType\": \"com.example.people.viewPerson\", \"userInfo\": {...}}, got \(value.typeName)")
-        }
-        for key in object.keys.sorted() where !topLevelFields.contains(key) {
-            throw fail(key, "unknown field (allowed: \(topLevelFields.joined(separator: ", ")))")
-        }
+        func fail(_ field: String?, _ message: String) -> HostError { JSONInputFile.failure(source: source, field: field, message) }
+        let object = try JSONInputFile.object(
+            data, source: source, what: "activity file", example: #"{"activityType": "com.example.people.viewPerson", "userInfo": {...}}"#,
+            fields: topLevelFields)
         guard case .string(let type)? = object["activityType"], !type.isEmpty else {
             throw fail("activityType", object["activityType"] == nil ? "missing: name the activity type to continue" : "expected a non-empty string")
         }

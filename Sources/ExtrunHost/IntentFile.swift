@@ -31,44 +31,67 @@ public struct IntentInvocation: Sendable, Equatable {
     }
 }
 
-public enum IntentFileParser {
-    static let topLevelFields: Set<String> = ["intent", "parameters", "id", "groupIdentifier", "mode"]
-
-    /// Reads an intent file; `-` reads standard input.
-    public static func read(path: String) throws(HostError) -> IntentInvocation {
-        if path == "-" {
-            let data = FileHandle.standardInput.readDataToEndOfFile()
-            return try parse(data, source: "<stdin>", baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
-        }
-        let url = URL(fileURLWithPath: path)
-        let data: Data
-        do {
-            data = try Data(contentsOf: url)
-        } catch {
-            throw HostError(
-                .invalidIntent, "\(path): cannot read the intent file: \(Self.reason(error))", details: ["file": .string(path)])
-        }
-        return try parse(data, source: path, baseDirectory: url.deletingLastPathComponent())
+/// What intent files and activity files share: reading a file or standard input,
+/// a JSON object with known fields, and errors that name the file and the field.
+enum JSONInputFile {
+    struct Input {
+        var data: Data
+        var source: String
+        var baseDirectory: URL
     }
 
-    public static func parse(_ data: Data, source: String, baseDirectory: URL) throws(HostError) -> IntentInvocation {
-        func fail(_ field: String?, _ message: String) -> HostError {
-            var details: [String: JSONValue] = ["file": .string(source)]
-            if let field { details["field"] = .string(field) }
-            return HostError(.invalidIntent, "\(source): \(field.map { "\($0): " } ?? "")\(message)", details: details)
+    /// The file's bytes; `-` reads standard input (relative paths in it are then taken from the current directory).
+    static func read(path: String, what: String) throws(HostError) -> Input {
+        if path == "-" {
+            return Input(
+                data: FileHandle.standardInput.readDataToEndOfFile(), source: "<stdin>",
+                baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
         }
+        let url = URL(fileURLWithPath: path)
+        do {
+            return Input(data: try Data(contentsOf: url), source: path, baseDirectory: url.deletingLastPathComponent())
+        } catch {
+            throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(IntentFileParser.reason(error))", details: ["file": .string(path)])
+        }
+    }
+
+    /// `invalidIntent`, naming the file and the field.
+    static func failure(source: String, field: String?, _ message: String) -> HostError {
+        var details: [String: JSONValue] = ["file": .string(source)]
+        if let field { details["field"] = .string(field) }
+        return HostError(.invalidIntent, "\(source): \(field.map { "\($0): " } ?? "")\(message)", details: details)
+    }
+
+    /// The top-level object, with no field outside `fields`.
+    static func object(_ data: Data, source: String, what: String, example: String, fields: [String]) throws(HostError) -> [String: JSONValue] {
         let value: JSONValue
         do {
             value = try JSONCoding.decode(JSONValue.self, fromJSON: data)
         } catch {
-            throw fail(nil, data.isEmpty ? "the intent file is empty" : JSONCoding.describe(error))
+            throw failure(source: source, field: nil, data.isEmpty ? "the \(what) is empty" : JSONCoding.describe(error))
         }
         guard case .object(let object) = value else {
-            throw fail(nil, "expected a JSON object like {\"intent\": \"MakeUppercase\", \"parameters\": {...}}, got \(value.typeName)")
+            throw failure(source: source, field: nil, "expected a JSON object like \(example), got \(value.typeName)")
         }
-        for key in object.keys.sorted() where !topLevelFields.contains(key) {
-            throw fail(key, "unknown field (allowed: intent, parameters, id, groupIdentifier, mode)")
+        for key in object.keys.sorted() where !fields.contains(key) {
+            throw failure(source: source, field: key, "unknown field (allowed: \(fields.joined(separator: ", ")))")
         }
+        return object
+    }
+}
+
+public enum IntentFileParser {
+    /// Reads an intent file; `-` reads standard input.
+    public static func read(path: String) throws(HostError) -> IntentInvocation {
+        let input = try JSONInputFile.read(path: path, what: "intent file")
+        return try parse(input.data, source: input.source, baseDirectory: input.baseDirectory)
+    }
+
+    public static func parse(_ data: Data, source: String, baseDirectory: URL) throws(HostError) -> IntentInvocation {
+        func fail(_ field: String?, _ message: String) -> HostError { JSONInputFile.failure(source: source, field: field, message) }
+        let object = try JSONInputFile.object(
+            data, source: source, what: "intent file", example: #"{"intent": "MakeUppercase", "parameters": {...}}"#,
+            fields: ["intent", "parameters", "id", "groupIdentifier", "mode"])
         guard let intentValue = object["intent"] else { throw fail("intent", "missing: name the intent to handle") }
         guard case .string(let intent) = intentValue, !intent.isEmpty else {
             throw fail("intent", "expected a non-empty string, got \(intentValue.typeName)")
