@@ -9,9 +9,11 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -31,6 +33,16 @@
 #ifndef SECCOMP_FILTER_FLAG_NEW_LISTENER
 #define SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
 #endif
+#ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
+#define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+/// A record on the report pipe with this stage is information, not a failure:
+/// whether init could mount a /proc of the plugin's pid namespace (error 0: yes).
+#define EXTRUN_REPORT_PROC_MOUNTED (-1)
 
 struct child_failure {
     int stage;
@@ -146,8 +158,6 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
         for (int fd = highest_kept + 1; fd < 1024; fd++) close(fd);
     }
 
-    if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
-
     const struct extrun_limits *l = &request->limits;
     if (set_limit(RLIMIT_DATA, l->data_bytes) || set_limit(RLIMIT_STACK, l->stack_bytes) ||
         set_limit(RLIMIT_NOFILE, l->open_files) || set_limit(RLIMIT_NPROC, l->processes) ||
@@ -156,6 +166,26 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     }
     struct rlimit no_core = {0, 0};
     if (setrlimit(RLIMIT_CORE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
+
+    // The plugin's own user: no supplementary groups, then the group, then the
+    // user (after which the first two could no longer be changed). Raw system
+    // calls: this process is the only thread, and the C library's versions
+    // would try to reach threads of the host that do not exist here.
+    if (request->drop_privileges) {
+        uid_t uid = request->plugin_uid;
+        gid_t gid = request->plugin_gid;
+        if (syscall(SYS_setgroups, 0, NULL) != 0) fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        if (syscall(SYS_setresgid, gid, gid, gid) != 0) fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        if (syscall(SYS_setresuid, uid, uid, uid) != 0) fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        uid_t ruid, euid, suid;
+        if (getresuid(&ruid, &euid, &suid) != 0 || ruid != uid || euid != uid || suid != uid ||
+            getgroups(0, NULL) != 0 || getegid() != gid) {
+            errno = EPERM;
+            fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        }
+    }
+    // Entered as the plugin's user: the scratch directory must be its own.
+    if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
 
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_NO_NEW_PRIVS);
 
@@ -304,6 +334,22 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
 static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd) {
     reset_signals();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Nothing of the host's for the plugin to look at through /proc/1: not its
+    // working directory, and (not dumpable) not its memory, environment or descriptors.
+    prctl(PR_SET_DUMPABLE, 0);
+    if (chdir("/") != 0) {
+        // Not fatal: "/" is always there; carry on.
+    }
+    if (request->namespaces & EXTRUN_NS_MOUNT) {
+        // A /proc of this pid namespace: the plugin sees its own processes only.
+        // In a mount namespace of init's own, so that the supervisor keeps the
+        // host's /proc (it reads the plugin's processes there by their host pids).
+        struct child_failure info = {EXTRUN_REPORT_PROC_MOUNTED, 0};
+        if (unshare(CLONE_NEWNS) != 0 || mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
+            info.error = errno ? errno : EPERM;
+        }
+        write_all(report_fd, &info, sizeof info);
+    }
     if (request->pid_max > 0) {
         int fd = open("/proc/sys/kernel/pid_max", O_WRONLY | O_CLOEXEC);
         if (fd >= 0) {
@@ -361,6 +407,260 @@ static pid_t only_child_of(pid_t init) {
     return pid > 0 ? (pid_t)pid : -1;
 }
 
+
+/// Writes `text` to the file at `path` (for /proc/self/uid_map and friends). 0, or -1 and errno.
+static int write_text_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t length = strlen(text);
+    ssize_t n = write(fd, text, length);
+    int saved = errno;
+    close(fd);
+    if (n != (ssize_t)length) {
+        errno = n < 0 ? saved : EIO;
+        return -1;
+    }
+    return 0;
+}
+
+/// "<id> <id> 1\n": maps one id to itself.
+static void identity_map(char *buffer, size_t size, long id) {
+    char number[24];
+    format_int(number, sizeof number, id);
+    size_t at = 0;
+    for (int copy = 0; copy < 2; copy++) {
+        for (size_t i = 0; number[i] != '\0' && at < size - 4; i++) buffer[at++] = number[i];
+        buffer[at++] = ' ';
+    }
+    buffer[at++] = '1';
+    buffer[at++] = '\n';
+    buffer[at] = '\0';
+}
+
+/// A user namespace in which the host's user is itself (no root inside), so
+/// that an ordinary user may create the other namespaces. 0, or -1 and errno.
+static int enter_user_namespace(void) {
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    if (unshare(CLONE_NEWUSER) != 0) return -1;
+    char map[64];
+    // setgroups must be denied before an unprivileged process may write gid_map.
+    if (write_text_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT) return -1;
+    identity_map(map, sizeof map, uid);
+    if (write_text_file("/proc/self/uid_map", map) != 0) return -1;
+    identity_map(map, sizeof map, gid);
+    if (write_text_file("/proc/self/gid_map", map) != 0) return -1;
+    return 0;
+}
+
+/// Creates the namespaces asked for that the kernel allows; returns those it got
+/// (EXTRUN_NS_*), or -1 with errno when a user namespace was made but could not be set up.
+static int enter_namespaces(int wanted) {
+    int active = 0;
+    if ((wanted & EXTRUN_NS_USER) && geteuid() != 0) {
+        if (enter_user_namespace() == 0) {
+            active |= EXTRUN_NS_USER;
+        } else if (errno != EPERM && errno != EINVAL && errno != ENOSPC && errno != EUSERS) {
+            return -1;
+        }
+    }
+    static const struct { int ours; int clone_flag; } kinds[] = {
+        {EXTRUN_NS_PID, CLONE_NEWPID}, {EXTRUN_NS_MOUNT, CLONE_NEWNS},
+        {EXTRUN_NS_IPC, CLONE_NEWIPC}, {EXTRUN_NS_NET, CLONE_NEWNET},
+    };
+    int flags = 0;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (wanted & kinds[i].ours) flags |= kinds[i].clone_flag;
+    }
+    if (flags == 0) return active;
+    if (unshare(flags) == 0) return active | (wanted & (EXTRUN_NS_PID | EXTRUN_NS_MOUNT | EXTRUN_NS_IPC | EXTRUN_NS_NET));
+    // One at a time: keep those that are allowed.
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if ((wanted & kinds[i].ours) && unshare(kinds[i].clone_flag) == 0) active |= kinds[i].ours;
+    }
+    return active;
+}
+
+/// In the new mount namespace: nothing propagates back to the host's; `hide`
+/// is covered by an empty, read-only tmpfs, with each of `reveal` (directories
+/// under it) bound back at its own path. 0, or -1 and errno.
+static int hide_directory(const char *hide, const char *const *reveal, int reveal_count) {
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -1;
+    if (hide == NULL) return 0;
+    enum { MAX_REVEAL = 8 };
+    int fds[MAX_REVEAL];
+    int count = reveal_count < MAX_REVEAL ? reveal_count : MAX_REVEAL;
+    size_t hide_length = strlen(hide);
+    // Open what comes back before it is covered.
+    for (int i = 0; i < count; i++) {
+        fds[i] = open(reveal[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fds[i] < 0) {
+            int saved = errno;
+            for (int j = 0; j < i; j++) close(fds[j]);
+            errno = saved;
+            return -1;
+        }
+    }
+    int result = -1;
+    if (mount("tmpfs", hide, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=256") != 0) goto done;
+    for (int i = 0; i < count; i++) {
+        const char *path = reveal[i];
+        if (strncmp(path, hide, hide_length) != 0 || path[hide_length] != '/') {
+            errno = EINVAL;
+            goto done;
+        }
+        // The folders down to it, on the tmpfs.
+        char target[4096];
+        size_t length = strlen(path);
+        if (length >= sizeof target) {
+            errno = ENAMETOOLONG;
+            goto done;
+        }
+        memcpy(target, path, length + 1);
+        for (size_t at = hide_length + 1; at <= length; at++) {
+            if (target[at] == '/' || target[at] == '\0') {
+                char saved = target[at];
+                target[at] = '\0';
+                if (mkdir(target, 0755) != 0 && errno != EEXIST) goto done;
+                target[at] = saved;
+            }
+        }
+        char source[64] = "/proc/self/fd/";
+        char number[24];
+        format_int(number, sizeof number, fds[i]);
+        size_t at = strlen(source);
+        for (size_t k = 0; number[k] != '\0'; k++) source[at++] = number[k];
+        source[at] = '\0';
+        if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) goto done;
+    }
+    if (mount(NULL, hide, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) goto done;
+    result = 0;
+done:;
+    int saved = errno;
+    for (int i = 0; i < count; i++) close(fds[i]);
+    errno = saved;
+    return result;
+}
+
+/// The parent of process (or thread) `pid`, from /proc/PID/stat; -1 if it is gone.
+static pid_t parent_of(pid_t pid) {
+    char path[48] = "/proc/";
+    char number[24];
+    format_int(number, sizeof number, pid);
+    size_t at = strlen(path);
+    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
+    const char *tail = "/stat";
+    for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
+    path[at] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buffer[1024];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buffer[n] = '\0';
+    // "pid (comm) S ppid ...": comm may hold anything, so from the last ')'.
+    ssize_t close_paren = -1;
+    for (ssize_t i = 0; i < n; i++) {
+        if (buffer[i] == ')') close_paren = i;
+    }
+    if (close_paren < 0 || close_paren + 4 >= n) return -1;
+    long parent = 0;
+    for (ssize_t i = close_paren + 4; i < n && buffer[i] >= '0' && buffer[i] <= '9'; i++) parent = parent * 10 + (buffer[i] - '0');
+    return (pid_t)parent;
+}
+
+/// The pid a pidfd of process `owner` refers to, from /proc/OWNER/fdinfo/FD; -1 if none.
+static pid_t pid_of_pidfd(pid_t owner, int fd_number) {
+    if (fd_number < 0) return -1;
+    char path[80] = "/proc/";
+    char number[24];
+    format_int(number, sizeof number, owner);
+    size_t at = strlen(path);
+    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
+    const char *middle = "/fdinfo/";
+    for (size_t i = 0; middle[i] != '\0'; i++) path[at++] = middle[i];
+    format_int(number, sizeof number, fd_number);
+    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
+    path[at] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char buffer[2048];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buffer[n] = '\0';
+    for (ssize_t i = 0; i + 5 < n; i++) {
+        if ((i == 0 || buffer[i - 1] == '\n') && memcmp(buffer + i, "Pid:", 4) == 0) {
+            ssize_t k = i + 4;
+            while (k < n && (buffer[k] == ' ' || buffer[k] == '\t')) k++;
+            if (buffer[k] == '-') return -1;
+            long pid = 0;
+            for (; k < n && buffer[k] >= '0' && buffer[k] <= '9'; k++) pid = pid * 10 + (buffer[k] - '0');
+            return pid > 0 ? (pid_t)pid : -1;
+        }
+    }
+    return -1;
+}
+
+/// Whether `target` is one of the run's processes: the plugin or a descendant
+/// of it (orphans among them are children of this supervisor, a subreaper).
+static int belongs_to_run(pid_t target, pid_t plugin, pid_t self) {
+    if (target <= 1 || target == self) return 0;
+    for (int depth = 0; depth < 4096; depth++) {
+        if (target == plugin) return 1;
+        pid_t parent = parent_of(target);
+        if (parent == self) return 1;
+        if (parent <= 1) return 0;
+        target = parent;
+    }
+    return 0;
+}
+
+/// For a signal-sending call the filter sent here: the process it aims at
+/// (0: its own process group; -1: every process it may signal) and the signal.
+static void signal_call_target(const struct seccomp_notif *call, pid_t *target, int *group, int *signal_number) {
+    long a0 = (long)(int)call->data.args[0];
+    *group = 0;
+    switch (call->data.nr) {
+    case SYS_kill:
+        *signal_number = (int)call->data.args[1];
+        if (a0 == 0) {
+            // The caller's own process group, which it may have moved into any group of the session.
+            *group = 1;
+            *target = getpgid((pid_t)call->pid);
+            if (*target <= 0) *target = -2;
+        } else if (a0 < -1) {
+            *group = 1;
+            *target = (pid_t)-a0;
+        } else {
+            *target = (pid_t)a0;
+        }
+        break;
+    case SYS_pidfd_send_signal:
+        *signal_number = (int)call->data.args[1];
+        *target = pid_of_pidfd((pid_t)call->pid, (int)a0);
+        if (*target <= 0) *target = -2;  // not a pidfd of a live process: refuse
+        break;
+    case SYS_tgkill:
+    case SYS_rt_tgsigqueueinfo:
+        *signal_number = (int)call->data.args[2];
+        *target = (pid_t)a0;
+        break;
+    default:  // tkill, rt_sigqueueinfo
+        *signal_number = (int)call->data.args[1];
+        *target = (pid_t)a0;
+        break;
+    }
+}
+
+/// Whether a signal call of the plugin's may go on: only towards the run's own processes.
+static int signal_allowed(pid_t target, int group, pid_t plugin, pid_t self) {
+    if (target <= 0) return 0;   // -1 (every process of its user), an unknown pidfd or group
+    if (group && target == plugin) return 1;  // the group the plugin leads
+    return belongs_to_run(target, plugin, self);
+}
+
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) __attribute__((noreturn));
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) {
     reset_signals();
@@ -372,18 +672,25 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     setpgid(0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-    int active = 0;
-    if (request->namespaces & (EXTRUN_NS_PID | EXTRUN_NS_NET | EXTRUN_NS_IPC)) {
-        int flags = 0;
-        if (request->namespaces & EXTRUN_NS_PID) flags |= CLONE_NEWPID;
-        if (request->namespaces & EXTRUN_NS_NET) flags |= CLONE_NEWNET;
-        if (request->namespaces & EXTRUN_NS_IPC) flags |= CLONE_NEWIPC;
-        if (unshare(flags) == 0) {
-            active = request->namespaces & (EXTRUN_NS_PID | EXTRUN_NS_NET | EXTRUN_NS_IPC);
-        } else if ((flags & CLONE_NEWPID) && unshare(CLONE_NEWPID) == 0) {
-            active = EXTRUN_NS_PID;
-        }
+    int active = enter_namespaces(request->namespaces);
+    if (active < 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
+    if ((active & EXTRUN_NS_MOUNT) && hide_directory(request->hide_path, request->reveal_paths, request->reveal_count) != 0) {
+        report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
     }
+    // Not dumpable (after the user namespace's maps, which need /proc/self to be
+    // ours): a plugin of the same user cannot read this process's memory or
+    // descriptors through /proc.
+    prctl(PR_SET_DUMPABLE, 0);
+
+    // What the plugin gets: the filter that checks signals when it has no pid
+    // namespace to keep it away from other processes; the namespaces it got.
+    struct extrun_sandbox_request chosen = *request;
+    chosen.namespaces = active;
+    if (!(active & EXTRUN_NS_PID) && request->filter_no_pid_ns != NULL) {
+        chosen.filter = request->filter_no_pid_ns;
+        chosen.filter_length = request->filter_no_pid_ns_length;
+    }
+    request = &chosen;
 
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
@@ -421,9 +728,16 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     }
     struct child_failure failure = {0, 0};
     ssize_t got;
-    do {
-        got = read(report[0], &failure, sizeof failure);
-    } while (got < 0 && errno == EINTR);
+    for (;;) {
+        do {
+            got = read(report[0], &failure, sizeof failure);
+        } while (got < 0 && errno == EINTR);
+        if (got == (ssize_t)sizeof failure && failure.stage == EXTRUN_REPORT_PROC_MOUNTED) {
+            if (failure.error == 0) active |= EXTRUN_NS_PROC;
+            continue;
+        }
+        break;
+    }
     close(report[0]);
     if (got == (ssize_t)sizeof failure) {
         kill(child, SIGKILL);
@@ -478,6 +792,27 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                     memset(&response, 0, sizeof response);
                     response.id = request_buffer.id;
                     response.error = -EPERM;
+                    if (extrun_syscall_sends_signal(request_buffer.data.nr)) {
+                        // A signal: it goes on if it is aimed at the run's own processes.
+                        pid_t target;
+                        int group, signal_number;
+                        signal_call_target(&request_buffer, &target, &group, &signal_number);
+                        if (signal_allowed(target, group, plugin, self)) {
+                            response.error = 0;
+                            response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+                        } else if (!killed) {
+                            memset(&event, 0, sizeof event);
+                            event.type = EXTRUN_EVENT_DENIED;
+                            event.pid = (int32_t)request_buffer.pid;
+                            event.syscall_nr = request_buffer.data.nr;
+                            event.arch = request_buffer.data.arch;
+                            event.arg0 = (uint64_t)(int64_t)(group ? -target : target);
+                            event.arg1 = (uint64_t)signal_number;
+                            send_event(status_fd, &event);
+                        }
+                        ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+                        continue;
+                    }
                     if (!killed) {
                         memset(&event, 0, sizeof event);
                         event.type = EXTRUN_EVENT_VIOLATION;

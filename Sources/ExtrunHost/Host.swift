@@ -99,6 +99,7 @@ public struct Host: Sendable {
                 (policy, policySource) = try SandboxPolicy.load(home: paths.home)
             }
             options.log?("[extrun] policy: \(policySource)")
+            try HomeProtection.check(home: paths.home)
             let (plugin, definition) = try catalog().handler(for: invocation.intent)
             report.plugin = plugin.manifest.id
             let parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
@@ -117,6 +118,7 @@ public struct Host: Sendable {
             var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
             run.services = StoreServices(home: paths.home, owner: plugin.manifest.owner, log: options.log)
             run.baseDirectory = invocation.baseDirectory
+            run.home = paths.home
             return (run, parameters)
         } catch {
             report.error = error as? HostError ?? HostError(.internalError, "\(error)")

@@ -22,8 +22,18 @@ struct SandboxSettings {
     var namespaces: Int32 = 0
     var pidMax = 0
     var cgroupProcsFD: Int32 = -1
+    /// Who the plugin runs as.
+    var identity: PluginIdentity
+    /// With a mount namespace: the folder to hide (`$EXTRUN_HOME`, resolved), and
+    /// the folders under it the plugin needs (its own, the scratch directory).
+    var hidePath: String?
+    var revealPaths: [String] = []
 
-    init(policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?) {
+    init(
+        policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
+        identity: PluginIdentity? = nil, home: URL? = nil, pluginDirectory: URL? = nil, scratch: URL? = nil
+    ) {
+        self.identity = identity ?? PluginIdentity(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: nil)
         limits.data_bytes = UInt64(effective.memoryBytes)
         limits.stack_bytes = UInt64(effective.stackBytes)
         limits.open_files = UInt64(policy.openFiles)
@@ -37,9 +47,24 @@ struct SandboxSettings {
         if policy.namespaces.pid { flags |= Int32(EXTRUN_NS_PID) }
         if policy.namespaces.network { flags |= Int32(EXTRUN_NS_NET) }
         if policy.namespaces.ipc { flags |= Int32(EXTRUN_NS_IPC) }
+        if policy.namespaces.mount { flags |= Int32(EXTRUN_NS_MOUNT) }
+        if policy.namespaces.user && !capabilities.isRoot { flags |= Int32(EXTRUN_NS_USER) }
         namespaces = flags
+        if policy.namespaces.mount, let home, let hidden = SandboxSettings.resolved(home.path), hidden != "/" {
+            hidePath = hidden
+            for folder in [pluginDirectory, scratch].compactMap({ $0 }) {
+                if let path = SandboxSettings.resolved(folder.path), path.hasPrefix(hidden + "/") { revealPaths.append(path) }
+            }
+        }
         pidMax = policy.pidNamespaceMaxPids
         cgroupProcsFD = cgroup?.procsFD ?? -1
+    }
+
+    /// The path with symbolic links resolved, if it exists.
+    static func resolved(_ path: String) -> String? {
+        guard let real = realpath(path, nil) else { return nil }
+        defer { free(real) }
+        return String(cString: real)
     }
 
     /// For `--verbose`: what is in force.
@@ -48,6 +73,34 @@ struct SandboxSettings {
         if active & Int32(EXTRUN_NS_PID) != 0 { names.append("pid") }
         if active & Int32(EXTRUN_NS_NET) != 0 { names.append("network") }
         if active & Int32(EXTRUN_NS_IPC) != 0 { names.append("ipc") }
+        if active & Int32(EXTRUN_NS_MOUNT) != 0 { names.append("mount") }
+        if active & Int32(EXTRUN_NS_USER) != 0 { names.append("user (the host is not root)") }
         return names.isEmpty ? "none (not permitted here; descendants are tracked as a subreaper instead)" : names.joined(separator: ", ")
+    }
+
+    /// For `--verbose`: how the store and the keys are kept from the plugin, and
+    /// how it is kept away from other processes, given the namespaces it got.
+    func describeProtection(active: Int32, home: URL) -> [String] {
+        var lines = ["plugin user: \(identity.description)"]
+        let hasMount = active & Int32(EXTRUN_NS_MOUNT) != 0
+        let hasPid = active & Int32(EXTRUN_NS_PID) != 0
+        if hasMount, let hidePath {
+            let revealed = revealPaths.isEmpty ? "" : " (bound back: \(revealPaths.joined(separator: ", ")))"
+            lines.append("store and keys: hidden by a mount namespace: \(hidePath) is an empty read-only tmpfs for the plugin\(revealed)")
+        } else if hidePath == nil && FileManager.default.fileExists(atPath: home.path) == false {
+            lines.append("store and keys: \(home.path) does not exist yet")
+        } else if identity.dropsPrivileges {
+            lines.append("store and keys: no mount namespace\(hasMount ? "" : " here"): kept out by permissions alone (keys/ 700, store.sqlite and key files 600, owned by uid \(geteuid()); the plugin is uid \(identity.uid))")
+        } else {
+            lines.append("store and keys: NOT hidden: no mount namespace here and the plugin runs as the host's user, so permissions cannot keep it out of \(home.path); run extrun as root (plugins then get their own uid) or allow user namespaces")
+        }
+        if hasPid {
+            lines.append("processes: pid namespace\(active & Int32(EXTRUN_NS_PROC) != 0 ? " with its own /proc" : ""): the plugin sees and can signal only its own processes; ptrace and process_vm_* are denied by seccomp")
+        } else if seccomp && seccompNotify {
+            lines.append("processes: no pid namespace: every signal the plugin sends is checked by the supervisor (only its own processes); ptrace and process_vm_* are denied by seccomp")
+        } else {
+            lines.append("processes: no pid namespace and no seccomp user notification: signals are limited by uid only\(identity.dropsPrivileges ? " (the plugin's own)" : " (the host's: it could signal the host)")")
+        }
+        return lines
     }
 }

@@ -44,6 +44,7 @@ public final class Store: Sendable {
         } catch {
             throw StoreError(.ioError, "cannot create the home directory \(path): \(error.reason)", details: ["file": .string(path)])
         }
+        try StorePermissions.check(home: path)
         keystore = Keystore(home: path)
         try keystore.prepareDirectory()
         database = try StoreDatabase.open(home: path, keystore: keystore)

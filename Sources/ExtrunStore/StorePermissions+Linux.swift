@@ -1,0 +1,65 @@
+import ExtrunProtocol
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The check made whenever the store is opened and at the start of every
+/// `extrun handle`: what holds owners' secrets is readable only by the host's
+/// user, so that a plugin (which never runs as that user when the host is
+/// root) cannot open it even where a mount namespace does not hide it.
+///
+/// - the home must belong to the host's user and not be writable by group or others;
+/// - `keys/` must belong to the host's user with no access for group or others (0700);
+/// - every key file, `store.sqlite` and its `-wal` and `-shm` files must belong
+///   to the host's user with no access for group or others (0600).
+///
+/// A violation is `insecurePermissions`, naming the file and the fix. Nothing
+/// is changed: a store left readable by others may already have been read,
+/// which a person should know about rather than have silently repaired.
+public enum StorePermissions {
+    public static func check(home: String) throws {
+        var info = stat()
+        guard lstat(home, &info) == 0 else { return }  // not there yet: the store makes it 0700
+        let me = geteuid()
+        if info.st_uid != me {
+            throw insecure(home, info, "the extrun home \(home) belongs to uid \(info.st_uid), not to you (uid \(me)); fix: chown \(me) '\(home)' && chmod 700 '\(home)'")
+        }
+        if info.st_mode & 0o022 != 0 {
+            throw insecure(home, info, "the extrun home \(home) has mode \(octal(info)): others may replace the store or the keys in it; fix: chmod 700 '\(home)'")
+        }
+        let keys = home + "/keys"
+        if lstat(keys, &info) == 0 {
+            try requirePrivate(keys, info, what: "the keys folder", fix: "chmod 700")
+            if let names = try? FileManager.default.contentsOfDirectory(atPath: keys) {
+                for name in names where name.hasSuffix(".key") {
+                    let path = keys + "/" + name
+                    if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG {
+                        try requirePrivate(path, info, what: "key file", fix: "chmod 600")
+                    }
+                }
+            }
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let path = home + "/store.sqlite" + suffix
+            if lstat(path, &info) == 0 { try requirePrivate(path, info, what: "the store", fix: "chmod 600") }
+        }
+    }
+
+    private static func requirePrivate(_ path: String, _ info: stat, what: String, fix: String) throws {
+        let me = geteuid()
+        if info.st_uid != me {
+            throw insecure(path, info, "\(what) \(path) belongs to uid \(info.st_uid), not to you (uid \(me)); fix: chown \(me) '\(path)' && \(fix) '\(path)'")
+        }
+        if info.st_mode & 0o077 != 0 {
+            throw insecure(path, info, "\(what) \(path) has mode \(octal(info)): it is readable by others and must be readable only by you; fix: \(fix) '\(path)'")
+        }
+    }
+
+    private static func octal(_ info: stat) -> String { String(info.st_mode & 0o7777, radix: 8) }
+
+    private static func insecure(_ path: String, _ info: stat, _ message: String) -> StoreError {
+        StoreError(.insecurePermissions, message, details: ["file": .string(path), "mode": .string(octal(info)), "ownerUid": .int(Int64(info.st_uid))])
+    }
+}
