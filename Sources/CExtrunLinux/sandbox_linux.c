@@ -481,16 +481,32 @@ static int enter_namespaces(int wanted) {
     return active;
 }
 
-/// In the new mount namespace: nothing propagates back to the host's; `hide`
-/// is covered by an empty, read-only tmpfs, with each of `reveal` (directories
-/// under it) bound back at its own path. 0, or -1 and errno.
-static int hide_directory(const char *hide, const char *const *reveal, int reveal_count) {
+/// The bind-mount source for descriptor `fd`: "/proc/self/fd/N".
+static void fd_path(char *buffer, size_t size, int fd) {
+    const char *prefix = "/proc/self/fd/";
+    size_t at = 0;
+    for (size_t i = 0; prefix[i] != '\0' && at < size - 1; i++) buffer[at++] = prefix[i];
+    char number[24];
+    format_int(number, sizeof number, fd);
+    for (size_t i = 0; number[i] != '\0' && at < size - 1; i++) buffer[at++] = number[i];
+    buffer[at] = '\0';
+}
+
+/// Whether `path` is strictly inside `folder`.
+static int is_inside(const char *path, const char *folder) {
+    size_t length = strlen(folder);
+    return strncmp(path, folder, length) == 0 && path[length] == '/';
+}
+
+/// In the new mount namespace: nothing propagates back to the host's; each of
+/// `hide` is covered by an empty, read-only tmpfs, with each of `reveal` (a
+/// directory inside one of them) bound back at its own path. 0, or -1 and errno.
+static int hide_directories(const char *const *hide, int hide_count, const char *const *reveal, int reveal_count) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -1;
-    if (hide == NULL) return 0;
+    if (hide_count <= 0) return 0;
     enum { MAX_REVEAL = 8 };
     int fds[MAX_REVEAL];
     int count = reveal_count < MAX_REVEAL ? reveal_count : MAX_REVEAL;
-    size_t hide_length = strlen(hide);
     // Open what comes back before it is covered.
     for (int i = 0; i < count; i++) {
         fds[i] = open(reveal[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -502,10 +518,16 @@ static int hide_directory(const char *hide, const char *const *reveal, int revea
         }
     }
     int result = -1;
-    if (mount("tmpfs", hide, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=256") != 0) goto done;
+    for (int h = 0; h < hide_count; h++) {
+        if (mount("tmpfs", hide[h], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=256") != 0) goto done;
+    }
     for (int i = 0; i < count; i++) {
         const char *path = reveal[i];
-        if (strncmp(path, hide, hide_length) != 0 || path[hide_length] != '/') {
+        const char *cover = NULL;
+        for (int h = 0; h < hide_count; h++) {
+            if (is_inside(path, hide[h])) cover = hide[h];
+        }
+        if (cover == NULL) {
             errno = EINVAL;
             goto done;
         }
@@ -517,7 +539,7 @@ static int hide_directory(const char *hide, const char *const *reveal, int revea
             goto done;
         }
         memcpy(target, path, length + 1);
-        for (size_t at = hide_length + 1; at <= length; at++) {
+        for (size_t at = strlen(cover) + 1; at <= length; at++) {
             if (target[at] == '/' || target[at] == '\0') {
                 char saved = target[at];
                 target[at] = '\0';
@@ -525,15 +547,13 @@ static int hide_directory(const char *hide, const char *const *reveal, int revea
                 target[at] = saved;
             }
         }
-        char source[64] = "/proc/self/fd/";
-        char number[24];
-        format_int(number, sizeof number, fds[i]);
-        size_t at = strlen(source);
-        for (size_t k = 0; number[k] != '\0'; k++) source[at++] = number[k];
-        source[at] = '\0';
+        char source[64];
+        fd_path(source, sizeof source, fds[i]);
         if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) goto done;
     }
-    if (mount(NULL, hide, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) goto done;
+    for (int h = 0; h < hide_count; h++) {
+        if (mount(NULL, hide[h], NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) goto done;
+    }
     result = 0;
 done:;
     int saved = errno;
@@ -672,9 +692,12 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     setpgid(0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
 
+    // /proc/self must be ours to write the user namespace's maps: the host may
+    // have made itself (and so this fork) not dumpable. Undone below.
+    if (request->namespaces & EXTRUN_NS_USER) prctl(PR_SET_DUMPABLE, 1);
     int active = enter_namespaces(request->namespaces);
     if (active < 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
-    if ((active & EXTRUN_NS_MOUNT) && hide_directory(request->hide_path, request->reveal_paths, request->reveal_count) != 0) {
+    if ((active & EXTRUN_NS_MOUNT) && hide_directories(request->hide_paths, request->hide_count, request->reveal_paths, request->reveal_count) != 0) {
         report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
     }
     // Not dumpable (after the user namespace's maps, which need /proc/self to be

@@ -42,6 +42,13 @@ func signalName(_ signal: Int32) -> String {
     case SIGXCPU: "SIGXCPU"
     case SIGXFSZ: "SIGXFSZ"
     case SIGTRAP: "SIGTRAP"
+    case SIGSTOP: "SIGSTOP"
+    case SIGCONT: "SIGCONT"
+    case SIGHUP: "SIGHUP"
+    case SIGINT: "SIGINT"
+    case SIGQUIT: "SIGQUIT"
+    case SIGUSR1: "SIGUSR1"
+    case SIGUSR2: "SIGUSR2"
     default: "signal \(signal)"
     }
 }
@@ -78,7 +85,7 @@ public struct DeniedCall: Sendable, Equatable {
     public var signal: Int32
 
     public var description: String {
-        let aim = target < 0 ? "process group \(-target)" : "pid \(target)"
+        let aim = target == -1 ? "-1, every process it may signal" : target < 0 ? "process group \(-target)" : "pid \(target)"
         return "\(syscallName)(\(aim), \(signal == 0 ? "signal 0" : signalName(signal))): not one of the plugin's own processes"
     }
 }
@@ -204,11 +211,11 @@ final class PluginProcess {
             // /proc/<host>/mem or /environ should the plugin see the host's pid.
             extrun_set_dumpable(0)
         }
-        let hidePath: UnsafeMutablePointer<CChar>? = sandbox.hidePath.flatMap { strdup($0) }
-        defer { free(hidePath) }
+
         withCStrings(argv) { argvPointer in
             withCStrings(envp) { envpPointer in
               withCStrings(sandbox.revealPaths) { revealPointer in
+               withCStrings(sandbox.hidePaths) { hidePointer in
                 withOptionalCString(spec.workingDirectory?.path) { cwd in
                     mappings.withUnsafeBufferPointer { fds in
                         var request = extrun_sandbox_request()
@@ -228,7 +235,8 @@ final class PluginProcess {
                         request.drop_privileges = sandbox.identity.dropsPrivileges ? 1 : 0
                         request.plugin_uid = sandbox.identity.uid
                         request.plugin_gid = sandbox.identity.gid
-                        request.hide_path = UnsafePointer(hidePath)
+                        request.hide_paths = UnsafeRawPointer(hidePointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.hide_count = Int32(sandbox.hidePaths.count)
                         request.reveal_paths = UnsafeRawPointer(revealPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
                         request.reveal_count = Int32(sandbox.revealPaths.count)
                         request.filter_no_pid_ns = UnsafeRawPointer(checkingFilter)
@@ -236,6 +244,7 @@ final class PluginProcess {
                         extrun_sandbox_spawn(&request, &result)
                     }
                 }
+               }
               }
             }
         }
@@ -278,7 +287,7 @@ final class PluginProcess {
                     .internalError, "cannot switch the plugin to its user (uid \(sandbox.identity.uid), gid \(sandbox.identity.gid)): \(reason)")
             case EXTRUN_STAGE_MOUNT:
                 throw HostError(
-                    .internalError, "cannot hide \(sandbox.hidePath ?? "$EXTRUN_HOME") from the plugin in its mount namespace: \(reason)")
+                    .internalError, "cannot hide \(sandbox.hidePaths.joined(separator: " and ")) from the plugin in its mount namespace: \(reason)")
             case EXTRUN_STAGE_SECCOMP:
                 throw HostError(.internalError, "cannot install the seccomp filter: \(reason)")
             case EXTRUN_STAGE_RLIMIT:

@@ -50,6 +50,7 @@ struct PluginRun {
         let identity: PluginIdentity
         do throws(HostError) {
             identity = try PluginIdentity.resolve(policy: policy)
+            try identity.checkAccess(toExecutable: plugin.executableURL, of: id)
             scratch = try ScratchDirectory.create(owner: identity)
         } catch {
             report.error = error

@@ -29,6 +29,20 @@ struct PluginIdentity: Sendable, Equatable {
             : "the host's user \(who): the host is not root, so there is no other uid to give it"
     }
 
+    /// Refuses, before anything is started, a plugin whose executable the plugin's
+    /// user cannot reach, read and execute (plugins are often installed by root
+    /// in folders only root may enter): a clear error naming the folder and the fix,
+    /// rather than an interpreter's "Permission denied" from inside the sandbox.
+    func checkAccess(toExecutable executable: URL, of pluginID: String) throws(HostError) {
+        guard dropsPrivileges else { return }
+        if let blocked = PathAccess.firstBlocked(executable.path, uid: uid, gid: gid, wanted: "rx") {
+            throw HostError(
+                .configurationError,
+                "\(pluginID) cannot be started as the plugin's user: \(PathAccess.explain(blocked, identity: self))",
+                details: ["executable": .string(executable.path), "file": .string(blocked.path)])
+        }
+    }
+
     static func resolve(policy: SandboxPolicy, hostIsRoot: Bool = geteuid() == 0) throws(HostError) -> PluginIdentity {
         guard hostIsRoot else {
             return PluginIdentity(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: PluginUser.name(of: geteuid()))
@@ -178,6 +192,7 @@ enum HomeProtection {
     static func check(home: URL) throws(HostError) {
         do {
             try StorePermissions.check(home: home.path)
+            try StorePermissions.checkContainers(home: home.path)
         } catch let error as StoreError {
             var details = error.details
             details["problem"] = .string(error.kind.rawValue)

@@ -24,10 +24,13 @@ struct SandboxSettings {
     var cgroupProcsFD: Int32 = -1
     /// Who the plugin runs as.
     var identity: PluginIdentity
-    /// With a mount namespace: the folder to hide (`$EXTRUN_HOME`, resolved), and
-    /// the folders under it the plugin needs (its own, the scratch directory).
-    var hidePath: String?
+    /// With a mount namespace: the folders to hide (`$EXTRUN_HOME` and the
+    /// scratch directory's parent, resolved; none inside another), and the
+    /// folders under them the plugin needs (its own, its scratch directory).
+    var hidePaths: [String] = []
     var revealPaths: [String] = []
+    /// `$EXTRUN_HOME`, resolved, when it is hidden.
+    var hiddenHome: String?
 
     init(
         policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
@@ -50,10 +53,20 @@ struct SandboxSettings {
         if policy.namespaces.mount { flags |= Int32(EXTRUN_NS_MOUNT) }
         if policy.namespaces.user && !capabilities.isRoot { flags |= Int32(EXTRUN_NS_USER) }
         namespaces = flags
-        if policy.namespaces.mount, let home, let hidden = SandboxSettings.resolved(home.path), hidden != "/" {
-            hidePath = hidden
+        if policy.namespaces.mount {
+            // The home, and the folder the scratch directories are made in (other
+            // runs' scratch directories, the host's temporary files): only the outermost.
+            let candidates = [home, scratch?.deletingLastPathComponent()].compactMap { $0.flatMap { SandboxSettings.resolved($0.path) } }
+                .filter { $0 != "/" }
+            hidePaths = candidates.filter { path in !candidates.contains { path.hasPrefix($0 + "/") } }
+            hidePaths = hidePaths.enumerated().filter { index, path in !hidePaths[..<index].contains(path) }.map(\.element)
+            hiddenHome = home.flatMap { SandboxSettings.resolved($0.path) }.flatMap { path in
+                hidePaths.contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
+            }
             for folder in [pluginDirectory, scratch].compactMap({ $0 }) {
-                if let path = SandboxSettings.resolved(folder.path), path.hasPrefix(hidden + "/") { revealPaths.append(path) }
+                if let path = SandboxSettings.resolved(folder.path), hidePaths.contains(where: { path.hasPrefix($0 + "/") }) {
+                    revealPaths.append(path)
+                }
             }
         }
         pidMax = policy.pidNamespaceMaxPids
@@ -84,10 +97,10 @@ struct SandboxSettings {
         var lines = ["plugin user: \(identity.description)"]
         let hasMount = active & Int32(EXTRUN_NS_MOUNT) != 0
         let hasPid = active & Int32(EXTRUN_NS_PID) != 0
-        if hasMount, let hidePath {
+        if hasMount, hiddenHome != nil {
             let revealed = revealPaths.isEmpty ? "" : " (bound back: \(revealPaths.joined(separator: ", ")))"
-            lines.append("store and keys: hidden by a mount namespace: \(hidePath) is an empty read-only tmpfs for the plugin\(revealed)")
-        } else if hidePath == nil && FileManager.default.fileExists(atPath: home.path) == false {
+            lines.append("store and keys: hidden by a mount namespace: \(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin\(revealed)")
+        } else if FileManager.default.fileExists(atPath: home.path) == false {
             lines.append("store and keys: \(home.path) does not exist yet")
         } else if identity.dropsPrivileges {
             lines.append("store and keys: no mount namespace\(hasMount ? "" : " here"): kept out by permissions alone (keys/ 700, store.sqlite and key files 600, owned by uid \(geteuid()); the plugin is uid \(identity.uid))")

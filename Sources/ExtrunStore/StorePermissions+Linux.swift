@@ -20,6 +20,10 @@ import Glibc
 /// which a person should know about rather than have silently repaired.
 public enum StorePermissions {
     public static func check(home: String) throws {
+        try check(home: home, database: true)
+    }
+
+    private static func check(home: String, database: Bool) throws {
         var info = stat()
         guard lstat(home, &info) == 0 else { return }  // not there yet: the store makes it 0700
         let me = geteuid()
@@ -41,10 +45,38 @@ public enum StorePermissions {
                 }
             }
         }
+        if database { try checkDatabase(home: home) }
+    }
+
+    /// `store.sqlite` and its `-wal` and `-shm` files only (the store checks them
+    /// after it has made sure the file is an extrun store at all).
+    public static func checkDatabase(home: String) throws {
+        var info = stat()
         for suffix in ["", "-wal", "-shm"] {
             let path = home + "/store.sqlite" + suffix
             if lstat(path, &info) == 0 { try requirePrivate(path, info, what: "the store", fix: "chmod 600") }
         }
+    }
+
+    /// The owners' containers (`containers/<owner>/`): none may be open to group or
+    /// others, so that where no mount namespace hides them, a plugin running under
+    /// its own uid cannot read another owner's files. Checked by the host at the
+    /// start of a run (the store itself never reads containers).
+    public static func checkContainers(home: String) throws {
+        let containers = home + "/containers"
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: containers) else { return }
+        var info = stat()
+        for name in names {
+            let path = containers + "/" + name
+            if lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR {
+                try requirePrivate(path, info, what: "the container", fix: "chmod 700")
+            }
+        }
+    }
+
+    /// The home and the keys only (what the store checks before it opens the database).
+    public static func checkHomeAndKeys(home: String) throws {
+        try check(home: home, database: false)
     }
 
     private static func requirePrivate(_ path: String, _ info: stat, what: String, fix: String) throws {

@@ -52,10 +52,13 @@ struct extrun_sandbox_request {
     int drop_privileges;
     uid_t plugin_uid;
     gid_t plugin_gid;
-    /// With a mount namespace: the directory to hide (`$EXTRUN_HOME`, an absolute
-    /// path without symbolic links), or NULL; and the directories under it the
-    /// plugin still needs (its own directory, the scratch directory), bound back.
-    const char *hide_path;
+    /// With a mount namespace: the directories to hide (`$EXTRUN_HOME`, the
+    /// scratch directories' parent; absolute paths without symbolic links, none
+    /// inside another), each covered by an empty read-only tmpfs; and the
+    /// directories under them the plugin still needs (its own directory, its
+    /// scratch directory), bound back at their paths.
+    const char *const *hide_paths;
+    int hide_count;
     const char *const *reveal_paths;
     int reveal_count;
     /// The filter to use instead of `filter` when the plugin gets no pid
