@@ -183,6 +183,11 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
             errno = EPERM;
             fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
         }
+        // Changing credentials cleared the parent-death signal: set it again, and
+        // end here if the parent is already gone.
+        pid_t parent = getppid();
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
     }
     // Entered as the plugin's user: the scratch directory must be its own.
     if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
@@ -443,13 +448,14 @@ static int enter_user_namespace(void) {
     uid_t uid = geteuid();
     gid_t gid = getegid();
     if (unshare(CLONE_NEWUSER) != 0) return -1;
+    // From here on a failure leaves this process in a namespace without its ids: fatal (-2).
     char map[64];
     // setgroups must be denied before an unprivileged process may write gid_map.
-    if (write_text_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT) return -1;
+    if (write_text_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT) return -2;
     identity_map(map, sizeof map, uid);
-    if (write_text_file("/proc/self/uid_map", map) != 0) return -1;
+    if (write_text_file("/proc/self/uid_map", map) != 0) return -2;
     identity_map(map, sizeof map, gid);
-    if (write_text_file("/proc/self/gid_map", map) != 0) return -1;
+    if (write_text_file("/proc/self/gid_map", map) != 0) return -2;
     return 0;
 }
 
@@ -458,11 +464,12 @@ static int enter_user_namespace(void) {
 static int enter_namespaces(int wanted) {
     int active = 0;
     if ((wanted & EXTRUN_NS_USER) && geteuid() != 0) {
-        if (enter_user_namespace() == 0) {
+        int entered = enter_user_namespace();
+        if (entered == 0) {
             active |= EXTRUN_NS_USER;
-        } else if (errno != EPERM && errno != EINVAL && errno != ENOSPC && errno != EUSERS) {
+        } else if (entered == -2) {
             return -1;
-        }
+        }  // -1: user namespaces are not permitted here; carry on without
     }
     static const struct { int ours; int clone_flag; } kinds[] = {
         {EXTRUN_NS_PID, CLONE_NEWPID}, {EXTRUN_NS_MOUNT, CLONE_NEWNS},
@@ -697,8 +704,13 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     if (request->namespaces & EXTRUN_NS_USER) prctl(PR_SET_DUMPABLE, 1);
     int active = enter_namespaces(request->namespaces);
     if (active < 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
-    if ((active & EXTRUN_NS_MOUNT) && hide_directories(request->hide_paths, request->hide_count, request->reveal_paths, request->reveal_count) != 0) {
-        report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
+    if (active & EXTRUN_NS_MOUNT) {
+        // The folders made on the tmpfs must be searchable by the plugin's user, whatever the host's umask.
+        mode_t mask = umask(022);
+        int hidden = hide_directories(request->hide_paths, request->hide_count, request->reveal_paths, request->reveal_count);
+        int saved = errno;
+        umask(mask);
+        if (hidden != 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, saved);
     }
     // Not dumpable (after the user namespace's maps, which need /proc/self to be
     // ours): a plugin of the same user cannot read this process's memory or

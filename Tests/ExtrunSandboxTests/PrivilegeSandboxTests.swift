@@ -242,6 +242,42 @@ struct PrivilegeSandboxTests {
         #expect(setup.run("WhoAmI").0.response?.code == "success")
     }
 
+    @Test func aPluginInstalledUnderTheHomeStillRunsWithTheHomeHidden() throws {
+        let setup = try Setup()
+        defer { setup.plugin.remove() }
+        let installed = setup.plugin.home.appendingPathComponent("plugins")
+        try FileManager.default.createDirectory(at: installed, withIntermediateDirectories: true)
+        let source = setup.plugin.pluginPath.appendingPathComponent(setup.plugin.marker)
+        try FileManager.default.copyItem(at: source, to: installed.appendingPathComponent(setup.plugin.marker))
+        let host = ExtrunHost.Host(paths: HostPaths(home: setup.plugin.home, pluginSearchPath: [installed]))
+        let lines = Mutex<[String]>([])
+        var options = HandleOptions()
+        options.log = { line in lines.withLock { $0.append(line) } }
+        let report = host.handle(IntentInvocation(intent: "ReadSecrets", parameters: ["path": .string(setup.home)]), options: options)
+        let log = lines.withLock { $0 }
+        for (path, outcome) in try setup.attempts(report) {
+            #expect(outcome != "ok", "the plugin read \(path)")
+        }
+        #expect(log.contains { $0.contains("bound back: ") && $0.contains(installed.path) }, "\(log)")
+        try setup.expectStoreIntact()
+    }
+
+    @Test func aPluginItsUserCannotReachIsRefusedNamingTheFolder() throws {
+        let setup = try Setup()
+        defer { setup.plugin.remove() }
+        chmod(setup.plugin.pluginPath.path, 0o700)
+        let (report, _) = setup.run("WhoAmI")
+        if Self.isRoot {
+            let error = try #require(report.error)
+            #expect(error.kind == .configurationError)
+            #expect(error.message.contains("chmod o+x '\(setup.plugin.pluginPath.path)'"), "\(error.message)")
+            #expect(report.metrics == nil, "a plugin was started")
+        } else {
+            // The plugin is the host's user: the folder is its own.
+            #expect(report.response?.code == "success", "\(String(describing: report.error))")
+        }
+    }
+
     @Test func pluginUserValuesAreChecked() {
         #expect(PluginUserCheck.problem("root") != nil)
         #expect(PluginUserCheck.problem("0") != nil)
