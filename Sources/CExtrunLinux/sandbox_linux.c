@@ -506,9 +506,10 @@ static int is_inside(const char *path, const char *folder) {
 }
 
 /// In the new mount namespace: nothing propagates back to the host's; each of
-/// `hide` is covered by an empty, read-only tmpfs, with each of `reveal` (a
-/// directory inside one of them) bound back at its own path. 0, or -1 and errno.
-static int hide_directories(const char *const *hide, int hide_count, const char *const *reveal, int reveal_count) {
+/// `hide` is covered by an empty, read-only tmpfs, with each of `reveal` bound
+/// at `targets[i]` (a path inside one of them). 0, or -1 and errno.
+static int hide_directories(const char *const *hide, int hide_count, const char *const *reveal, const char *const *targets,
+                            int reveal_count) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -1;
     if (hide_count <= 0) return 0;
     enum { MAX_REVEAL = 8 };
@@ -529,7 +530,7 @@ static int hide_directories(const char *const *hide, int hide_count, const char 
         if (mount("tmpfs", hide[h], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=256") != 0) goto done;
     }
     for (int i = 0; i < count; i++) {
-        const char *path = reveal[i];
+        const char *path = targets[i];
         const char *cover = NULL;
         for (int h = 0; h < hide_count; h++) {
             if (is_inside(path, hide[h])) cover = hide[h];
@@ -707,7 +708,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     if (active & EXTRUN_NS_MOUNT) {
         // The folders made on the tmpfs must be searchable by the plugin's user, whatever the host's umask.
         mode_t mask = umask(022);
-        int hidden = hide_directories(request->hide_paths, request->hide_count, request->reveal_paths, request->reveal_count);
+        int hidden = hide_directories(
+            request->hide_paths, request->hide_count, request->reveal_sources, request->reveal_targets, request->reveal_count);
         int saved = errno;
         umask(mask);
         if (hidden != 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, saved);

@@ -214,7 +214,8 @@ final class PluginProcess {
 
         withCStrings(argv) { argvPointer in
             withCStrings(envp) { envpPointer in
-              withCStrings(sandbox.revealPaths) { revealPointer in
+              withCStrings(sandbox.reveals.map(\.source)) { revealPointer in
+               withCStrings(sandbox.reveals.map(\.target)) { targetPointer in
                withCStrings(sandbox.hidePaths) { hidePointer in
                 withOptionalCString(spec.workingDirectory?.path) { cwd in
                     mappings.withUnsafeBufferPointer { fds in
@@ -237,13 +238,15 @@ final class PluginProcess {
                         request.plugin_gid = sandbox.identity.gid
                         request.hide_paths = UnsafeRawPointer(hidePointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
                         request.hide_count = Int32(sandbox.hidePaths.count)
-                        request.reveal_paths = UnsafeRawPointer(revealPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
-                        request.reveal_count = Int32(sandbox.revealPaths.count)
+                        request.reveal_sources = UnsafeRawPointer(revealPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.reveal_targets = UnsafeRawPointer(targetPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.reveal_count = Int32(sandbox.reveals.count)
                         request.filter_no_pid_ns = UnsafeRawPointer(checkingFilter)
                         request.filter_no_pid_ns_length = UInt16(max(checkingFilterLength, 0))
                         extrun_sandbox_spawn(&request, &result)
                     }
                 }
+               }
                }
               }
             }

@@ -50,7 +50,8 @@ struct PluginRun {
         let identity: PluginIdentity
         do throws(HostError) {
             identity = try PluginIdentity.resolve(policy: policy)
-            try identity.checkAccess(toExecutable: plugin.executableURL, of: id)
+            try identity.checkAccess(
+                toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: id)
             scratch = try ScratchDirectory.create(owner: identity)
         } catch {
             report.error = error

@@ -33,9 +33,21 @@ struct PluginIdentity: Sendable, Equatable {
     /// user cannot reach, read and execute (plugins are often installed by root
     /// in folders only root may enter): a clear error naming the folder and the fix,
     /// rather than an interpreter's "Permission denied" from inside the sandbox.
-    func checkAccess(toExecutable executable: URL, of pluginID: String) throws(HostError) {
+    ///
+    /// With a mount namespace, a folder above the plugin's directory that the
+    /// user cannot enter (`/root` for plugins in root's `$EXTRUN_HOME/plugins`)
+    /// is covered by a tmpfs with the plugin's directory bound back (see
+    /// `PathAccess.coverableAncestor`), so only the plugin's directory and what
+    /// is below it must be reachable.
+    func checkAccess(toExecutable executable: URL, pluginDirectory: URL, mountNamespace: Bool, of pluginID: String) throws(HostError) {
         guard dropsPrivileges else { return }
-        if let blocked = PathAccess.firstBlocked(executable.path, uid: uid, gid: gid, wanted: "rx") {
+        // Where the plugin finds its folder (through a link in it, if it is one) and its executable.
+        let directory = SandboxSettings.logical(pluginDirectory.path) ?? pluginDirectory.path
+        let given = executable.standardizedFileURL.path
+        let inside = pluginDirectory.standardizedFileURL.path + "/"
+        let path = given.hasPrefix(inside) ? directory + "/" + given.dropFirst(inside.count) : SandboxSettings.resolved(given) ?? given
+        let covered = mountNamespace ? PathAccess.coverableAncestor(of: directory, identity: self) : nil
+        if let blocked = PathAccess.firstBlocked(path, uid: uid, gid: gid, wanted: "rx", trustingAncestorsOf: covered == nil ? nil : directory) {
             throw HostError(
                 .configurationError,
                 "\(pluginID) cannot be started as the plugin's user: \(PathAccess.explain(blocked, identity: self))",
@@ -129,12 +141,14 @@ enum PathAccess {
     }
 
     /// The first component that stops `uid`/`gid`, or nil when nothing does.
-    /// `wanted`: "r", "x", "rx" or "wx" for the path itself.
-    static func firstBlocked(_ path: String, uid: uid_t, gid: gid_t, wanted: String) -> Blocked? {
+    /// `wanted`: "r", "x", "rx" or "wx" for the path itself. Folders above
+    /// `trusted` are not checked (the sandbox replaces them).
+    static func firstBlocked(_ path: String, uid: uid_t, gid: gid_t, wanted: String, trustingAncestorsOf trusted: String? = nil) -> Blocked? {
         let components = path.split(separator: "/").map(String.init)
         var current = ""
         for (index, component) in components.enumerated() {
             current += "/" + component
+            if let trusted, trusted.hasPrefix(current + "/") { continue }
             var info = stat()
             guard stat(current, &info) == 0 else { return nil }
             let isLast = index == components.count - 1
@@ -146,6 +160,17 @@ enum PathAccess {
             }
         }
         return nil
+    }
+
+    /// The outermost folder above `directory` (resolved) that `identity` cannot
+    /// enter, when the sandbox may cover it with a tmpfs and bind `directory`
+    /// back: not `/` and nothing holding the system's programs (`/usr`).
+    static func coverableAncestor(of directory: String, identity: PluginIdentity) -> String? {
+        guard identity.dropsPrivileges,
+            let blocked = firstBlocked(directory, uid: identity.uid, gid: identity.gid, wanted: "x"),
+            directory.hasPrefix(blocked.path + "/"), blocked.path != "/", !"/usr/bin".hasPrefix(blocked.path + "/")
+        else { return nil }
+        return blocked.path
     }
 
     private static func permissionBits(_ info: stat, uid: uid_t, gid: gid_t) -> mode_t {

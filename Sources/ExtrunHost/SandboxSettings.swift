@@ -28,7 +28,10 @@ struct SandboxSettings {
     /// scratch directory's parent, resolved; none inside another), and the
     /// folders under them the plugin needs (its own, its scratch directory).
     var hidePaths: [String] = []
-    var revealPaths: [String] = []
+    /// (the folder, where the plugin finds it): the resolved folder is bound at
+    /// the path the host gives the plugin (only the last component may be a link).
+    var reveals: [(source: String, target: String)] = []
+    var revealPaths: [String] { reveals.map(\.target) }
     /// `$EXTRUN_HOME`, resolved, when it is hidden.
     var hiddenHome: String?
 
@@ -56,21 +59,35 @@ struct SandboxSettings {
         if policy.namespaces.mount {
             // The home, and the folder the scratch directories are made in (other
             // runs' scratch directories, the host's temporary files): only the outermost.
-            let candidates = [home, scratch?.deletingLastPathComponent()].compactMap { $0.flatMap { SandboxSettings.resolved($0.path) } }
-                .filter { $0 != "/" }
+            // And a folder above the plugin's own that its user cannot enter (such as /root).
+            let unreachable = pluginDirectory.flatMap { SandboxSettings.logical($0.path) }.flatMap {
+                PathAccess.coverableAncestor(of: $0, identity: self.identity)
+            }
+            let candidates = ([home, scratch?.deletingLastPathComponent()].compactMap { $0.flatMap { SandboxSettings.resolved($0.path) } }
+                + [unreachable].compactMap { $0 }).filter { $0 != "/" }
             hidePaths = candidates.filter { path in !candidates.contains { path.hasPrefix($0 + "/") } }
             hidePaths = hidePaths.enumerated().filter { index, path in !hidePaths[..<index].contains(path) }.map(\.element)
             hiddenHome = home.flatMap { SandboxSettings.resolved($0.path) }.flatMap { path in
                 hidePaths.contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
             }
+            func isHidden(_ path: String) -> Bool { hidePaths.contains { path.hasPrefix($0 + "/") } }
             for folder in [pluginDirectory, scratch].compactMap({ $0 }) {
-                if let path = SandboxSettings.resolved(folder.path), hidePaths.contains(where: { path.hasPrefix($0 + "/") }) {
-                    revealPaths.append(path)
-                }
+                guard let source = SandboxSettings.resolved(folder.path), let target = SandboxSettings.logical(folder.path) else { continue }
+                // At the path the plugin is told (a link to it, say in $EXTRUN_HOME/plugins),
+                // and at its own path, wherever either is covered.
+                for place in Set([target, source]).sorted() where isHidden(place) { reveals.append((source, place)) }
             }
         }
         pidMax = policy.pidNamespaceMaxPids
         cgroupProcsFD = cgroup?.procsFD ?? -1
+    }
+
+    /// The path with symbolic links resolved in its folders but not in its last
+    /// component: where a process that opens it finds it (nil if the folder is gone).
+    static func logical(_ path: String) -> String? {
+        let url = URL(fileURLWithPath: path).standardizedFileURL
+        guard let parent = resolved(url.deletingLastPathComponent().path) else { return nil }
+        return (parent == "/" ? "" : parent) + "/" + url.lastPathComponent
     }
 
     /// The path with symbolic links resolved, if it exists.

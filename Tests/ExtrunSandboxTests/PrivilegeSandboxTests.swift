@@ -262,12 +262,18 @@ struct PrivilegeSandboxTests {
         try setup.expectStoreIntact()
     }
 
-    @Test func aPluginItsUserCannotReachIsRefusedNamingTheFolder() throws {
+    @Test func aFolderThePluginsUserCannotEnterIsCoveredOrElseRefusedNamingIt() throws {
+        // Like /root above root's $EXTRUN_HOME/plugins: a folder above the plugin's own, mode 700.
         let setup = try Setup()
         defer { setup.plugin.remove() }
         chmod(setup.plugin.pluginPath.path, 0o700)
+        // With a mount namespace the folder is covered and the plugin's own bound back: it runs.
+        let (covered, _) = setup.run("WhoAmI")
+        #expect(covered.response?.code == "success", "\(String(describing: covered.error))")
+        try writePolicy(#"{"namespaces": {"mount": false}}"#, home: setup.plugin.home)
         let (report, _) = setup.run("WhoAmI")
         if Self.isRoot {
+            // Without one, the host refuses before starting anything, naming the folder and the fix.
             let error = try #require(report.error)
             #expect(error.kind == .configurationError)
             #expect(error.message.contains("chmod o+x '\(setup.plugin.pluginPath.path)'"), "\(error.message)")

@@ -56,10 +56,12 @@ struct extrun_sandbox_request {
     /// scratch directories' parent; absolute paths without symbolic links, none
     /// inside another), each covered by an empty read-only tmpfs; and the
     /// directories under them the plugin still needs (its own directory, its
-    /// scratch directory), bound back at their paths.
+    /// scratch directory): each `reveal_sources[i]` (opened before the covers)
+    /// is bound at `reveal_targets[i]`, a path inside one of `hide_paths`.
     const char *const *hide_paths;
     int hide_count;
-    const char *const *reveal_paths;
+    const char *const *reveal_sources;
+    const char *const *reveal_targets;
     int reveal_count;
     /// The filter to use instead of `filter` when the plugin gets no pid
     /// namespace: it also sends the signal-sending calls to the supervisor, which
