@@ -517,7 +517,7 @@ static int hide_directories(const char *const *hide, int hide_count, const char 
     int count = reveal_count < MAX_REVEAL ? reveal_count : MAX_REVEAL;
     // Open what comes back before it is covered.
     for (int i = 0; i < count; i++) {
-        fds[i] = open(reveal[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        fds[i] = open(reveal[i], O_PATH | O_CLOEXEC);
         if (fds[i] < 0) {
             int saved = errno;
             for (int j = 0; j < i; j++) close(fds[j]);
@@ -547,11 +547,21 @@ static int hide_directories(const char *const *hide, int hide_count, const char 
             goto done;
         }
         memcpy(target, path, length + 1);
+        struct stat what;
+        if (fstat(fds[i], &what) != 0) goto done;
+        int is_directory = S_ISDIR(what.st_mode);
         for (size_t at = strlen(cover) + 1; at <= length; at++) {
             if (target[at] == '/' || target[at] == '\0') {
                 char saved = target[at];
                 target[at] = '\0';
-                if (mkdir(target, 0755) != 0 && errno != EEXIST) goto done;
+                if (saved == '\0' && !is_directory) {
+                    // A file (a plugin's executable reached through a link): an empty file to bind it onto.
+                    int made = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+                    if (made < 0) goto done;
+                    close(made);
+                } else if (mkdir(target, 0755) != 0 && errno != EEXIST) {
+                    goto done;
+                }
                 target[at] = saved;
             }
         }

@@ -66,7 +66,7 @@ struct PluginRun {
         defer { cgroup?.remove() }
         let sandbox = SandboxSettings(
             policy: policy, limits: limits, capabilities: capabilities, cgroup: cgroup, identity: identity, home: home,
-            pluginDirectory: plugin.directory, scratch: scratch)
+            pluginDirectory: plugin.directory, scratch: scratch, executable: plugin.executableURL)
 
         start = MonotonicClock.now()
         deadline.set(start: start, limits: limits)

@@ -192,7 +192,8 @@ enum PathAccess {
 enum PrivateFile {
     static func check(_ path: String, what: String) throws(HostError) {
         var info = stat()
-        guard lstat(path, &info) == 0 else {
+        // The file itself (a link to it is fine; what it holds is what matters).
+        guard stat(path, &info) == 0 else {
             throw HostError(.configurationError, "cannot read \(what) \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
         }
         let mode = info.st_mode & 0o7777

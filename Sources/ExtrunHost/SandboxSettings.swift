@@ -37,7 +37,7 @@ struct SandboxSettings {
 
     init(
         policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
-        identity: PluginIdentity? = nil, home: URL? = nil, pluginDirectory: URL? = nil, scratch: URL? = nil
+        identity: PluginIdentity? = nil, home: URL? = nil, pluginDirectory: URL? = nil, scratch: URL? = nil, executable: URL? = nil
     ) {
         self.identity = identity ?? PluginIdentity(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: nil)
         limits.data_bytes = UInt64(effective.memoryBytes)
@@ -76,6 +76,13 @@ struct SandboxSettings {
                 // At the path the plugin is told (a link to it, say in $EXTRUN_HOME/plugins),
                 // and at its own path, wherever either is covered.
                 for place in Set([target, source]).sorted() where isHidden(place) { reveals.append((source, place)) }
+            }
+            // An executable that is a link out of the plugin's folder (staged plugins link to
+            // the build's products): the file it leads to, where it is covered and not already bound.
+            if let executable, let file = SandboxSettings.resolved(executable.path), isHidden(file),
+                !reveals.contains(where: { file.hasPrefix($0.target + "/") })
+            {
+                reveals.append((file, file))
             }
         }
         pidMax = policy.pidNamespaceMaxPids

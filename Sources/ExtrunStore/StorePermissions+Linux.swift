@@ -25,7 +25,8 @@ public enum StorePermissions {
 
     private static func check(home: String, database: Bool) throws {
         var info = stat()
-        guard lstat(home, &info) == 0 else { return }  // not there yet: the store makes it 0700
+        // The folder itself (the home may be a link to it).
+        guard stat(home, &info) == 0 else { return }  // not there yet: the store makes it 0700
         let me = geteuid()
         if info.st_uid != me {
             throw insecure(home, info, "the extrun home \(home) belongs to uid \(info.st_uid), not to you (uid \(me)); fix: chown \(me) '\(home)' && chmod 700 '\(home)'")

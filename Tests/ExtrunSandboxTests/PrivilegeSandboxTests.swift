@@ -262,6 +262,20 @@ struct PrivilegeSandboxTests {
         try setup.expectStoreIntact()
     }
 
+    @Test func anExecutableThatIsALinkOutOfThePluginsFolderIsReachable() throws {
+        // As Scripts/stage-plugins lays plugins out: the executable links to the build's products.
+        let setup = try Setup()
+        defer { setup.plugin.remove() }
+        let folder = setup.plugin.pluginPath.appendingPathComponent(setup.plugin.marker)
+        let products = setup.plugin.root.appendingPathComponent("products")
+        try FileManager.default.createDirectory(at: products, withIntermediateDirectories: true)
+        let script = folder.appendingPathComponent("hostile.py")
+        try FileManager.default.moveItem(at: script, to: products.appendingPathComponent("hostile.py"))
+        try FileManager.default.createSymbolicLink(at: script, withDestinationURL: products.appendingPathComponent("hostile.py"))
+        let (report, log) = setup.run("WhoAmI")
+        #expect(report.response?.code == "success", "\(String(describing: report.error)) \(log)")
+    }
+
     @Test func aFolderThePluginsUserCannotEnterIsCoveredOrElseRefusedNamingIt() throws {
         // Like /root above root's $EXTRUN_HOME/plugins: a folder above the plugin's own, mode 700.
         let setup = try Setup()
