@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CExtrunSandbox.h"
+#include "sandbox_support_linux.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,17 +100,6 @@ static int set_limit(int resource, uint64_t value) {
     return setrlimit(resource, &limit);
 }
 
-static void format_int(char *buffer, size_t size, long value) {
-    char digits[24];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value > 0 && n < 23);
-    size_t i = 0;
-    while (n > 0 && i < size - 1) buffer[i++] = digits[--n];
-    buffer[i] = '\0';
-}
 
 /// The plugin process: limits, filter, exec. Never returns.
 static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket)
@@ -284,7 +274,7 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     if (plugin_group > 0) kill(-plugin_group, SIGKILL);
     char path[64] = "/proc/";
     char number[24];
-    format_int(number, sizeof number, self);
+    extrun_format_int(number, sizeof number, self);
     size_t at = strlen(path);
     for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
     const char *middle = "/task/";
@@ -359,7 +349,7 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
         int fd = open("/proc/sys/kernel/pid_max", O_WRONLY | O_CLOEXEC);
         if (fd >= 0) {
             char text[24];
-            format_int(text, sizeof text, request->pid_max);
+            extrun_format_int(text, sizeof text, request->pid_max);
             write_all(fd, text, strlen(text));
             close(fd);
         }
@@ -393,7 +383,7 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
 static pid_t only_child_of(pid_t init) {
     char path[80] = "/proc/";
     char number[24];
-    format_int(number, sizeof number, init);
+    extrun_format_int(number, sizeof number, init);
     size_t at = strlen(path);
     for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
     const char *middle = "/task/";
@@ -413,292 +403,6 @@ static pid_t only_child_of(pid_t init) {
 }
 
 
-/// Writes `text` to the file at `path` (for /proc/self/uid_map and friends). 0, or -1 and errno.
-static int write_text_file(const char *path, const char *text) {
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    size_t length = strlen(text);
-    ssize_t n = write(fd, text, length);
-    int saved = errno;
-    close(fd);
-    if (n != (ssize_t)length) {
-        errno = n < 0 ? saved : EIO;
-        return -1;
-    }
-    return 0;
-}
-
-/// "<id> <id> 1\n": maps one id to itself.
-static void identity_map(char *buffer, size_t size, long id) {
-    char number[24];
-    format_int(number, sizeof number, id);
-    size_t at = 0;
-    for (int copy = 0; copy < 2; copy++) {
-        for (size_t i = 0; number[i] != '\0' && at < size - 4; i++) buffer[at++] = number[i];
-        buffer[at++] = ' ';
-    }
-    buffer[at++] = '1';
-    buffer[at++] = '\n';
-    buffer[at] = '\0';
-}
-
-/// A user namespace in which the host's user is itself (no root inside), so
-/// that an ordinary user may create the other namespaces. 0, or -1 and errno.
-static int enter_user_namespace(void) {
-    uid_t uid = geteuid();
-    gid_t gid = getegid();
-    if (unshare(CLONE_NEWUSER) != 0) return -1;
-    // From here on a failure leaves this process in a namespace without its ids: fatal (-2).
-    char map[64];
-    // setgroups must be denied before an unprivileged process may write gid_map.
-    if (write_text_file("/proc/self/setgroups", "deny") != 0 && errno != ENOENT) return -2;
-    identity_map(map, sizeof map, uid);
-    if (write_text_file("/proc/self/uid_map", map) != 0) return -2;
-    identity_map(map, sizeof map, gid);
-    if (write_text_file("/proc/self/gid_map", map) != 0) return -2;
-    return 0;
-}
-
-/// Creates the namespaces asked for that the kernel allows; returns those it got
-/// (EXTRUN_NS_*), or -1 with errno when a user namespace was made but could not be set up.
-static int enter_namespaces(int wanted) {
-    int active = 0;
-    if ((wanted & EXTRUN_NS_USER) && geteuid() != 0) {
-        int entered = enter_user_namespace();
-        if (entered == 0) {
-            active |= EXTRUN_NS_USER;
-        } else if (entered == -2) {
-            return -1;
-        }  // -1: user namespaces are not permitted here; carry on without
-    }
-    static const struct { int ours; int clone_flag; } kinds[] = {
-        {EXTRUN_NS_PID, CLONE_NEWPID}, {EXTRUN_NS_MOUNT, CLONE_NEWNS},
-        {EXTRUN_NS_IPC, CLONE_NEWIPC}, {EXTRUN_NS_NET, CLONE_NEWNET},
-    };
-    int flags = 0;
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        if (wanted & kinds[i].ours) flags |= kinds[i].clone_flag;
-    }
-    if (flags == 0) return active;
-    if (unshare(flags) == 0) return active | (wanted & (EXTRUN_NS_PID | EXTRUN_NS_MOUNT | EXTRUN_NS_IPC | EXTRUN_NS_NET));
-    // One at a time: keep those that are allowed.
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        if ((wanted & kinds[i].ours) && unshare(kinds[i].clone_flag) == 0) active |= kinds[i].ours;
-    }
-    return active;
-}
-
-/// The bind-mount source for descriptor `fd`: "/proc/self/fd/N".
-static void fd_path(char *buffer, size_t size, int fd) {
-    const char *prefix = "/proc/self/fd/";
-    size_t at = 0;
-    for (size_t i = 0; prefix[i] != '\0' && at < size - 1; i++) buffer[at++] = prefix[i];
-    char number[24];
-    format_int(number, sizeof number, fd);
-    for (size_t i = 0; number[i] != '\0' && at < size - 1; i++) buffer[at++] = number[i];
-    buffer[at] = '\0';
-}
-
-/// Whether `path` is strictly inside `folder`.
-static int is_inside(const char *path, const char *folder) {
-    size_t length = strlen(folder);
-    return strncmp(path, folder, length) == 0 && path[length] == '/';
-}
-
-/// In the new mount namespace: nothing propagates back to the host's; each of
-/// `hide` is covered by an empty, read-only tmpfs, with each of `reveal` bound
-/// at `targets[i]` (a path inside one of them). 0, or -1 and errno.
-static int hide_directories(const char *const *hide, int hide_count, const char *const *reveal, const char *const *targets,
-                            int reveal_count) {
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -1;
-    if (hide_count <= 0) return 0;
-    enum { MAX_REVEAL = 8 };
-    int fds[MAX_REVEAL];
-    int count = reveal_count < MAX_REVEAL ? reveal_count : MAX_REVEAL;
-    // Open what comes back before it is covered.
-    for (int i = 0; i < count; i++) {
-        fds[i] = open(reveal[i], O_PATH | O_CLOEXEC);
-        if (fds[i] < 0) {
-            int saved = errno;
-            for (int j = 0; j < i; j++) close(fds[j]);
-            errno = saved;
-            return -1;
-        }
-    }
-    int result = -1;
-    for (int h = 0; h < hide_count; h++) {
-        if (mount("tmpfs", hide[h], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=256") != 0) goto done;
-    }
-    for (int i = 0; i < count; i++) {
-        const char *path = targets[i];
-        const char *cover = NULL;
-        for (int h = 0; h < hide_count; h++) {
-            if (is_inside(path, hide[h])) cover = hide[h];
-        }
-        if (cover == NULL) {
-            errno = EINVAL;
-            goto done;
-        }
-        // The folders down to it, on the tmpfs.
-        char target[4096];
-        size_t length = strlen(path);
-        if (length >= sizeof target) {
-            errno = ENAMETOOLONG;
-            goto done;
-        }
-        memcpy(target, path, length + 1);
-        struct stat what;
-        if (fstat(fds[i], &what) != 0) goto done;
-        int is_directory = S_ISDIR(what.st_mode);
-        for (size_t at = strlen(cover) + 1; at <= length; at++) {
-            if (target[at] == '/' || target[at] == '\0') {
-                char saved = target[at];
-                target[at] = '\0';
-                if (saved == '\0' && !is_directory) {
-                    // A file (a plugin's executable reached through a link): an empty file to bind it onto.
-                    int made = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-                    if (made < 0) goto done;
-                    close(made);
-                } else if (mkdir(target, 0755) != 0 && errno != EEXIST) {
-                    goto done;
-                }
-                target[at] = saved;
-            }
-        }
-        char source[64];
-        fd_path(source, sizeof source, fds[i]);
-        if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) goto done;
-    }
-    for (int h = 0; h < hide_count; h++) {
-        if (mount(NULL, hide[h], NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) goto done;
-    }
-    result = 0;
-done:;
-    int saved = errno;
-    for (int i = 0; i < count; i++) close(fds[i]);
-    errno = saved;
-    return result;
-}
-
-/// The parent of process (or thread) `pid`, from /proc/PID/stat; -1 if it is gone.
-static pid_t parent_of(pid_t pid) {
-    char path[48] = "/proc/";
-    char number[24];
-    format_int(number, sizeof number, pid);
-    size_t at = strlen(path);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *tail = "/stat";
-    for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
-    path[at] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    char buffer[1024];
-    ssize_t n = read(fd, buffer, sizeof buffer - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buffer[n] = '\0';
-    // "pid (comm) S ppid ...": comm may hold anything, so from the last ')'.
-    ssize_t close_paren = -1;
-    for (ssize_t i = 0; i < n; i++) {
-        if (buffer[i] == ')') close_paren = i;
-    }
-    if (close_paren < 0 || close_paren + 4 >= n) return -1;
-    long parent = 0;
-    for (ssize_t i = close_paren + 4; i < n && buffer[i] >= '0' && buffer[i] <= '9'; i++) parent = parent * 10 + (buffer[i] - '0');
-    return (pid_t)parent;
-}
-
-/// The pid a pidfd of process `owner` refers to, from /proc/OWNER/fdinfo/FD; -1 if none.
-static pid_t pid_of_pidfd(pid_t owner, int fd_number) {
-    if (fd_number < 0) return -1;
-    char path[80] = "/proc/";
-    char number[24];
-    format_int(number, sizeof number, owner);
-    size_t at = strlen(path);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *middle = "/fdinfo/";
-    for (size_t i = 0; middle[i] != '\0'; i++) path[at++] = middle[i];
-    format_int(number, sizeof number, fd_number);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    path[at] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    char buffer[2048];
-    ssize_t n = read(fd, buffer, sizeof buffer - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buffer[n] = '\0';
-    for (ssize_t i = 0; i + 5 < n; i++) {
-        if ((i == 0 || buffer[i - 1] == '\n') && memcmp(buffer + i, "Pid:", 4) == 0) {
-            ssize_t k = i + 4;
-            while (k < n && (buffer[k] == ' ' || buffer[k] == '\t')) k++;
-            if (buffer[k] == '-') return -1;
-            long pid = 0;
-            for (; k < n && buffer[k] >= '0' && buffer[k] <= '9'; k++) pid = pid * 10 + (buffer[k] - '0');
-            return pid > 0 ? (pid_t)pid : -1;
-        }
-    }
-    return -1;
-}
-
-/// Whether `target` is one of the run's processes: the plugin or a descendant
-/// of it (orphans among them are children of this supervisor, a subreaper).
-static int belongs_to_run(pid_t target, pid_t plugin, pid_t self) {
-    if (target <= 1 || target == self) return 0;
-    for (int depth = 0; depth < 4096; depth++) {
-        if (target == plugin) return 1;
-        pid_t parent = parent_of(target);
-        if (parent == self) return 1;
-        if (parent <= 1) return 0;
-        target = parent;
-    }
-    return 0;
-}
-
-/// For a signal-sending call the filter sent here: the process it aims at
-/// (0: its own process group; -1: every process it may signal) and the signal.
-static void signal_call_target(const struct seccomp_notif *call, pid_t *target, int *group, int *signal_number) {
-    long a0 = (long)(int)call->data.args[0];
-    *group = 0;
-    switch (call->data.nr) {
-    case SYS_kill:
-        *signal_number = (int)call->data.args[1];
-        if (a0 == 0) {
-            // The caller's own process group, which it may have moved into any group of the session.
-            *group = 1;
-            *target = getpgid((pid_t)call->pid);
-            if (*target <= 0) *target = -2;
-        } else if (a0 < -1) {
-            *group = 1;
-            *target = (pid_t)-a0;
-        } else {
-            *target = (pid_t)a0;
-        }
-        break;
-    case SYS_pidfd_send_signal:
-        *signal_number = (int)call->data.args[1];
-        *target = pid_of_pidfd((pid_t)call->pid, (int)a0);
-        if (*target <= 0) *target = -2;  // not a pidfd of a live process: refuse
-        break;
-    case SYS_tgkill:
-    case SYS_rt_tgsigqueueinfo:
-        *signal_number = (int)call->data.args[2];
-        *target = (pid_t)a0;
-        break;
-    default:  // tkill, rt_sigqueueinfo
-        *signal_number = (int)call->data.args[1];
-        *target = (pid_t)a0;
-        break;
-    }
-}
-
-/// Whether a signal call of the plugin's may go on: only towards the run's own processes.
-static int signal_allowed(pid_t target, int group, pid_t plugin, pid_t self) {
-    if (target <= 0) return 0;   // -1 (every process of its user), an unknown pidfd or group
-    if (group && target == plugin) return 1;  // the group the plugin leads
-    return belongs_to_run(target, plugin, self);
-}
-
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) __attribute__((noreturn));
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) {
     reset_signals();
@@ -713,12 +417,12 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     // /proc/self must be ours to write the user namespace's maps: the host may
     // have made itself (and so this fork) not dumpable. Undone below.
     if (request->namespaces & EXTRUN_NS_USER) prctl(PR_SET_DUMPABLE, 1);
-    int active = enter_namespaces(request->namespaces);
+    int active = extrun_enter_namespaces(request->namespaces);
     if (active < 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
     if (active & EXTRUN_NS_MOUNT) {
         // The folders made on the tmpfs must be searchable by the plugin's user, whatever the host's umask.
         mode_t mask = umask(022);
-        int hidden = hide_directories(
+        int hidden = extrun_hide_directories(
             request->hide_paths, request->hide_count, request->reveal_sources, request->reveal_targets, request->reveal_count);
         int saved = errno;
         umask(mask);
@@ -843,8 +547,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         // A signal: it goes on if it is aimed at the run's own processes.
                         pid_t target;
                         int group, signal_number;
-                        signal_call_target(&request_buffer, &target, &group, &signal_number);
-                        if (signal_allowed(target, group, plugin, self)) {
+                        extrun_signal_call_target(&request_buffer, &target, &group, &signal_number);
+                        if (extrun_signal_allowed(target, group, plugin, self)) {
                             response.error = 0;
                             response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
                         } else if (!killed) {
