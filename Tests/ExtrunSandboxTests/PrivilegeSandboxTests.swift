@@ -64,8 +64,11 @@ struct PrivilegeSandboxTests {
         }
     }
 
-    @Test func theStoreTheKeysAndThePolicyCannotBeReadByPathNorThroughProc() throws {
-        let setup = try Setup()
+    @Test(arguments: [true, false])
+    func theStoreTheKeysAndThePolicyCannotBeReadByPathNorThroughProc(pidNamespace: Bool) throws {
+        // Without a pid namespace the host's pid and the supervisor (the plugin's parent)
+        // are in the plugin's /proc: neither is dumpable, so /proc/PID/cwd and root are refused.
+        let setup = try Setup(policy: pidNamespace ? "{}" : #"{"namespaces": {"pid": false}}"#)
         defer { setup.plugin.remove() }
         let (report, log) = setup.run("ReadSecrets", ["path": .string(setup.home), "pid": .int(Int64(getpid()))])
         let attempts = try setup.attempts(report)
@@ -74,7 +77,9 @@ struct PrivilegeSandboxTests {
             #expect(outcome != "ok", "the plugin read \(path)")
         }
         #expect(log.contains { $0.contains("store and keys: hidden by a mount namespace") }, "\(log)")
-        #expect(log.contains { $0.contains("pid namespace with its own /proc") }, "\(log)")
+        if pidNamespace {
+            #expect(log.contains { $0.contains("pid namespace with its own /proc") }, "\(log)")
+        }
         try setup.expectStoreIntact()
     }
 
