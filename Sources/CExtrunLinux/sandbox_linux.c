@@ -272,11 +272,26 @@ static int receive_fd(int socket_fd) {
     return fd;
 }
 
+/// The host's /proc, opened before init mounts the plugin's pid namespace's
+/// /proc over it (in the mount namespace the supervisor shares with the plugin):
+/// the supervisor reads the plugin's processes there, by their host pids.
+static int host_proc_fd = -1;
+
+/// `path` (relative to /proc, "N/..."), opened in the host's /proc.
+static int open_in_host_proc(const char *path) {
+    if (host_proc_fd >= 0) return openat(host_proc_fd, path, O_RDONLY | O_CLOEXEC);
+    char absolute[96] = "/proc/";
+    size_t at = strlen(absolute);
+    for (size_t i = 0; path[i] != '\0' && at < sizeof absolute - 1; i++) absolute[at++] = path[i];
+    absolute[at] = '\0';
+    return open(absolute, O_RDONLY | O_CLOEXEC);
+}
+
 /// Kills every child of this process (orphans reparented to it as a subreaper
 /// included) and reaps them, until none is left.
 static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     if (plugin_group > 0) kill(-plugin_group, SIGKILL);
-    char path[64] = "/proc/";
+    char path[64] = "";
     char number[24];
     extrun_format_int(number, sizeof number, self);
     size_t at = strlen(path);
@@ -290,7 +305,7 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
 
     for (int round = 0; round < 10000; round++) {
         // Kill the children we have now; the dead ones' children become ours next round.
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open_in_host_proc(path);
         if (fd >= 0) {
             char buffer[4096];
             ssize_t n = read(fd, buffer, sizeof buffer - 1);
@@ -341,12 +356,9 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
     }
     if (request->namespaces & EXTRUN_NS_MOUNT) {
         // A /proc of this pid namespace: the plugin sees its own processes only.
-        // In a mount namespace of init's own, so that the supervisor keeps the
-        // host's /proc (it reads the plugin's processes there by their host pids).
+        // (The supervisor, in the same mount namespace, keeps a descriptor of the host's.)
         struct child_failure info = {EXTRUN_REPORT_PROC_MOUNTED, 0};
-        if (unshare(CLONE_NEWNS) != 0 || mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
-            info.error = errno ? errno : EPERM;
-        }
+        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) info.error = errno ? errno : EPERM;
         write_all(report_fd, &info, sizeof info);
     }
     if (request->pid_max > 0) {
@@ -385,7 +397,7 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
 
 /// The plugin's pid in the supervisor's namespace: the one child of `init`.
 static pid_t only_child_of(pid_t init) {
-    char path[80] = "/proc/";
+    char path[80] = "";
     char number[24];
     extrun_format_int(number, sizeof number, init);
     size_t at = strlen(path);
@@ -396,7 +408,7 @@ static pid_t only_child_of(pid_t init) {
     const char *tail = "/children";
     for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
     path[at] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_in_host_proc(path);
     if (fd < 0) return -1;
     char buffer[64];
     ssize_t n = read(fd, buffer, sizeof buffer - 1);
@@ -456,10 +468,17 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
 
     // In a pid namespace the child is its init, which forks the plugin; otherwise the child is the plugin.
     int in_pid_ns = (active & EXTRUN_NS_PID) != 0;
+    if (in_pid_ns && (active & EXTRUN_NS_MOUNT)) {
+        host_proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (host_proc_fd < 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
+    }
     int exit_pipe[2] = {-1, -1};
     if (in_pid_ns && pipe2(exit_pipe, O_CLOEXEC) != 0) report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
     pid_t child = fork();
     if (child == 0) {
+        // Never the host's /proc for the plugin's side.
+        if (host_proc_fd >= 0) close(host_proc_fd);
+        host_proc_fd = -1;
         close(report[0]);
         if (notify_pair[0] >= 0) close(notify_pair[0]);
         close(status_fd);
