@@ -46,14 +46,20 @@ public enum StorePermissions {
                 }
             }
         }
-        if database { try checkDatabase(home: home) }
+        // SQLite's -wal and -shm before SQLite opens (and possibly replaces) them;
+        // store.sqlite itself after its header says it is an extrun store.
+        try checkDatabase(home: home, suffixes: database ? ["", "-wal", "-shm"] : ["-wal", "-shm"])
     }
 
     /// `store.sqlite` and its `-wal` and `-shm` files only (the store checks them
     /// after it has made sure the file is an extrun store at all).
     public static func checkDatabase(home: String) throws {
+        try checkDatabase(home: home, suffixes: ["", "-wal", "-shm"])
+    }
+
+    private static func checkDatabase(home: String, suffixes: [String]) throws {
         var info = stat()
-        for suffix in ["", "-wal", "-shm"] {
+        for suffix in suffixes {
             let path = home + "/store.sqlite" + suffix
             if lstat(path, &info) == 0 { try requirePrivate(path, info, what: "the store", fix: "chmod 600") }
         }
@@ -75,7 +81,7 @@ public enum StorePermissions {
         }
     }
 
-    /// The home and the keys only (what the store checks before it opens the database).
+    /// The home, the keys and SQLite's -wal and -shm (what the store checks before it opens the database).
     public static func checkHomeAndKeys(home: String) throws {
         try check(home: home, database: false)
     }

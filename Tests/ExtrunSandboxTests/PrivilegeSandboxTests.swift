@@ -303,6 +303,26 @@ struct PrivilegeSandboxTests {
         }
     }
 
+    @Test(arguments: [("store.sqlite", 0o644, "chmod 600"), ("store.sqlite-wal", 0o640, "chmod 600"), ("", 0o757, "chmod 700")])
+    func theStoreItselfRefusesToOpenWhenOthersCanReadIt(file: String, mode: Int, fix: String) throws {
+        // What `extrun globals`, `owners` and `migrate` see (exit 15), as the store opens.
+        let setup = try Setup()
+        defer { setup.plugin.remove() }
+        let path = file.isEmpty ? setup.home : setup.home + "/" + file
+        if !FileManager.default.fileExists(atPath: path) { try Data().write(to: URL(fileURLWithPath: path)) }
+        chmod(path, mode_t(mode))
+        do {
+            _ = try Store(home: setup.plugin.home)
+            Issue.record("the store opened with \(path) at mode \(String(mode, radix: 8))")
+        } catch let error as StoreError {
+            #expect(error.kind == .insecurePermissions)
+            #expect(error.message.contains("\(fix) '\(path)'"), "\(error.message)")
+            #expect(error.details["file"] == .string(path))
+        }
+        chmod(path, file.isEmpty ? 0o700 : 0o600)
+        try setup.expectStoreIntact()
+    }
+
     @Test func pluginUserValuesAreChecked() {
         #expect(PluginUserCheck.problem("root") != nil)
         #expect(PluginUserCheck.problem("0") != nil)
