@@ -20,7 +20,7 @@ struct PluginRun {
     /// Answers the plugin's requests for its owner's globals and bookmarks.
     var services: StoreServices?
     /// `$EXTRUN_HOME`, which the sandbox hides from the plugin.
-    var home = HostPaths.fromEnvironment().home
+    var home: URL?
     /// Where relative file paths typed at a prompt are taken from.
     var baseDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
 
@@ -53,6 +53,7 @@ struct PluginRun {
             try identity.checkAccess(
                 toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: id)
             scratch = try ScratchDirectory.create(owner: identity)
+            if let home { HomeProtection.makeIfMissing(home) }
         } catch {
             report.error = error
             return

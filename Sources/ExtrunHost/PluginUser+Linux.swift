@@ -215,6 +215,15 @@ enum PrivateFile {
 /// The start-of-run check of `$EXTRUN_HOME`: the store and the keys readable
 /// only by the host's user (ExtrunStore's `StorePermissions`), as a host error.
 enum HomeProtection {
+    /// Makes the home (mode 0700, as the store would) before a plugin starts, so
+    /// that the mount namespace has it to cover: a home the host made during the
+    /// run (a plugin's first global) would otherwise be in plain view. Best effort:
+    /// where the host cannot make it, it cannot put anything in it either.
+    static func makeIfMissing(_ home: URL) {
+        guard !FileManager.default.fileExists(atPath: home.path) else { return }
+        try? FileManager.default.createDirectory(at: home, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
     static func check(home: URL) throws(HostError) {
         do {
             try StorePermissions.check(home: home.path)

@@ -117,19 +117,19 @@ struct SandboxSettings {
 
     /// For `--verbose`: how the store and the keys are kept from the plugin, and
     /// how it is kept away from other processes, given the namespaces it got.
-    func describeProtection(active: Int32, home: URL) -> [String] {
+    func describeProtection(active: Int32, home: URL?) -> [String] {
         var lines = ["plugin user: \(identity.description)"]
         let hasMount = active & Int32(EXTRUN_NS_MOUNT) != 0
         let hasPid = active & Int32(EXTRUN_NS_PID) != 0
         if hasMount, hiddenHome != nil {
             let revealed = revealPaths.isEmpty ? "" : " (bound back: \(revealPaths.joined(separator: ", ")))"
             lines.append("store and keys: hidden by a mount namespace: \(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin\(revealed)")
-        } else if FileManager.default.fileExists(atPath: home.path) == false {
-            lines.append("store and keys: \(home.path) does not exist yet")
+        } else if let home, FileManager.default.fileExists(atPath: home.path) == false {
+            lines.append("store and keys: \(home.path) does not exist (and could not be made)")
         } else if identity.dropsPrivileges {
             lines.append("store and keys: no mount namespace\(hasMount ? "" : " here"): kept out by permissions alone (keys/ 700, store.sqlite and key files 600, owned by uid \(geteuid()); the plugin is uid \(identity.uid))")
         } else {
-            lines.append("store and keys: NOT hidden: no mount namespace here and the plugin runs as the host's user, so permissions cannot keep it out of \(home.path); run extrun as root (plugins then get their own uid) or allow user namespaces")
+            lines.append("store and keys: NOT hidden: no mount namespace here and the plugin runs as the host's user, so permissions cannot keep it out of \(home?.path ?? "$EXTRUN_HOME"); run extrun as root (plugins then get their own uid) or allow user namespaces")
         }
         if hasPid {
             lines.append("processes: pid namespace\(active & Int32(EXTRUN_NS_PROC) != 0 ? " with its own /proc" : ""): the plugin sees and can signal only its own processes; ptrace and process_vm_* are denied by seccomp")

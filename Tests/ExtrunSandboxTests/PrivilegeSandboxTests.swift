@@ -102,6 +102,21 @@ struct PrivilegeSandboxTests {
         try setup.expectStoreIntact()
     }
 
+    @Test func aHomeThatDoesNotExistYetIsMadeBeforeThePluginStartsSoThatItIsCovered() throws {
+        // Otherwise a first run's store (made by the host while the plugin runs) would be in plain view.
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        try FileManager.default.removeItem(at: plugin.home)
+        let lines = Mutex<[String]>([])
+        let report = plugin.handle("ReadSecrets", ["path": .string(plugin.home.path)]) { options in
+            options.log = { line in lines.withLock { $0.append(line) } }
+        }
+        #expect(report.response?.code == "success", "\(String(describing: report.error))")
+        var info = stat()
+        #expect(stat(plugin.home.path, &info) == 0 && info.st_mode & 0o777 == 0o700)
+        #expect(lines.withLock { $0 }.contains { $0.contains("store and keys: hidden by a mount namespace") })
+    }
+
     @Test func writingIntoTheHomeFails() throws {
         let setup = try Setup()
         defer { setup.plugin.remove() }
