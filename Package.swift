@@ -80,7 +80,7 @@ let package = Package(
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore"]),
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
-        .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost"], exclude: ["Fixtures"]),
+        .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
     ]
 )

@@ -139,6 +139,8 @@ encoder.outputFormatting = [.sortedKeys]
             policy.namespaces.pid = false
             policy.namespaces.network = false
             policy.namespaces.ipc = false
+            policy.namespaces.mount = false
+            policy.namespaces.user = false
         }
         var options = HandleOptions()
         options.policy = policy

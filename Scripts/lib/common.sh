@@ -42,6 +42,19 @@ ensure_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >&2
 }
 
+# The user plugins run as when extrun runs as root (docs/sandbox.md, "Privileges").
+PLUGIN_USER=extrun-plugin
+
+# Creates the plugin user (a system user and group, no home, no shell) when
+# running as root and it is missing. Without root there is nothing to do:
+# plugins then run as the host's own user.
+ensure_plugin_user() {
+  [ "$(id -u)" = 0 ] || return 0
+  getent passwd "$PLUGIN_USER" >/dev/null 2>&1 && return 0
+  log "Creating the system user $PLUGIN_USER that plugins run as"
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$PLUGIN_USER" >&2
+}
+
 # The debug build products directory.
 BIN_DIR="$ROOT/.build/debug"
 

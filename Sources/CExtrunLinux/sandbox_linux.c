@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CExtrunSandbox.h"
+#include "sandbox_support_linux.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,9 +10,11 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -31,6 +34,16 @@
 #ifndef SECCOMP_FILTER_FLAG_NEW_LISTENER
 #define SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
 #endif
+#ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
+#define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+/// A record on the report pipe with this stage is information, not a failure:
+/// whether init could mount a /proc of the plugin's pid namespace (error 0: yes).
+#define EXTRUN_REPORT_PROC_MOUNTED (-1)
 
 struct child_failure {
     int stage;
@@ -87,17 +100,6 @@ static int set_limit(int resource, uint64_t value) {
     return setrlimit(resource, &limit);
 }
 
-static void format_int(char *buffer, size_t size, long value) {
-    char digits[24];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value > 0 && n < 23);
-    size_t i = 0;
-    while (n > 0 && i < size - 1) buffer[i++] = digits[--n];
-    buffer[i] = '\0';
-}
 
 /// The plugin process: limits, filter, exec. Never returns.
 static void run_plugin(const struct extrun_sandbox_request *request, int report_fd, int notify_socket)
@@ -146,16 +148,43 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
         for (int fd = highest_kept + 1; fd < 1024; fd++) close(fd);
     }
 
-    if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
-
     const struct extrun_limits *l = &request->limits;
+    // RLIMIT_NPROC counts every process of the user: for plugins sharing the
+    // plugin user, one fork bomb would stop all the others from starting. In a
+    // pid namespace its pid_max bounds each run on its own, so NPROC is left as it is.
+    uint64_t processes = request->drop_privileges && (request->namespaces & EXTRUN_NS_PID) ? 0 : l->processes;
     if (set_limit(RLIMIT_DATA, l->data_bytes) || set_limit(RLIMIT_STACK, l->stack_bytes) ||
-        set_limit(RLIMIT_NOFILE, l->open_files) || set_limit(RLIMIT_NPROC, l->processes) ||
+        set_limit(RLIMIT_NOFILE, l->open_files) || set_limit(RLIMIT_NPROC, processes) ||
         set_limit(RLIMIT_FSIZE, l->file_bytes) || set_limit(RLIMIT_CPU, l->cpu_seconds)) {
         fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
     }
     struct rlimit no_core = {0, 0};
     if (setrlimit(RLIMIT_CORE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
+
+    // The plugin's own user: no supplementary groups, then the group, then the
+    // user (after which the first two could no longer be changed). Raw system
+    // calls: this process is the only thread, and the C library's versions
+    // would try to reach threads of the host that do not exist here.
+    if (request->drop_privileges) {
+        uid_t uid = request->plugin_uid;
+        gid_t gid = request->plugin_gid;
+        if (syscall(SYS_setgroups, 0, NULL) != 0) fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        if (syscall(SYS_setresgid, gid, gid, gid) != 0) fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        if (syscall(SYS_setresuid, uid, uid, uid) != 0) fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        uid_t ruid, euid, suid;
+        if (getresuid(&ruid, &euid, &suid) != 0 || ruid != uid || euid != uid || suid != uid ||
+            getgroups(0, NULL) != 0 || getegid() != gid) {
+            errno = EPERM;
+            fail_child(report_fd, EXTRUN_STAGE_CREDENTIALS);
+        }
+        // Changing credentials cleared the parent-death signal: set it again, and
+        // end here if the parent is already gone.
+        pid_t parent = getppid();
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+    }
+    // Entered as the plugin's user: the scratch directory must be its own.
+    if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
 
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_NO_NEW_PRIVS);
 
@@ -243,13 +272,28 @@ static int receive_fd(int socket_fd) {
     return fd;
 }
 
+/// The host's /proc, opened before init mounts the plugin's pid namespace's
+/// /proc over it (in the mount namespace the supervisor shares with the plugin):
+/// the supervisor reads the plugin's processes there, by their host pids.
+static int host_proc_fd = -1;
+
+/// `path` (relative to /proc, "N/..."), opened in the host's /proc.
+static int open_in_host_proc(const char *path) {
+    if (host_proc_fd >= 0) return openat(host_proc_fd, path, O_RDONLY | O_CLOEXEC);
+    char absolute[96] = "/proc/";
+    size_t at = strlen(absolute);
+    for (size_t i = 0; path[i] != '\0' && at < sizeof absolute - 1; i++) absolute[at++] = path[i];
+    absolute[at] = '\0';
+    return open(absolute, O_RDONLY | O_CLOEXEC);
+}
+
 /// Kills every child of this process (orphans reparented to it as a subreaper
 /// included) and reaps them, until none is left.
 static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     if (plugin_group > 0) kill(-plugin_group, SIGKILL);
-    char path[64] = "/proc/";
+    char path[64] = "";
     char number[24];
-    format_int(number, sizeof number, self);
+    extrun_format_int(number, sizeof number, self);
     size_t at = strlen(path);
     for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
     const char *middle = "/task/";
@@ -261,7 +305,7 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
 
     for (int round = 0; round < 10000; round++) {
         // Kill the children we have now; the dead ones' children become ours next round.
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open_in_host_proc(path);
         if (fd >= 0) {
             char buffer[4096];
             ssize_t n = read(fd, buffer, sizeof buffer - 1);
@@ -304,11 +348,24 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
 static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd) {
     reset_signals();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Nothing of the host's for the plugin to look at through /proc/1: not its
+    // working directory, and (not dumpable) not its memory, environment or descriptors.
+    prctl(PR_SET_DUMPABLE, 0);
+    if (chdir("/") != 0) {
+        // Not fatal: "/" is always there; carry on.
+    }
+    if (request->namespaces & EXTRUN_NS_MOUNT) {
+        // A /proc of this pid namespace: the plugin sees its own processes only.
+        // (The supervisor, in the same mount namespace, keeps a descriptor of the host's.)
+        struct child_failure info = {EXTRUN_REPORT_PROC_MOUNTED, 0};
+        if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) info.error = errno ? errno : EPERM;
+        write_all(report_fd, &info, sizeof info);
+    }
     if (request->pid_max > 0) {
         int fd = open("/proc/sys/kernel/pid_max", O_WRONLY | O_CLOEXEC);
         if (fd >= 0) {
             char text[24];
-            format_int(text, sizeof text, request->pid_max);
+            extrun_format_int(text, sizeof text, request->pid_max);
             write_all(fd, text, strlen(text));
             close(fd);
         }
@@ -340,9 +397,9 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
 
 /// The plugin's pid in the supervisor's namespace: the one child of `init`.
 static pid_t only_child_of(pid_t init) {
-    char path[80] = "/proc/";
+    char path[80] = "";
     char number[24];
-    format_int(number, sizeof number, init);
+    extrun_format_int(number, sizeof number, init);
     size_t at = strlen(path);
     for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
     const char *middle = "/task/";
@@ -351,7 +408,7 @@ static pid_t only_child_of(pid_t init) {
     const char *tail = "/children";
     for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
     path[at] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_in_host_proc(path);
     if (fd < 0) return -1;
     char buffer[64];
     ssize_t n = read(fd, buffer, sizeof buffer - 1);
@@ -360,6 +417,7 @@ static pid_t only_child_of(pid_t init) {
     for (ssize_t i = 0; i < n && buffer[i] >= '0' && buffer[i] <= '9'; i++) pid = pid * 10 + (buffer[i] - '0');
     return pid > 0 ? (pid_t)pid : -1;
 }
+
 
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) __attribute__((noreturn));
 static void supervise(const struct extrun_sandbox_request *request, int status_fd, int lifeline_fd) {
@@ -372,18 +430,34 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     setpgid(0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-    int active = 0;
-    if (request->namespaces & (EXTRUN_NS_PID | EXTRUN_NS_NET | EXTRUN_NS_IPC)) {
-        int flags = 0;
-        if (request->namespaces & EXTRUN_NS_PID) flags |= CLONE_NEWPID;
-        if (request->namespaces & EXTRUN_NS_NET) flags |= CLONE_NEWNET;
-        if (request->namespaces & EXTRUN_NS_IPC) flags |= CLONE_NEWIPC;
-        if (unshare(flags) == 0) {
-            active = request->namespaces & (EXTRUN_NS_PID | EXTRUN_NS_NET | EXTRUN_NS_IPC);
-        } else if ((flags & CLONE_NEWPID) && unshare(CLONE_NEWPID) == 0) {
-            active = EXTRUN_NS_PID;
-        }
+    // /proc/self must be ours to write the user namespace's maps: the host may
+    // have made itself (and so this fork) not dumpable. Undone below.
+    if (request->namespaces & EXTRUN_NS_USER) prctl(PR_SET_DUMPABLE, 1);
+    int active = extrun_enter_namespaces(request->namespaces);
+    if (active < 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
+    if (active & EXTRUN_NS_MOUNT) {
+        // The folders made on the tmpfs must be searchable by the plugin's user, whatever the host's umask.
+        mode_t mask = umask(022);
+        int hidden = extrun_hide_directories(
+            request->hide_paths, request->hide_count, request->reveal_sources, request->reveal_targets, request->reveal_count);
+        int saved = errno;
+        umask(mask);
+        if (hidden != 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, saved);
     }
+    // Not dumpable (after the user namespace's maps, which need /proc/self to be
+    // ours): a plugin of the same user cannot read this process's memory or
+    // descriptors through /proc.
+    prctl(PR_SET_DUMPABLE, 0);
+
+    // What the plugin gets: the filter that checks signals when it has no pid
+    // namespace to keep it away from other processes; the namespaces it got.
+    struct extrun_sandbox_request chosen = *request;
+    chosen.namespaces = active;
+    if (!(active & EXTRUN_NS_PID) && request->filter_no_pid_ns != NULL) {
+        chosen.filter = request->filter_no_pid_ns;
+        chosen.filter_length = request->filter_no_pid_ns_length;
+    }
+    request = &chosen;
 
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
@@ -394,10 +468,17 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
 
     // In a pid namespace the child is its init, which forks the plugin; otherwise the child is the plugin.
     int in_pid_ns = (active & EXTRUN_NS_PID) != 0;
+    if (in_pid_ns && (active & EXTRUN_NS_MOUNT)) {
+        host_proc_fd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (host_proc_fd < 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, errno);
+    }
     int exit_pipe[2] = {-1, -1};
     if (in_pid_ns && pipe2(exit_pipe, O_CLOEXEC) != 0) report_setup_failure(status_fd, EXTRUN_STAGE_PIPE, errno);
     pid_t child = fork();
     if (child == 0) {
+        // Never the host's /proc for the plugin's side.
+        if (host_proc_fd >= 0) close(host_proc_fd);
+        host_proc_fd = -1;
         close(report[0]);
         if (notify_pair[0] >= 0) close(notify_pair[0]);
         close(status_fd);
@@ -421,9 +502,16 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     }
     struct child_failure failure = {0, 0};
     ssize_t got;
-    do {
-        got = read(report[0], &failure, sizeof failure);
-    } while (got < 0 && errno == EINTR);
+    for (;;) {
+        do {
+            got = read(report[0], &failure, sizeof failure);
+        } while (got < 0 && errno == EINTR);
+        if (got == (ssize_t)sizeof failure && failure.stage == EXTRUN_REPORT_PROC_MOUNTED) {
+            if (failure.error == 0) active |= EXTRUN_NS_PROC;
+            continue;
+        }
+        break;
+    }
     close(report[0]);
     if (got == (ssize_t)sizeof failure) {
         kill(child, SIGKILL);
@@ -478,6 +566,27 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                     memset(&response, 0, sizeof response);
                     response.id = request_buffer.id;
                     response.error = -EPERM;
+                    if (extrun_syscall_sends_signal(request_buffer.data.nr)) {
+                        // A signal: it goes on if it is aimed at the run's own processes.
+                        pid_t target;
+                        int group, signal_number;
+                        extrun_signal_call_target(&request_buffer, &target, &group, &signal_number);
+                        if (extrun_signal_allowed(target, group, plugin, self)) {
+                            response.error = 0;
+                            response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+                        } else if (!killed) {
+                            memset(&event, 0, sizeof event);
+                            event.type = EXTRUN_EVENT_DENIED;
+                            event.pid = (int32_t)request_buffer.pid;
+                            event.syscall_nr = request_buffer.data.nr;
+                            event.arch = request_buffer.data.arch;
+                            event.arg0 = (uint64_t)(int64_t)(group ? -target : target);
+                            event.arg1 = (uint64_t)signal_number;
+                            send_event(status_fd, &event);
+                        }
+                        ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+                        continue;
+                    }
                     if (!killed) {
                         memset(&event, 0, sizeof event);
                         event.type = EXTRUN_EVENT_VIOLATION;

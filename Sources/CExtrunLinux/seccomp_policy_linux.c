@@ -36,11 +36,30 @@ static const char *const denied_syscalls[] = {
     NULL,
 };
 
+/// Calls that send a signal to another process, thread or process group. Without
+/// a pid namespace the plugin could name any process of its user with them, so
+/// with `check_signals` the supervisor decides each one (its own processes only).
+static const int signal_syscalls[] = {
+    SYS_kill, SYS_tkill, SYS_tgkill, SYS_rt_sigqueueinfo, SYS_rt_tgsigqueueinfo,
+#ifdef SYS_pidfd_send_signal
+    SYS_pidfd_send_signal,
+#else
+    424,
+#endif
+};
+
+int extrun_syscall_sends_signal(int nr) {
+    for (size_t i = 0; i < sizeof signal_syscalls / sizeof signal_syscalls[0]; i++) {
+        if (signal_syscalls[i] == nr) return 1;
+    }
+    return 0;
+}
+
 static const unsigned long namespace_clone_flags[] = {
     CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWCGROUP,
 };
 
-int extrun_seccomp_build(const char *exec_path, int notify, void **program_out) {
+int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, void **program_out) {
     *program_out = NULL;
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (ctx == NULL) return -ENOMEM;
@@ -68,6 +87,10 @@ int extrun_seccomp_build(const char *exec_path, int notify, void **program_out) 
     // starts the plugin passes; after it, that address belongs to no mapping the
     // plugin knows (the host's address space is randomized), so any later execve is denied.
     if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(execve), 1, SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)(uintptr_t)exec_path));
+    // Signals: the supervisor checks the target (and answers EPERM or lets the call go on).
+    for (size_t i = 0; rc == 0 && notify && check_signals && i < sizeof signal_syscalls / sizeof signal_syscalls[0]; i++) {
+        rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, signal_syscalls[i], 0);
+    }
     if (rc != 0) {
         seccomp_release(ctx);
         return rc;

@@ -97,6 +97,7 @@ public struct Host: Sendable {
                 (policy, policySource) = try SandboxPolicy.load(home: paths.home)
             }
             options.log?("[extrun] policy: \(policySource)")
+            try HomeProtection.check(home: paths.home)
             let (plugin, definition) = try catalog().handler(for: invocation.intent)
             report.plugin = plugin.manifest.id
             let parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
@@ -116,6 +117,7 @@ public struct Host: Sendable {
             run.services = StoreServices(
                 home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, donate: options.donate, log: options.log)
             run.baseDirectory = invocation.baseDirectory
+            run.home = paths.home
             return (run, parameters)
         } catch {
             report.error = error as? HostError ?? HostError(.internalError, "\(error)")

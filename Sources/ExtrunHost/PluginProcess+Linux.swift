@@ -42,6 +42,13 @@ func signalName(_ signal: Int32) -> String {
     case SIGXCPU: "SIGXCPU"
     case SIGXFSZ: "SIGXFSZ"
     case SIGTRAP: "SIGTRAP"
+    case SIGSTOP: "SIGSTOP"
+    case SIGCONT: "SIGCONT"
+    case SIGHUP: "SIGHUP"
+    case SIGINT: "SIGINT"
+    case SIGQUIT: "SIGQUIT"
+    case SIGUSR1: "SIGUSR1"
+    case SIGUSR2: "SIGUSR2"
     default: "signal \(signal)"
     }
 }
@@ -66,6 +73,20 @@ public struct SandboxViolation: Sendable, Equatable {
             return "socket(\(family))"
         }
         return syscallName
+    }
+}
+
+/// A call the sandbox refused (with EPERM) without stopping the plugin: a
+/// signal aimed at a process that is not the plugin's own.
+public struct DeniedCall: Sendable, Equatable {
+    public var syscallName: String
+    /// The process (or, negative, the process group) it aimed at.
+    public var target: Int64
+    public var signal: Int32
+
+    public var description: String {
+        let aim = target == -1 ? "-1, every process it may signal" : target < 0 ? "process group \(-target)" : "pid \(target)"
+        return "\(syscallName)(\(aim), \(signal == 0 ? "signal 0" : signalName(signal))): not one of the plugin's own processes"
     }
 }
 
@@ -108,6 +129,8 @@ final class PluginProcess {
     var stderrFD: Int32
     private(set) var exit: ProcessExit?
     private(set) var violation: SandboxViolation?
+    /// Signals the supervisor refused (the plugin got EPERM and went on).
+    private(set) var denied: [DeniedCall] = []
     private var eventBuffer: [UInt8] = []
     let memory: MemorySampler
 
@@ -163,16 +186,37 @@ final class PluginProcess {
         defer { free(path) }
         var filter: UnsafeMutableRawPointer?
         var filterLength: Int32 = 0
+        // Without a pid namespace, the supervisor checks every signal the plugin sends:
+        // that filter is the only one when none is asked for, the fallback otherwise.
+        var checkingFilter: UnsafeMutableRawPointer?
+        var checkingFilterLength: Int32 = 0
         if sandbox.seccomp {
-            filterLength = extrun_seccomp_build(path, sandbox.seccompNotify ? 1 : 0, &filter)
-            guard filterLength > 0 else {
+            let notify: Int32 = sandbox.seccompNotify ? 1 : 0
+            let wantsPidNamespace = sandbox.namespaces & Int32(EXTRUN_NS_PID) != 0
+            filterLength = extrun_seccomp_build(path, notify, wantsPidNamespace ? 0 : notify, &filter)
+            if wantsPidNamespace && sandbox.seccompNotify && filterLength > 0 {
+                checkingFilterLength = extrun_seccomp_build(path, 1, 1, &checkingFilter)
+            }
+            guard filterLength > 0, checkingFilterLength >= 0 else {
                 for fd in [input.write, output.read, out.read, err.read] { close(fd) }
-                throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(filterLength))")
+                throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(min(filterLength, checkingFilterLength)))")
             }
         }
-        defer { free(filter) }
+        defer {
+            free(filter)
+            free(checkingFilter)
+        }
+        if !sandbox.identity.dropsPrivileges {
+            // The plugin shares the host's uid: the host must not be readable through
+            // /proc/<host>/mem or /environ should the plugin see the host's pid.
+            extrun_set_dumpable(0)
+        }
+
         withCStrings(argv) { argvPointer in
             withCStrings(envp) { envpPointer in
+              withCStrings(sandbox.reveals.map(\.source)) { revealPointer in
+               withCStrings(sandbox.reveals.map(\.target)) { targetPointer in
+               withCStrings(sandbox.hidePaths) { hidePointer in
                 withOptionalCString(spec.workingDirectory?.path) { cwd in
                     mappings.withUnsafeBufferPointer { fds in
                         var request = extrun_sandbox_request()
@@ -189,9 +233,22 @@ final class PluginProcess {
                         request.namespaces = sandbox.namespaces
                         request.pid_max = Int32(sandbox.pidMax)
                         request.cgroup_procs_fd = sandbox.cgroupProcsFD
+                        request.drop_privileges = sandbox.identity.dropsPrivileges ? 1 : 0
+                        request.plugin_uid = sandbox.identity.uid
+                        request.plugin_gid = sandbox.identity.gid
+                        request.hide_paths = UnsafeRawPointer(hidePointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.hide_count = Int32(sandbox.hidePaths.count)
+                        request.reveal_sources = UnsafeRawPointer(revealPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.reveal_targets = UnsafeRawPointer(targetPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.reveal_count = Int32(sandbox.reveals.count)
+                        request.filter_no_pid_ns = UnsafeRawPointer(checkingFilter)
+                        request.filter_no_pid_ns_length = UInt16(max(checkingFilterLength, 0))
                         extrun_sandbox_spawn(&request, &result)
                     }
                 }
+               }
+               }
+              }
             }
         }
         guard result.error == 0, result.supervisor_pid > 0 else {
@@ -210,12 +267,30 @@ final class PluginProcess {
             process.finish()
             let reason = String(cString: strerror(first.error))
             switch extrun_spawn_stage(rawValue: UInt32(first.stage)) {
+            case EXTRUN_STAGE_EXEC where sandbox.identity.dropsPrivileges && (first.error == EACCES || first.error == EPERM):
+                let blocked = PathAccess.firstBlocked(
+                    spec.executable.path, uid: sandbox.identity.uid, gid: sandbox.identity.gid, wanted: "rx")
+                throw HostError(
+                    .configurationError,
+                    "cannot execute \(spec.executable.path) as the plugin's user: \(blocked.map { PathAccess.explain($0, identity: sandbox.identity) } ?? reason)",
+                    details: ["executable": .string(spec.executable.path)])
             case EXTRUN_STAGE_EXEC:
                 throw HostError(
                     .configurationError, "cannot execute \(spec.executable.path): \(reason)",
                     details: ["executable": .string(spec.executable.path)])
             case EXTRUN_STAGE_CHDIR:
-                throw HostError(.internalError, "cannot enter the scratch directory \(spec.workingDirectory?.path ?? ""): \(reason)")
+                let scratch = spec.workingDirectory?.path ?? ""
+                let blocked = sandbox.identity.dropsPrivileges
+                    ? PathAccess.firstBlocked(scratch, uid: sandbox.identity.uid, gid: sandbox.identity.gid, wanted: "rwx") : nil
+                throw HostError(
+                    .internalError,
+                    "cannot enter the scratch directory \(scratch): \(blocked.map { PathAccess.explain($0, identity: sandbox.identity) + "; scratch directories are made under $TMPDIR" } ?? reason)")
+            case EXTRUN_STAGE_CREDENTIALS:
+                throw HostError(
+                    .internalError, "cannot switch the plugin to its user (uid \(sandbox.identity.uid), gid \(sandbox.identity.gid)): \(reason)")
+            case EXTRUN_STAGE_MOUNT:
+                throw HostError(
+                    .internalError, "cannot hide \(sandbox.hidePaths.joined(separator: " and ")) from the plugin in its mount namespace: \(reason)")
             case EXTRUN_STAGE_SECCOMP:
                 throw HostError(.internalError, "cannot install the seccomp filter: \(reason)")
             case EXTRUN_STAGE_RLIMIT:
@@ -247,6 +322,11 @@ final class PluginProcess {
         case EXTRUN_EVENT_VIOLATION.rawValue:
             let name = extrun_syscall_name(event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
             violation = violation ?? SandboxViolation(syscallNumber: event.syscall_nr, syscallName: name, argument0: event.arg0)
+        case EXTRUN_EVENT_DENIED.rawValue:
+            let name = extrun_syscall_name(event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
+            if denied.count < 100 {
+                denied.append(DeniedCall(syscallName: name, target: Int64(bitPattern: event.arg0), signal: Int32(truncatingIfNeeded: event.arg1)))
+            }
         case EXTRUN_EVENT_EXITED.rawValue:
             memory.detach()
             let status = event.status

@@ -19,6 +19,8 @@ struct PluginRun {
     var cgroup: CgroupRun?
     /// Answers the plugin's requests for its owner's globals and bookmarks.
     var services: StoreServices?
+    /// `$EXTRUN_HOME`, which the sandbox hides from the plugin.
+    var home: URL?
     /// Where relative file paths typed at a prompt are taken from.
     var baseDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
     /// The parameters once every one was resolved (set by `handle`), for a later step.
@@ -51,9 +53,15 @@ struct PluginRun {
     /// Starts the plugin in its sandbox, does `work`, and ends the plugin, whatever
     /// happens; everything that happened is in `report`.
     mutating func execute(_ work: Work, into report: inout HandleReport) {
+        let capabilities = SandboxCapabilities.current
         let scratch: URL
-        do {
-            scratch = try ScratchDirectory.create()
+        let identity: PluginIdentity
+        do throws(HostError) {
+            identity = try PluginIdentity.resolve(policy: policy)
+            try identity.checkAccess(
+                toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: id)
+            scratch = try ScratchDirectory.create(owner: identity)
+            if let home { HomeProtection.makeIfMissing(home) }
         } catch {
             report.error = error
             return
@@ -65,8 +73,9 @@ struct PluginRun {
             cgroup = CgroupRun(parent: parent, memoryBytes: limits.memoryBytes)
         }
         defer { cgroup?.remove() }
-        let capabilities = SandboxCapabilities.current
-        let sandbox = SandboxSettings(policy: policy, limits: limits, capabilities: capabilities, cgroup: cgroup)
+        let sandbox = SandboxSettings(
+            policy: policy, limits: limits, capabilities: capabilities, cgroup: cgroup, identity: identity, home: home,
+            pluginDirectory: plugin.directory, scratch: scratch, executable: plugin.executableURL)
 
         start = MonotonicClock.now()
         deadline.set(start: start, limits: limits)
@@ -82,6 +91,7 @@ struct PluginRun {
             log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? cgroupSupport.description)")
             log("[extrun] seccomp: \(policy.seccomp ? (capabilities.seccompNotify ? "on (forbidden calls reported by name)" : "on (forbidden calls kill with SIGSYS)") : "OFF (policy)"); no_new_privs; rlimits: \(policy.openFiles) files, \(policy.processes) processes, \(ByteCount.format(policy.fileSizeBytes)) per file, no core dumps")
             log("[extrun] namespaces: \(SandboxSettings.describe(namespaces: process.activeNamespaces)); scratch directory \(scratch.path)")
+            for line in sandbox.describeProtection(active: process.activeNamespaces, home: home) { log("[extrun] \(line)") }
         }
         var connectionLimits = ConnectionLimits()
         connectionLimits.maxFrameBytes = policy.maxMessageBytes
@@ -141,6 +151,7 @@ struct PluginRun {
             report.error = HostError(.internalError, "\(error)")
         }
         process.finish()
+        for call in process.denied { options.log?("[extrun] \(id) was refused \(call.description)") }
         if let violation = process.violation {
             // Whatever else happened, the plugin was stopped for a forbidden system call.
             report.response = nil

@@ -64,17 +64,26 @@ enum PluginEnvironment {
 }
 
 enum ScratchDirectory {
-    static func create() throws(HostError) -> URL {
+    /// A new directory (mode 700) under `$TMPDIR` (or /tmp) that belongs to the
+    /// plugin's user: when the host is root, it is handed over to the plugin's uid and gid.
+    static func create(owner: PluginIdentity? = nil) throws(HostError) -> URL {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array("\(base)/extrun-run-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else {
             throw HostError(.internalError, "cannot create a scratch directory under \(base): \(String(cString: strerror(errno)))")
         }
-        return URL(fileURLWithPath: String(cString: made), isDirectory: true)
+        let path = String(cString: made)
+        if let owner, owner.dropsPrivileges, chown(path, owner.uid, owner.gid) != 0 {
+            let reason = String(cString: strerror(errno))
+            rmdir(path)
+            throw HostError(.internalError, "cannot give the scratch directory \(path) to the plugin's user (uid \(owner.uid)): \(reason)")
+        }
+        return URL(fileURLWithPath: path, isDirectory: true)
     }
 
     /// Removes the directory whatever the plugin left in it, folders it made
-    /// read-only included (their permissions are restored first).
+    /// read-only included (their permissions are restored first; a root host
+    /// needs no permission). Symbolic links are removed, never followed.
     static func remove(_ url: URL) {
         if (try? FileManager.default.removeItem(at: url)) != nil { return }
         if let walker = FileManager.default.enumerator(atPath: url.path) {

@@ -32,13 +32,40 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     }
 
     public struct Namespaces: Codable, Sendable, Equatable {
-        /// A pid namespace: the plugin is its init, so everything it starts dies with it.
+        /// A pid namespace: everything the plugin starts dies with it, and no other process is visible.
         public var pid: Bool
         /// A network namespace (no interfaces). Off by default: seccomp already denies
         /// network sockets, and creating one costs time on some kernels.
         public var network: Bool
         /// An IPC namespace (System V IPC and POSIX message queues of its own).
         public var ipc: Bool
+        /// A mount namespace: `$EXTRUN_HOME` (keys, store, policy, containers) is covered
+        /// by an empty read-only tmpfs, and /proc shows the plugin's pid namespace only.
+        public var mount: Bool
+        /// A user namespace, used only when the host is not root, so that an ordinary
+        /// user gets the namespaces above too (the plugin keeps the host's uid).
+        public var user: Bool
+
+        public init(pid: Bool, network: Bool, ipc: Bool, mount: Bool = true, user: Bool = true) {
+            self.pid = pid
+            self.network = network
+            self.ipc = ipc
+            self.mount = mount
+            self.user = user
+        }
+
+        private enum CodingKeys: String, CodingKey { case pid, network, ipc, mount, user }
+
+        /// Every field is optional and falls back to the default.
+        public init(from decoder: any Decoder) throws {
+            let d = SandboxPolicy.default.namespaces
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            pid = try c.decodeIfPresent(Bool.self, forKey: .pid) ?? d.pid
+            network = try c.decodeIfPresent(Bool.self, forKey: .network) ?? d.network
+            ipc = try c.decodeIfPresent(Bool.self, forKey: .ipc) ?? d.ipc
+            mount = try c.decodeIfPresent(Bool.self, forKey: .mount) ?? d.mount
+            user = try c.decodeIfPresent(Bool.self, forKey: .user) ?? d.user
+        }
     }
 
     public var `extension`: ModeLimits
@@ -64,6 +91,10 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     /// A cgroup v2 directory delegated to extrun for per-run `memory.max` groups
     /// (or the `EXTRUN_CGROUP` environment variable). Nil: rlimits only.
     public var cgroup: String?
+    /// The user plugins run as when the host is root: a user name, or a numeric
+    /// `uid` or `uid:gid`. Nil: `extrun-plugin` (made by Scripts/bootstrap),
+    /// else `nobody`. Never root. Ignored when the host is not root.
+    public var pluginUser: String?
 
     public static let `default` = SandboxPolicy(
         extension: ModeLimits(
@@ -73,15 +104,16 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             memoryBytes: 1 << 30, maxMemoryBytes: 4 << 30, deadlineMs: 10_000, maxDeadlineMs: 60_000,
             maxExtendedDeadlineMs: 0, stackBytes: 8 << 20),
         processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
-        namespaces: Namespaces(pid: true, network: false, ipc: true), seccomp: true,
-        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil)
+        namespaces: Namespaces(pid: true, network: false, ipc: true, mount: true, user: true), seccomp: true,
+        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
 
     public init(
         extension: ModeLimits, inApp: ModeLimits, processes: Int, pidNamespaceMaxPids: Int, openFiles: Int, fileSizeBytes: Int64,
         namespaces: Namespaces, seccomp: Bool, cancelGraceMs: Int, exitGraceMs: Int, maxMessageBytes: Int, outputCaptureBytes: Int,
-        cgroup: String?
+        cgroup: String?, pluginUser: String? = nil
     ) {
         self.cgroup = cgroup
+        self.pluginUser = pluginUser
         self.extension = `extension`
         self.inApp = inApp
         self.processes = processes
@@ -102,7 +134,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp
-        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup
+        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser
     }
 
     /// Decodes a policy file: every field is optional and falls back to the default.
@@ -122,6 +154,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         maxMessageBytes = try c.decodeIfPresent(Int.self, forKey: .maxMessageBytes) ?? d.maxMessageBytes
         outputCaptureBytes = try c.decodeIfPresent(Int.self, forKey: .outputCaptureBytes) ?? d.outputCaptureBytes
         cgroup = try c.decodeIfPresent(String.self, forKey: .cgroup)
+        pluginUser = try c.decodeIfPresent(String.self, forKey: .pluginUser)
     }
 
     private struct PartialModeLimits: Decodable {
@@ -157,6 +190,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         if processes < 1 { problems.append("processes: must be at least 1") }
         if pidNamespaceMaxPids < 301 { problems.append("pidNamespaceMaxPids: the kernel's minimum is 301") }
         if openFiles < 16 { problems.append("openFiles: must be at least 16") }
+        if let pluginUser, let problem = PluginUser.problem(with: pluginUser) { problems.append("pluginUser: \(problem)") }
         return problems
     }
 
@@ -164,6 +198,8 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     public static func load(home: URL) throws(HostError) -> (SandboxPolicy, source: String) {
         let url = home.appendingPathComponent("policy.json")
         guard FileManager.default.fileExists(atPath: url.path) else { return (.default, "built-in defaults") }
+        // Whoever may write the policy decides how plugins are confined: only the host's user.
+        try PrivateFile.check(url.path, what: "the policy file")
         let policy: SandboxPolicy
         do {
             policy = try JSONCoding.decode(SandboxPolicy.self, fromJSON: Data(contentsOf: url))

@@ -22,8 +22,24 @@ struct SandboxSettings {
     var namespaces: Int32 = 0
     var pidMax = 0
     var cgroupProcsFD: Int32 = -1
+    /// Who the plugin runs as.
+    var identity: PluginIdentity
+    /// With a mount namespace: the folders to hide (`$EXTRUN_HOME` and the
+    /// scratch directory's parent, resolved; none inside another), and the
+    /// folders under them the plugin needs (its own, its scratch directory).
+    var hidePaths: [String] = []
+    /// (the folder, where the plugin finds it): the resolved folder is bound at
+    /// the path the host gives the plugin (only the last component may be a link).
+    var reveals: [(source: String, target: String)] = []
+    var revealPaths: [String] { reveals.map(\.target) }
+    /// `$EXTRUN_HOME`, resolved, when it is hidden.
+    var hiddenHome: String?
 
-    init(policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?) {
+    init(
+        policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
+        identity: PluginIdentity? = nil, home: URL? = nil, pluginDirectory: URL? = nil, scratch: URL? = nil, executable: URL? = nil
+    ) {
+        self.identity = identity ?? PluginIdentity(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: nil)
         limits.data_bytes = UInt64(effective.memoryBytes)
         limits.stack_bytes = UInt64(effective.stackBytes)
         limits.open_files = UInt64(policy.openFiles)
@@ -37,9 +53,55 @@ struct SandboxSettings {
         if policy.namespaces.pid { flags |= Int32(EXTRUN_NS_PID) }
         if policy.namespaces.network { flags |= Int32(EXTRUN_NS_NET) }
         if policy.namespaces.ipc { flags |= Int32(EXTRUN_NS_IPC) }
+        if policy.namespaces.mount { flags |= Int32(EXTRUN_NS_MOUNT) }
+        if policy.namespaces.user && !capabilities.isRoot { flags |= Int32(EXTRUN_NS_USER) }
         namespaces = flags
+        if policy.namespaces.mount {
+            // The home, and the folder the scratch directories are made in (other
+            // runs' scratch directories, the host's temporary files): only the outermost.
+            // And a folder above the plugin's own that its user cannot enter (such as /root).
+            let unreachable = pluginDirectory.flatMap { SandboxSettings.logical($0.path) }.flatMap {
+                PathAccess.coverableAncestor(of: $0, identity: self.identity)
+            }
+            let candidates = ([home, scratch?.deletingLastPathComponent()].compactMap { $0.flatMap { SandboxSettings.resolved($0.path) } }
+                + [unreachable].compactMap { $0 }).filter { $0 != "/" }
+            hidePaths = candidates.filter { path in !candidates.contains { path.hasPrefix($0 + "/") } }
+            hidePaths = hidePaths.enumerated().filter { index, path in !hidePaths[..<index].contains(path) }.map(\.element)
+            hiddenHome = home.flatMap { SandboxSettings.resolved($0.path) }.flatMap { path in
+                hidePaths.contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
+            }
+            func isHidden(_ path: String) -> Bool { hidePaths.contains { path.hasPrefix($0 + "/") } }
+            for folder in [pluginDirectory, scratch].compactMap({ $0 }) {
+                guard let source = SandboxSettings.resolved(folder.path), let target = SandboxSettings.logical(folder.path) else { continue }
+                // At the path the plugin is told (a link to it, say in $EXTRUN_HOME/plugins),
+                // and at its own path, wherever either is covered.
+                for place in Set([target, source]).sorted() where isHidden(place) { reveals.append((source, place)) }
+            }
+            // An executable that is a link out of the plugin's folder (staged plugins link to
+            // the build's products): the file it leads to, where it is covered and not already bound.
+            if let executable, let file = SandboxSettings.resolved(executable.path), isHidden(file),
+                !reveals.contains(where: { file.hasPrefix($0.target + "/") })
+            {
+                reveals.append((file, file))
+            }
+        }
         pidMax = policy.pidNamespaceMaxPids
         cgroupProcsFD = cgroup?.procsFD ?? -1
+    }
+
+    /// The path with symbolic links resolved in its folders but not in its last
+    /// component: where a process that opens it finds it (nil if the folder is gone).
+    static func logical(_ path: String) -> String? {
+        let url = URL(fileURLWithPath: path).standardizedFileURL
+        guard let parent = resolved(url.deletingLastPathComponent().path) else { return nil }
+        return (parent == "/" ? "" : parent) + "/" + url.lastPathComponent
+    }
+
+    /// The path with symbolic links resolved, if it exists.
+    static func resolved(_ path: String) -> String? {
+        guard let real = realpath(path, nil) else { return nil }
+        defer { free(real) }
+        return String(cString: real)
     }
 
     /// For `--verbose`: what is in force.
@@ -48,6 +110,34 @@ struct SandboxSettings {
         if active & Int32(EXTRUN_NS_PID) != 0 { names.append("pid") }
         if active & Int32(EXTRUN_NS_NET) != 0 { names.append("network") }
         if active & Int32(EXTRUN_NS_IPC) != 0 { names.append("ipc") }
+        if active & Int32(EXTRUN_NS_MOUNT) != 0 { names.append("mount") }
+        if active & Int32(EXTRUN_NS_USER) != 0 { names.append("user (the host is not root)") }
         return names.isEmpty ? "none (not permitted here; descendants are tracked as a subreaper instead)" : names.joined(separator: ", ")
+    }
+
+    /// For `--verbose`: how the store and the keys are kept from the plugin, and
+    /// how it is kept away from other processes, given the namespaces it got.
+    func describeProtection(active: Int32, home: URL?) -> [String] {
+        var lines = ["plugin user: \(identity.description)"]
+        let hasMount = active & Int32(EXTRUN_NS_MOUNT) != 0
+        let hasPid = active & Int32(EXTRUN_NS_PID) != 0
+        if hasMount, hiddenHome != nil {
+            let revealed = revealPaths.isEmpty ? "" : " (bound back: \(revealPaths.joined(separator: ", ")))"
+            lines.append("store and keys: hidden by a mount namespace: \(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin\(revealed)")
+        } else if let home, FileManager.default.fileExists(atPath: home.path) == false {
+            lines.append("store and keys: \(home.path) does not exist (and could not be made)")
+        } else if identity.dropsPrivileges {
+            lines.append("store and keys: no mount namespace\(hasMount ? "" : " here"): kept out by permissions alone (keys/ 700, store.sqlite and key files 600, owned by uid \(geteuid()); the plugin is uid \(identity.uid))")
+        } else {
+            lines.append("store and keys: NOT hidden: no mount namespace here and the plugin runs as the host's user, so permissions cannot keep it out of \(home?.path ?? "$EXTRUN_HOME"); run extrun as root (plugins then get their own uid) or allow user namespaces")
+        }
+        if hasPid {
+            lines.append("processes: pid namespace\(active & Int32(EXTRUN_NS_PROC) != 0 ? " with its own /proc" : ""): the plugin sees and can signal only its own processes; ptrace and process_vm_* are denied by seccomp")
+        } else if seccomp && seccompNotify {
+            lines.append("processes: no pid namespace: every signal the plugin sends is checked by the supervisor (only its own processes); ptrace and process_vm_* are denied by seccomp")
+        } else {
+            lines.append("processes: no pid namespace and no seccomp user notification: signals are limited by uid only\(identity.dropsPrivileges ? " (the plugin's own)" : " (the host's: it could signal the host)")")
+        }
+        return lines
     }
 }

@@ -44,9 +44,11 @@ public final class Store: Sendable {
         } catch {
             throw StoreError(.ioError, "cannot create the home directory \(path): \(error.reason)", details: ["file": .string(path)])
         }
+        try StorePermissions.checkHomeAndKeys(home: path)
         keystore = Keystore(home: path)
         try keystore.prepareDirectory()
         database = try StoreDatabase.open(home: path, keystore: keystore)
+        try StorePermissions.checkDatabase(home: path)
     }
 
     /// The owner's globals. Throws `invalidName` for a bad owner name.

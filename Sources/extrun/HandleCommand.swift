@@ -24,6 +24,13 @@ struct Handle: ParsableCommand {
             prints the limits and the sandbox mechanisms in force (docs/sandbox.md). The output (stdout) is one JSON object with intent, plugin, \
             mode, response or error, and metrics; docs/cli.md describes every field.
 
+            Privileges: run as root, the host starts plugins as an unprivileged user \
+            (extrun-plugin, else nobody; policy field pluginUser) with no supplementary \
+            groups; $EXTRUN_HOME (keys, store, policy, containers) is hidden from them \
+            by a mount namespace, and the store, keys, containers and policy must be \
+            private to the host's user (else exit 11 naming the file and the chmod). \
+            --verbose says which protection applies (docs/sandbox.md, Privileges).
+
             Exit status: 0 the plugin answered success; 1 it answered another code; \
             3 parameterUnresolved; 4 invalidIntent; 5 noHandler; 6 pluginCrashed; \
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \

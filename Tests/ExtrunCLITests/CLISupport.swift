@@ -30,6 +30,8 @@ final class TempDirectory {
         let base = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
         var template = Array("\(base)/extrun-\(label)-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        // Searchable by others: run as root, the host starts plugins as extrun-plugin.
+        chmod(made, 0o711)
         url = URL(fileURLWithPath: String(cString: made), isDirectory: true)
     }
 

@@ -31,7 +31,7 @@ struct HostilePluginTests {
         /// process whose command line names the plugin's directory (its forks included).
         func expectNoProcessLeft(sourceLocation: SourceLocation = #_sourceLocation) throws {
             let pid = try plugin.pid()
-            expectGone(pid, sourceLocation: sourceLocation)
+            expectGone(noted: pid, mentioning: plugin.directory.path, sourceLocation: sourceLocation)
             let left = processes(mentioning: plugin.directory.path)
             #expect(left.isEmpty, "processes of \(plugin.directory.lastPathComponent) still running: \(left)", sourceLocation: sourceLocation)
         }
@@ -552,7 +552,7 @@ struct HostilePluginTests {
         #expect(try JSONDecoder().decode(JSONValue.self, from: Data(cancel.utf8)) == ["reason": "timeout"])
         try f.expectNoProcessLeft()
         let child = try #require(f.plugin.note("child").flatMap { pid_t($0) })
-        expectGone(child, "the plugin's child process")
+        expectGone(noted: child, mentioning: f.plugin.directory.path, "the plugin's child process")
     }
 
     @Test("does not exit after the channel closes: the response stands and the process is killed after exitGraceMs")
@@ -576,7 +576,7 @@ struct HostilePluginTests {
         #expect(report.exitCode == 0)
         try f.expectNoProcessLeft()
         let child = try #require(f.plugin.note("child").flatMap { pid_t($0) })
-        expectGone(child, "the plugin's child process")
+        expectGone(noted: child, mentioning: f.plugin.directory.path, "the plugin's child process")
     }
 
     // MARK: Size

@@ -16,6 +16,8 @@ final class TempDirectory {
         let base = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
         var template = Array("\(base)/extrun-\(label)-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        // Searchable by others: run as root, the host starts plugins as extrun-plugin.
+        chmod(made, 0o711)
         url = URL(fileURLWithPath: String(cString: made), isDirectory: true)
     }
 
@@ -59,7 +61,8 @@ let pythonPluginKit = #"""
             f.write(text)
 
     def host_pid():
-        # The pid as the host sees it: /proc is the host's, even inside a pid namespace.
+        # The pid as this process's /proc sees it: the host's without a pid namespace,
+        # the namespace's with one (the tests map it back through NSpid).
         try:
             return os.readlink("/proc/self")
         except OSError:
@@ -165,6 +168,8 @@ struct ScriptPlugin {
     init(in parent: URL, name: String, id: String? = nil, intents: String? = nil, script: String) throws {
         directory = parent.appendingPathComponent(name, isDirectory: true)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        // The script writes its notes here, and run as root the host starts it as another user.
+        chmod(directory.path, 0o777)
         let manifest =
             intents.map { manifestJSON(id: id ?? "test.\(name)", intents: $0) } ?? manifestJSON(id: id ?? "test.\(name)")
         try Data(manifest.utf8).write(to: directory.appendingPathComponent("manifest.json"))
@@ -205,6 +210,27 @@ func processIsAlive(_ pid: pid_t) -> Bool {
     else { return false }
     let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).prefix(1)
     return state != "Z" && state != "X"
+}
+
+/// Whether the process that noted `noted` as its pid is still running: a live process
+/// mentioning `directory` whose pid, in the host's namespace or in its own pid
+/// namespace (the last NSpid; the plugin's /proc is its namespace's), is `noted`.
+func notedProcessIsAlive(_ noted: pid_t, mentioning directory: String) -> Bool {
+    processes(mentioning: directory).contains { pid in
+        if pid == noted { return true }
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") })
+        else { return false }
+        let ids = line.dropFirst("NSpid:".count).split(whereSeparator: { $0 == " " || $0 == "\t" })
+        return ids.count > 1 && ids.last.flatMap { pid_t($0) } == noted
+    }
+}
+
+/// Expects the process that noted `noted` to be gone (see `notedProcessIsAlive`).
+func expectGone(noted: pid_t, mentioning directory: String, _ what: String = "the plugin", sourceLocation: SourceLocation = #_sourceLocation) {
+    let limit = Date().addingTimeInterval(5)
+    while notedProcessIsAlive(noted, mentioning: directory) && Date() < limit { usleep(10_000) }
+    #expect(!notedProcessIsAlive(noted, mentioning: directory), "\(what) (noted pid \(noted)) is still running", sourceLocation: sourceLocation)
 }
 
 /// Expects the process to be gone, allowing a generous time for a SIGKILL to land.

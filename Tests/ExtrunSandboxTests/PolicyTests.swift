@@ -15,7 +15,7 @@ struct PolicyTests {
 
     @Test func anInvalidPolicyFileIsAConfigurationErrorNamingTheFile() throws {
         let home = try temporaryHome()
-        try Data(#"{"extension": {"memoryBytes": 999999999999}}"#.utf8).write(to: home.appendingPathComponent("policy.json"))
+        try writePolicy(#"{"extension": {"memoryBytes": 999999999999}}"#, home: home)
         #expect(throws: HostError.self) { try SandboxPolicy.load(home: home) }
         do {
             _ = try SandboxPolicy.load(home: home)
@@ -24,7 +24,7 @@ struct PolicyTests {
             #expect(error.message.contains("policy.json"))
             #expect(error.message.contains("extension.memoryBytes"))
         }
-        try Data("{not json".utf8).write(to: home.appendingPathComponent("policy.json"))
+        try writePolicy("{not json", home: home)
         do {
             _ = try SandboxPolicy.load(home: home)
             Issue.record("malformed policy accepted")

@@ -27,7 +27,8 @@ struct HostilePlugin {
         chmod(script.path, 0o755)
         let intents = [
             "NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout", "FloodStderr",
-            "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer",
+            "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome", "ReadContainer",
+            "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI",
         ]
         let manifest = PluginManifest(
             id: "test.hostile", version: "1", owner: "TESTTEAM", executable: "hostile.py",
@@ -35,10 +36,12 @@ struct HostilePlugin {
                 IntentDefinition(name: name, parameters: [
                     ParameterDefinition(name: "megabytes", type: .integer),
                     ParameterDefinition(name: "steps", type: .integer),
+                    ParameterDefinition(name: "path", type: .string),
+                    ParameterDefinition(name: "pid", type: .integer),
                 ])
             })
         try JSONCoding.encoder(pretty: true).encode(manifest).write(to: plugin.appendingPathComponent("manifest.json"))
-        if let policy { try Data(policy.utf8).write(to: home.appendingPathComponent("policy.json")) }
+        if let policy { try writePolicy(policy, home: home) }
     }
 
     var pluginPath: URL { root.appendingPathComponent("plugins") }
@@ -122,4 +125,11 @@ func temporaryHome() throws -> URL {
     let url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-sandbox-home-\(UUID().uuidString.prefix(8))")
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     return url
+}
+
+/// Writes `$EXTRUN_HOME/policy.json` readable only by its owner, as the host requires.
+func writePolicy(_ text: String, home: URL) throws {
+    let path = home.appendingPathComponent("policy.json").path
+    try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+    chmod(path, 0o600)
 }

@@ -23,6 +23,8 @@ enum extrun_spawn_stage {
     EXTRUN_STAGE_SECCOMP = 7,
     EXTRUN_STAGE_EXEC = 8,
     EXTRUN_STAGE_PIPE = 9,
+    EXTRUN_STAGE_CREDENTIALS = 10,  // setgroups/setgid/setuid to the plugin's user
+    EXTRUN_STAGE_MOUNT = 11,        // hiding $EXTRUN_HOME in the mount namespace
 };
 
 /// pipe2(fds, O_CLOEXEC). 0, or -1 and errno.
@@ -30,6 +32,10 @@ int extrun_pipe_cloexec(int fds[2]);
 
 /// fcntl(F_SETPIPE_SZ): best effort; returns the new size or -1.
 int extrun_set_pipe_size(int fd, int size);
+
+/// prctl(PR_SET_DUMPABLE, value): whether other processes of the same user may
+/// read this one's memory and descriptors through /proc (0: they may not).
+int extrun_set_dumpable(int value);
 
 /// WIFEXITED & co. as functions, since Swift cannot call the macros.
 int extrun_wexitstatus(int status);

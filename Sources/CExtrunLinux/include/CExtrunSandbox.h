@@ -20,6 +20,14 @@ enum {
     EXTRUN_NS_PID = 1 << 0,
     EXTRUN_NS_NET = 1 << 1,
     EXTRUN_NS_IPC = 1 << 2,
+    /// A mount namespace: `hide_path` is covered by an empty read-only tmpfs
+    /// (with `reveal_paths` bound back), and /proc is remounted for a pid namespace.
+    EXTRUN_NS_MOUNT = 1 << 3,
+    /// A user namespace (only asked for when the host is not root): it lets an
+    /// ordinary user have the other namespaces. The plugin keeps the host's uid.
+    EXTRUN_NS_USER = 1 << 4,
+    /// Reported only: /proc was remounted for the plugin's pid namespace.
+    EXTRUN_NS_PROC = 1 << 5,
 };
 
 struct extrun_sandbox_request {
@@ -39,6 +47,27 @@ struct extrun_sandbox_request {
     int pid_max;               // pid_max inside a new pid namespace (0: leave)
     /// A descriptor of a cgroup's cgroup.procs to join before exec, or -1.
     int cgroup_procs_fd;
+    /// The plugin's credentials when the host is root: setgroups(0), setgid, setuid
+    /// before seccomp and exec. `drop_privileges` 0 keeps the host's.
+    int drop_privileges;
+    uid_t plugin_uid;
+    gid_t plugin_gid;
+    /// With a mount namespace: the directories to hide (`$EXTRUN_HOME`, the
+    /// scratch directories' parent; absolute paths without symbolic links, none
+    /// inside another), each covered by an empty read-only tmpfs; and the
+    /// directories under them the plugin still needs (its own directory, its
+    /// scratch directory): each `reveal_sources[i]` (opened before the covers)
+    /// is bound at `reveal_targets[i]`, a path inside one of `hide_paths`.
+    const char *const *hide_paths;
+    int hide_count;
+    const char *const *reveal_sources;
+    const char *const *reveal_targets;
+    int reveal_count;
+    /// The filter to use instead of `filter` when the plugin gets no pid
+    /// namespace: it also sends the signal-sending calls to the supervisor, which
+    /// lets through only those aimed at the plugin's own processes. NULL: `filter`.
+    const void *filter_no_pid_ns;
+    unsigned short filter_no_pid_ns_length;
 };
 
 /// Events the supervisor writes to the status pipe, fixed size.
@@ -47,6 +76,7 @@ enum extrun_event_type {
     EXTRUN_EVENT_VIOLATION = 2,  // syscall_nr, arch, arg0: a forbidden system call; the plugin is being killed
     EXTRUN_EVENT_EXITED = 3,     // status (wait status), rusage fields; every descendant is gone
     EXTRUN_EVENT_SETUP_FAILED = 4, // stage, error: the plugin could not be started
+    EXTRUN_EVENT_DENIED = 5,     // syscall_nr, arg0 (target), arg1 (signal): a call refused with EPERM; the plugin goes on
 };
 
 struct extrun_event {
@@ -59,6 +89,7 @@ struct extrun_event {
     int32_t namespaces;
     uint32_t arch;
     uint64_t arg0;
+    uint64_t arg1;
     int64_t utime_us;
     int64_t stime_us;
     int64_t maxrss_kb;
@@ -79,8 +110,14 @@ void extrun_sandbox_spawn(const struct extrun_sandbox_request *request, struct e
 /// Builds the default seccomp program into a malloc'd buffer (free it).
 /// `exec_path` is the only filename pointer execve may be called with.
 /// `notify`: forbidden calls go to a listener (SECCOMP_RET_USER_NOTIF) instead of killing.
+/// `check_signals` (with `notify`): the signal-sending calls (kill, tkill, tgkill,
+/// rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal) go to the listener too,
+/// which allows or refuses each one (for a plugin without a pid namespace).
 /// Returns the number of instructions, or -errno.
-int extrun_seccomp_build(const char *exec_path, int notify, void **program_out);
+int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, void **program_out);
+
+/// Whether `nr` is one of the signal-sending calls `check_signals` routes to the supervisor.
+int extrun_syscall_sends_signal(int nr);
 
 /// The name of a syscall number on this architecture (static storage or NULL).
 const char *extrun_syscall_name(int nr);

@@ -107,7 +107,115 @@ def misbehave(intent, params, request):
             time.sleep(0.6)
             send({"jsonrpc": "2.0", "method": "progress", "params": {"fraction": 0.5}})
         return success(request, done=True)
+    if intent == "WhoAmI":
+        info = os.stat(".")
+        return success(request, result=json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
+                                                   "groups": os.getgroups(), "scratchOwner": info.st_uid,
+                                                   "scratchMode": oct(info.st_mode & 0o7777)}))
+    if intent == "ReadSecrets":
+        # The store and the keys by path: absolute, and through the parent's and
+        # the host's /proc entries (cwd and root), which lead outside a mount namespace.
+        home, host = params["path"], int(params.get("pid", 0))
+        ppid = os.getppid()
+        targets = []
+        for base in [home, "/proc/%d/root%s" % (ppid, home), "/proc/%d/root%s" % (host, home), "/proc/1/root%s" % home]:
+            targets += [base + "/store.sqlite", base + "/keys", base + "/policy.json"]
+        for base in ["/proc/%d/cwd" % ppid, "/proc/%d/cwd" % host]:
+            targets += [base + "/store.sqlite", base + "/keys"]
+        results = {}
+        for path in targets:
+            results[path] = attempt(lambda path=path: read_anything(path))
+        return success(request, result=json.dumps(results))
+    if intent == "WriteHome":
+        home = params["path"]
+        results = {}
+        for path in [home + "/planted", home + "/keys/planted.key", home + "/containers/planted"]:
+            results[path] = attempt(lambda path=path: write_new(path))
+        results[home + "/store.sqlite"] = attempt(lambda: append(home + "/store.sqlite"))
+        return success(request, result=json.dumps(results))
+    if intent == "ReadContainer":
+        path = params["path"]
+        results = {path: attempt(lambda: read_anything(path)),
+                   os.path.dirname(path): attempt(lambda: os.listdir(os.path.dirname(path)))}
+        return success(request, result=json.dumps(results))
+    if intent == "PtraceAttach":
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).ptrace(16, int(params["pid"]), 0, 0)  # PTRACE_ATTACH
+        return success(request, result="attached")
+    if intent == "SignalHost":
+        import signal
+        host = int(params["pid"])
+        results = {}
+        for name, sig in [("SIGSTOP", signal.SIGSTOP), ("SIGKILL", signal.SIGKILL)]:
+            results["kill(%d, %s)" % (host, name)] = attempt(lambda sig=sig: os.kill(host, sig))
+        results["kill(-%d, SIGKILL)" % host] = attempt(lambda: os.kill(-host, signal.SIGKILL))
+        results["kill(-1, 0)"] = attempt(lambda: os.kill(-1, 0))
+        results["pidfd_send_signal(host)"] = attempt(lambda: pidfd_kill(host))
+        # Its own child may be signalled.
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        os.kill(child, signal.SIGKILL)
+        _, status = os.waitpid(child, 0)
+        results["own child"] = "killed by %d" % os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exited"
+        return success(request, result=json.dumps(results))
+    if intent == "EscapeScratch":
+        # chown and chmod: out of its scratch directory, and making it hard to remove.
+        here = os.getcwd()
+        results = {"chown . root": attempt(lambda: os.chown(here, 0, 0)),
+                   "chmod .. 777": attempt(lambda: os.chmod(os.path.dirname(here), 0o777)),
+                   "chown .. self": attempt(lambda: os.chown(os.path.dirname(here), os.getuid(), os.getgid())),
+                   "write ..": attempt(lambda: write_new(os.path.dirname(here) + "/planted"))}
+        os.makedirs("locked/deeper", exist_ok=True)
+        write_new("locked/deeper/file")
+        os.chmod("locked/deeper/file", 0o4755)
+        results["setuid file"] = attempt(lambda: os.chmod("locked/deeper/file", 0o4755))
+        os.chmod("locked/deeper", 0o000)
+        os.chmod("locked", 0o500)
+        write_new("readonly")
+        os.chmod("readonly", 0o400)
+        results["chmod . 000"] = attempt(lambda: os.chmod(here, 0o000))
+        return success(request, result=json.dumps(results), scratch=here)
     answer(request, {"code": "failure"})
+
+
+def attempt(action):
+    """"ok" or the errno's name: what an attempt came to."""
+    import errno as errno_names
+    try:
+        action()
+        return "ok"
+    except OSError as error:
+        return errno_names.errorcode.get(error.errno, str(error.errno))
+
+
+def read_anything(path):
+    if os.path.isdir(path):
+        os.listdir(path)
+    else:
+        with open(path, "rb") as f:
+            f.read(16)
+
+
+def write_new(path):
+    with open(path, "wb") as f:
+        f.write(b"planted")
+
+
+def append(path):
+    with open(path, "ab") as f:
+        f.write(b"garbage")
+
+
+def pidfd_kill(pid):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(434, pid, 0)  # pidfd_open
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "pidfd_open")
+    if libc.syscall(424, fd, 9, None, 0) != 0:  # pidfd_send_signal(SIGKILL)
+        raise OSError(ctypes.get_errno(), "pidfd_send_signal")
 
 
 def main():
@@ -133,7 +241,8 @@ def main():
 
 
 INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout",
-           "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer"]
+           "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
+           "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI"]
 
 if __name__ == "__main__":
     main()

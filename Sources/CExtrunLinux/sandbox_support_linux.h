@@ -1,0 +1,37 @@
+#ifndef EXTRUN_SANDBOX_SUPPORT_LINUX_H
+#define EXTRUN_SANDBOX_SUPPORT_LINUX_H
+
+// Shared by the supervisor's C files (not part of the module's interface).
+// Everything here runs in processes forked from a multi-threaded host: only
+// async-signal-safe calls (plain system calls), no malloc, no stdio, no locks.
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <linux/seccomp.h>
+
+/// `value` in decimal into `buffer` (NUL-terminated).
+void extrun_format_int(char *buffer, size_t size, long value);
+
+// namespaces_linux.c
+
+/// Creates the namespaces asked for (EXTRUN_NS_*) that the kernel allows; returns
+/// those it got, or -1 with errno when a user namespace was made but could not be set up.
+int extrun_enter_namespaces(int wanted);
+
+/// In the new mount namespace: nothing propagates back to the host's; each of
+/// `hide` is covered by an empty, read-only tmpfs, with each of `reveal` bound
+/// at `targets[i]` (a path inside one of them). 0, or -1 and errno.
+int extrun_hide_directories(const char *const *hide, int hide_count, const char *const *reveal, const char *const *targets,
+                            int reveal_count);
+
+// signal_policy_linux.c
+
+/// For a signal-sending call the filter sent to the supervisor: the process it
+/// aims at (`group`: a process group, by its id) and the signal.
+void extrun_signal_call_target(const struct seccomp_notif *call, pid_t *target, int *group, int *signal_number);
+
+/// Whether a signal of the plugin's may go on: only towards the run's own processes
+/// (the plugin, its descendants, groups they lead).
+int extrun_signal_allowed(pid_t target, int group, pid_t plugin, pid_t self);
+
+#endif
