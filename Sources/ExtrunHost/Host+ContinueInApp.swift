@@ -67,10 +67,8 @@ extension Host {
                 memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
             report.mode = .inApp
             report.limits = limits
-            var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
+            var run = pluginRun(plugin, definition: definition, limits: limits, policy: policy, options: options)
             run.activityOnly = activityOnly
-            run.services = StoreServices(
-                home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, donate: options.donate, log: options.log)
             run.execute(.continueActivity(invocation.activity, interaction: invocation.interaction), into: &report)
             report.recordStep(activity: invocation.activity)
         } catch {
@@ -154,9 +152,7 @@ extension Host {
             return nil
         }
         report.startStep(mode: .inApp, limits: limits)
-        var run = PluginRun(plugin: first.plugin, definition: first.definition, limits: limits, policy: first.policy, options: options)
-        run.services = first.services
-        run.baseDirectory = first.baseDirectory
+        var run = first.relaunch(limits: limits)
         options.log?("[extrun] launching \(first.plugin.manifest.id) in in-app mode: \(next.reason)")
         switch next {
         case .continueInApp(let activity, let interaction, let reason):

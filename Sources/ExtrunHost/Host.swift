@@ -83,6 +83,18 @@ public struct Host: Sendable {
         try catalog().handler(for: intent)
     }
 
+    /// A run of `plugin` bound to this host's home: its owner's store services, and
+    /// the home the sandbox hides. Every launch goes through here (or `PluginRun.relaunch`).
+    func pluginRun(
+        _ plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions
+    ) -> PluginRun {
+        var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
+        run.services = StoreServices(
+            home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, donate: options.donate, log: options.log)
+        run.home = paths.home
+        return run
+    }
+
     /// Finds the plugin, loads the policy, resolves the limits and checks the
     /// intent's parameters, before any process is started.
     func prepare(_ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport)
@@ -113,11 +125,8 @@ public struct Host: Sendable {
                 memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
             report.mode = mode
             report.limits = limits
-            var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
-            run.services = StoreServices(
-                home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, donate: options.donate, log: options.log)
+            var run = pluginRun(plugin, definition: definition, limits: limits, policy: policy, options: options)
             run.baseDirectory = invocation.baseDirectory
-            run.home = paths.home
             return (run, parameters)
         } catch {
             report.error = error as? HostError ?? HostError(.internalError, "\(error)")

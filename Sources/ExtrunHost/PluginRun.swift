@@ -50,6 +50,17 @@ struct PluginRun {
 
     var id: String { plugin.manifest.id }
 
+    /// The same plugin, intent, policy, store and home, in a new process with other
+    /// limits: the app's step after the extension's.
+    func relaunch(limits: EffectiveLimits) -> PluginRun {
+        var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
+        run.services = services
+        run.home = home
+        run.baseDirectory = baseDirectory
+        run.activityOnly = activityOnly
+        return run
+    }
+
     /// Starts the plugin in its sandbox, does `work`, and ends the plugin, whatever
     /// happens; everything that happened is in `report`.
     mutating func execute(_ work: Work, into report: inout HandleReport) {

@@ -89,6 +89,29 @@ struct ContinueInAppTests {
         #expect(report.json["steps"]?.arrayValue?.count == 2)
     }
 
+    @Test("the app's step is sandboxed like the extension's: the home with the store and keys is not visible")
+    func appStepHidesTheHome() throws {
+        let f = try Fixture("apphome", extra: #""activityTypes":["test.activity"]"#, script: #"""
+            def handle(msg):
+                reply(msg, {"code": "continueInApp", "userActivity": {"activityType": "test.activity", "userInfo": {"home": msg["params"]["parameters"]["text"]}}})
+            def cont(msg):
+                try:
+                    seen = sorted(os.listdir(msg["params"]["activity"]["userInfo"]["home"]))
+                except OSError as e:
+                    seen = "refused: " + type(e).__name__
+                note("continue", json.dumps({"seen": seen}))
+                reply(msg, {"code": "success"})
+            serve({"handle": handle, "continue": cont})
+            """#)
+        // A store with a key in the home; the plugin learns the home's path (it could guess it).
+        try Store(home: f.home).globals(of: "TESTTEAM").set("secret", to: "s")
+        let report = f.run(["text": .string(f.home.path)])
+        #expect(report.error == nil, "\(String(describing: report.error))")
+        #expect(report.steps.map(\.mode) == [.extension, .inApp])
+        let seen = try f.continueParams()["seen"]
+        #expect(seen == .array([]) || seen?.stringValue?.hasPrefix("refused") == true, "the app saw the home: \(String(describing: seen))")
+    }
+
     @Test("failureRequiringAppLaunch without a user activity: the activity type is the intent's name")
     func failureRequiringAppLaunchDefaultsTheActivityType() throws {
         let f = try Fixture("applaunch", script: Self.escalator(code: "failureRequiringAppLaunch", activity: "None"))
