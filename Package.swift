@@ -45,7 +45,12 @@ let package = Package(
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore"]),
         .executableTarget(
             name: "extrun",
-            dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            // The CLI links the Swift runtime and Foundation statically: a dynamic Swift
+            // start spends ~7 ms relocating symbols, and a workflow starts extrun once per
+            // action (docs/benchmarks.md). Plugins stay dynamic: a static Foundation's ICU
+            // data alone exceeds the 30 MiB extension-mode memory cap.
+            linkerSettings: [.unsafeFlags(["-static-stdlib", "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization", "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims", "-l_FoundationCollections", "-lswiftSynchronization", "-Xlinker", "--end-group"], .when(platforms: [.linux]))]
         ),
 
         // Intent definition files (docs/definitions.md): parse, validate, generate Swift and manifest.json.

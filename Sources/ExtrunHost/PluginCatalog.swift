@@ -1,5 +1,6 @@
 import ExtrunProtocol
 import Foundation
+import Synchronization
 
 /// A plugin found on the plugin path.
 public struct DiscoveredPlugin: Sendable, Equatable {
@@ -126,7 +127,24 @@ public enum ManifestLoader {
         public var message: String
     }
 
+    /// Loads a manifest, from the process's cache when the file is unchanged
+    /// (same device, inode, size and modification time to the nanosecond): a
+    /// host that handles many intents (PluginPool, ExtrunBench) decodes each
+    /// manifest once instead of once per intent. A changed file is read again.
     public static func load(_ url: URL) throws(LoadError) -> PluginManifest {
+        guard let identity = FileIdentity(path: url.path) else { return try loadFromFile(url) }
+        if let cached = cache.withLock({ $0[url.path] }), cached.identity == identity { return cached.manifest }
+        let manifest = try loadFromFile(url)
+        cache.withLock { entries in
+            if entries.count >= 256 { entries.removeAll() }
+            entries[url.path] = (identity, manifest)
+        }
+        return manifest
+    }
+
+    private static let cache = Mutex<[String: (identity: FileIdentity, manifest: PluginManifest)]>([:])
+
+    static func loadFromFile(_ url: URL) throws(LoadError) -> PluginManifest {
         let data: Data
         do {
             data = try Data(contentsOf: url)

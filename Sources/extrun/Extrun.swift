@@ -1,6 +1,10 @@
 import ArgumentParser
 import ExtrunHost
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @main
 struct Extrun: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -21,4 +25,12 @@ struct Extrun: ParsableCommand {
         version: Host.version,
         subcommands: [Handle.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self, GlobalsCommand.self, BookmarksCommand.self, Migrate.self]
     )
+
+    /// `extrun handle FILE` skips ArgumentParser (HandleFastPath); everything else is parsed.
+    static func main() {
+        if let file = HandleFastPath.intentFile(in: Array(CommandLine.arguments.dropFirst())) {
+            Glibc.exit(HandleFastPath.run(intentFile: file))
+        }
+        main(nil)
+    }
 }
