@@ -17,7 +17,11 @@ import Synchronization
 /// }
 /// ```
 public enum PluginRuntime {
-    public static func run(id: String, version: String, handlers: [any IntentHandler]) async -> Never {
+    /// - Parameter reusable: whether the process offers the host further sessions
+    ///   after the first (warm reuse, docs/protocol.md §15). Handlers are then called
+    ///   for several intents in one process, one session after another; pass `false`
+    ///   when a handler keeps state that must not outlive its intent.
+    public static func run(id: String, version: String, handlers: [any IntentHandler], reusable: Bool = true) async -> Never {
         let channel = PluginChannel()
         guard channel.isConnected else {
             FileHandle.standardError.write(Data("""
@@ -27,7 +31,7 @@ public enum PluginRuntime {
                 """.utf8))
             exit(64)
         }
-        let server = Server(identity: PluginIdentity(id: id, version: version), handlers: handlers, channel: channel)
+        let server = Server(identity: PluginIdentity(id: id, version: version), handlers: handlers, channel: channel, reusable: reusable)
         await server.serve()
     }
 }
@@ -38,9 +42,12 @@ final class Server: Sendable {
     let channel: PluginChannel
     let mode = Mutex<Mode>(.extension)
     let running = Mutex<[RequestID: Task<Void, Never>]>([:])
+    /// Declared in every `initialize` result: the host may start another session afterwards.
+    let reusable: Bool
 
-    init(identity: PluginIdentity, handlers: [any IntentHandler], channel: PluginChannel) {
+    init(identity: PluginIdentity, handlers: [any IntentHandler], channel: PluginChannel, reusable: Bool = true) {
         self.identity = identity
+        self.reusable = reusable
         var byName: [String: any IntentHandler] = [:]
         for handler in handlers { byName[type(of: handler).intentName] = handler }
         self.handlers = byName
@@ -88,7 +95,9 @@ final class Server: Sendable {
             case Method.initialize:
                 let p = try decodeParams(InitializeParams.self, params)
                 mode.withLock { $0 = p.mode }
-                let result = InitializeResult(plugin: identity, intents: handlers.keys.sorted())
+                // A later session's initialize is answered the same way: the server keeps no
+                // state between sessions but the mode, which each initialize sets again.
+                let result = InitializeResult(plugin: identity, intents: handlers.keys.sorted(), reusable: reusable ? true : nil)
                 return .success(try JSONCoding.value(of: result))
             case Method.resolve:
                 let p = try decodeParams(ResolveParams.self, params)
