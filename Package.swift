@@ -90,5 +90,5 @@ let package = Package(
 
 // Benchmarks (Scripts/bench, docs/benchmarks.md): the in-process harness.
 package.targets.append(
-    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol"], path: "Benchmarks/ExtrunBench")
+    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore"], path: "Benchmarks/ExtrunBench")
 )

@@ -87,7 +87,7 @@ public struct Host: Sendable {
 
     /// Finds the plugin, loads the policy, resolves the limits and checks the
     /// intent's parameters, before any process is started.
-    func prepare(_ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport)
+    func prepare(_ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, catalog: PluginCatalog? = nil)
         -> (PluginRun, [String: JSONValue])?
     {
         do {
@@ -99,7 +99,7 @@ public struct Host: Sendable {
                 (policy, policySource) = try SandboxPolicy.load(home: paths.home)
             }
             options.log?("[extrun] policy: \(policySource)")
-            let (plugin, definition) = try catalog().handler(for: invocation.intent)
+            let (plugin, definition) = try (catalog ?? self.catalog()).handler(for: invocation.intent)
             report.plugin = plugin.manifest.id
             let parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
             let mode = options.mode ?? invocation.mode ?? plugin.manifest.defaultMode

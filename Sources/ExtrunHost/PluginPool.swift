@@ -6,6 +6,7 @@ import Foundation
 /// in its handshake runs the next intent for the same plugin, mode, limits and
 /// policy in the same process, without a new launch. Every other plugin, and
 /// every intent after a failure, gets a fresh process, exactly as `Host.handle`.
+/// The policy file is read once per pool; the plugin catalog at most once a second.
 ///
 /// What stays per intent: the checks of the intent against the manifest, the
 /// deadline (counted from the session's `initialize`; from the launch for a
@@ -33,6 +34,10 @@ public final class PluginPool {
 
     private var idle: [WarmProcess] = []
     private var policy: (SandboxPolicy, String)?
+    /// The plugin catalog, discovered again when older than `catalogMaxAgeNs`: a
+    /// plugin installed or changed while the pool runs is seen within a second.
+    private var catalog: (PluginCatalog, discovered: UInt64)?
+    static let catalogMaxAgeNs: UInt64 = 1_000_000_000
 
     public init(host: Host = Host(), maxIdleProcesses: Int = 4) {
         self.host = host
@@ -56,11 +61,17 @@ public final class PluginPool {
                 if policy == nil { policy = try SandboxPolicy.load(home: host.paths.home) }
                 options.policy = policy?.0
             } catch {
-                report.error = error as? HostError ?? HostError(.configurationError, "\(error)")
+                report.error = error
                 return report
             }
         }
-        guard let (prepared, parameters) = host.prepare(invocation, options: options, report: &report) else { return report }
+        let now = MonotonicClock.now()
+        if catalog == nil || now &- (catalog?.discovered ?? 0) > Self.catalogMaxAgeNs {
+            catalog = (host.catalog(), now)
+        }
+        guard let (prepared, parameters) = host.prepare(invocation, options: options, report: &report, catalog: catalog?.0) else {
+            return report
+        }
         var run = prepared
         let key = WarmProcess.key(for: run)
         let warm: WarmProcess

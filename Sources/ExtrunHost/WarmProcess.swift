@@ -135,8 +135,19 @@ final class WarmProcess {
             // The process lives on: its peak so far (the cap counts the whole life).
             metrics.peakMemoryBytes = run.peakMemory(process)
         }
-        metrics.hostPeakRSSBytes = MemorySampler.ownPeakRSS()
+        metrics.hostPeakRSSBytes = ownPeakRSS()
         report.metrics = metrics
+    }
+
+    private var lastOwnPeak: (bytes: Int64?, at: UInt64) = (nil, 0)
+
+    /// The host's VmHWM, read at most every 50 ms (a warm session can take tens of microseconds).
+    private func ownPeakRSS() -> Int64? {
+        let now = MonotonicClock.now()
+        if lastOwnPeak.bytes == nil || now &- lastOwnPeak.at > 50_000_000 {
+            lastOwnPeak = (MemorySampler.ownPeakRSS(), now)
+        }
+        return lastOwnPeak.bytes
     }
 
     /// Ends a process that is kept between sessions: closes fd 3, waits the exit grace, kills what is left.

@@ -63,15 +63,19 @@ final class Server: Sendable {
                         channel.send(.response(id: id, result: .null))
                         exit(0)
                     }
-                    let task = Task {
-                        let result = await self.answer(method: method, params: params)
-                        self.running.withLock { _ = $0.removeValue(forKey: id) }
-                        switch result {
-                        case .success(let value): self.channel.send(.response(id: id, result: value))
-                        case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
+                    // The task is registered under the lock it removes itself with, so that
+                    // a quick task cannot remove itself before it is registered (and stay in
+                    // the table forever: a leak per request in a reused process).
+                    running.withLock { tasks in
+                        tasks[id] = Task {
+                            let result = await self.answer(method: method, params: params)
+                            self.running.withLock { _ = $0.removeValue(forKey: id) }
+                            switch result {
+                            case .success(let value): self.channel.send(.response(id: id, result: value))
+                            case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
+                            }
                         }
                     }
-                    running.withLock { $0[id] = task }
                 case .notification(let method, _):
                     if method == Method.cancel {
                         for task in running.withLock({ Array($0.values) }) { task.cancel() }

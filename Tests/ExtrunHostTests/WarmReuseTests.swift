@@ -59,6 +59,23 @@ struct WarmReuseTests {
         #expect(pool.idleProcessCount == 0)
     }
 
+    @Test("a long-lived process does not grow: 1,000 sessions later its private memory is where it was after 100")
+    func memoryStaysFlat() throws {
+        let pool = try stagedPool()
+        var early: Int64 = 0
+        for i in 1...1000 {
+            let report = pool.handle(invocation("MakeUppercase", ["text": "steady"]))
+            #expect(report.error == nil, "\(String(describing: report.error))")
+            if i == 100 { early = report.metrics?.peakMemoryBytes ?? 0 }
+            if i == 1000 {
+                let late = report.metrics?.peakMemoryBytes ?? 0
+                // Before the SDK registered its request tasks under their lock, ~5 KiB leaked per session.
+                #expect(late - early < 1 << 20, "private memory grew from \(early) to \(late) bytes over 900 sessions")
+            }
+        }
+        #expect(pool.launches == 1)
+    }
+
     @Test("intents of different plugins alternate, each plugin keeping its own warm process")
     func twoPlugins() throws {
         let pool = try stagedPool()
