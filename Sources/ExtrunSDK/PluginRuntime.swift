@@ -41,7 +41,10 @@ final class Server: Sendable {
     let handlers: [String: any IntentHandler]
     let channel: PluginChannel
     let mode = Mutex<Mode>(.extension)
-    let running = Mutex<[RequestID: Task<Void, Never>]>([:])
+    /// The requests in progress, for `cancel`. A task that finishes before the serve
+    /// loop has registered it leaves its id in `finished` instead, so that nothing
+    /// stays in the table (a reused process serves thousands of requests).
+    let running = Mutex<(tasks: [RequestID: Task<Void, Never>], finished: Set<RequestID>)>(([:], []))
     /// Declared in every `initialize` result: the host may start another session afterwards.
     let reusable: Bool
 
@@ -63,22 +66,22 @@ final class Server: Sendable {
                         channel.send(.response(id: id, result: .null))
                         exit(0)
                     }
-                    // The task is registered under the lock it removes itself with, so that
-                    // a quick task cannot remove itself before it is registered (and stay in
-                    // the table forever: a leak per request in a reused process).
-                    running.withLock { tasks in
-                        tasks[id] = Task {
-                            let result = await self.answer(method: method, params: params)
-                            self.running.withLock { _ = $0.removeValue(forKey: id) }
-                            switch result {
-                            case .success(let value): self.channel.send(.response(id: id, result: value))
-                            case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
-                            }
+                    let task = Task {
+                        let result = await self.answer(method: method, params: params)
+                        self.running.withLock { state in
+                            if state.tasks.removeValue(forKey: id) == nil { state.finished.insert(id) }
                         }
+                        switch result {
+                        case .success(let value): self.channel.send(.response(id: id, result: value))
+                        case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
+                        }
+                    }
+                    running.withLock { state in
+                        if state.finished.remove(id) == nil { state.tasks[id] = task }
                     }
                 case .notification(let method, _):
                     if method == Method.cancel {
-                        for task in running.withLock({ Array($0.values) }) { task.cancel() }
+                        for task in running.withLock({ Array($0.tasks.values) }) { task.cancel() }
                     }
                 case .response(let id, let result):
                     channel.deliver(id: id, .success(result))
