@@ -2,7 +2,7 @@
 //
 //   ExtrunBench dispatch --intent FILE --plugins DIR [--count N] [--warmup N] [--seconds S] [--variants LIST]
 //       Runs the intent through Host.handle again and again in this one process
-//       (each call starts a new plugin process: there is no warm plugin reuse).
+//       (each call starts a new plugin process: cold; `warm` reuses one).
 //       LIST: comma-separated policy variants (sandboxed, unsandboxed,
 //       seccomp-only, namespaces-only; default sandboxed). Each round runs every
 //       variant once, in alternating order, so that their differences are the
@@ -26,12 +26,10 @@
 //       exit with its status) without ArgumentParser: the CLI with a
 //       hand-parsed fast path would cost this much.
 //   ExtrunBench json [--count N]
-//       What the hot spots of `exchange` cost, next to cheaper ways to do the
-//       same work (evidence for the changes docs/benchmarks.md proposes):
-//       decoding a message body to JSONValue through JSONDecoder (as
-//       Message.decode does) vs through JSONSerialization; JSONCoding.value(of:)
-//       and JSONCoding.decode(_:from: JSONValue) (an encode/decode round trip
-//       each, with new coders) vs one reused coder on the bytes.
+//       What the parts of `exchange` cost, next to other ways to do the same
+//       work: Message.decode (JSONParser) vs JSONSerialization;
+//       JSONCoding.value(of:) and JSONCoding.decode(_:from: JSONValue) vs one
+//       reused coder on the bytes.
 //
 // Prints one JSON object on stdout. Latencies are in microseconds.
 import ExtrunHost
@@ -498,22 +496,22 @@ func jsonValue(fromFoundation object: Any) -> JSONValue {
         }
     }
     // Decoding one resolve request body (what both sides do for every message).
-    measure("message body → JSONValue via JSONDecoder (Message.decode today)") {
+    measure("message body → JSONValue: Message.decode (JSONParser)") {
         _ = try Message.decode(body)
     }
-    measure("message body → JSONValue via JSONSerialization (proposed)") {
+    measure("message body → JSONValue via JSONSerialization (for comparison)") {
         let object = try JSONSerialization.jsonObject(with: bodyData, options: [])
         _ = try Message.decode(jsonValue(fromFoundation: object))
     }
     // Typed params → JSONValue (before sending).
-    measure("params → JSONValue: JSONCoding.value(of:) (new coders, encode + decode)") {
+    measure("params → JSONValue: JSONCoding.value(of:) (JSONEncoder + JSONParser)") {
         _ = try JSONCoding.value(of: params)
     }
     measure("params → JSON bytes: one reused JSONEncoder") {
         _ = try reusedEncoder.encode(params)
     }
     // JSONValue → typed result (after receiving).
-    measure("JSONValue → params: JSONCoding.decode(_:from:) (new coders, encode + decode)") {
+    measure("JSONValue → params: JSONCoding.decode(_:from:) (JSONWriter + JSONDecoder)") {
         _ = try JSONCoding.decode(ResolveParams.self, from: paramsValue)
     }
     measure("JSON bytes → params: one reused JSONDecoder") {
