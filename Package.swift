@@ -46,11 +46,19 @@ let package = Package(
         .executableTarget(
             name: "extrun",
             dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
-            // The CLI links the Swift runtime and Foundation statically: a dynamic Swift
-            // start spends ~7 ms relocating symbols, and a workflow starts extrun once per
-            // action (docs/benchmarks.md). Plugins stay dynamic: a static Foundation's ICU
-            // data alone exceeds the 30 MiB extension-mode memory cap.
-            linkerSettings: [.unsafeFlags(["-static-stdlib", "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization", "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims", "-l_FoundationCollections", "-lswiftSynchronization", "-Xlinker", "--end-group"], .when(platforms: [.linux]))]
+            // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
+            // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic
+            // Swift program spends ~7 ms in, and a workflow starts extrun once per action
+            // (docs/benchmarks.md). Plugins stay dynamic: a static Foundation's ICU data
+            // alone exceeds the 30 MiB extension-mode memory cap.
+            linkerSettings: [
+                .unsafeFlags(
+                    [
+                        "-static-executable", "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization",
+                        "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims", "-l_FoundationCollections",
+                        "-lswiftSynchronization", "-lsqlite3", "-lseccomp", "-lstdc++", "-lm", "-Xlinker", "--end-group",
+                    ], .when(platforms: [.linux]))
+            ]
         ),
 
         // Intent definition files (docs/definitions.md): parse, validate, generate Swift and manifest.json.
