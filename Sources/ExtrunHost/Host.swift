@@ -99,7 +99,8 @@ public struct Host: Sendable {
                 (policy, policySource) = try SandboxPolicy.load(home: paths.home)
             }
             options.log?("[extrun] policy: \(policySource)")
-            let (plugin, definition) = try (catalog ?? self.catalog()).handler(for: invocation.intent)
+            let (plugin, definition) =
+                try catalog?.handler(for: invocation.intent) ?? PluginCatalog.handler(for: invocation.intent, paths: paths)
             report.plugin = plugin.manifest.id
             let parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
             let mode = options.mode ?? invocation.mode ?? plugin.manifest.defaultMode

@@ -34,25 +34,64 @@ public struct PluginCatalog: Sendable {
 
     public static func discover(paths: HostPaths) -> PluginCatalog {
         var catalog = PluginCatalog(plugins: [], problems: [], shadowed: [], searchPath: paths.pluginSearchPath)
+        for directory in pluginDirectories(paths: paths) {
+            catalog.load(directory: directory)
+        }
+        return catalog
+    }
+
+    /// The plugin directories on the search path, in search order.
+    static func pluginDirectories(paths: HostPaths) -> [URL] {
         let fileManager = FileManager.default
+        var directories: [URL] = []
         for searchDirectory in paths.pluginSearchPath {
             var isDirectory: ObjCBool = false
             guard fileManager.fileExists(atPath: searchDirectory.path, isDirectory: &isDirectory), isDirectory.boolValue else {
                 continue
             }
-            let candidates: [URL]
             if fileManager.fileExists(atPath: searchDirectory.appendingPathComponent("manifest.json").path) {
-                candidates = [searchDirectory]
+                directories.append(searchDirectory)
             } else {
                 let entries = (try? fileManager.contentsOfDirectory(atPath: searchDirectory.path)) ?? []
-                candidates = entries.sorted().map { searchDirectory.appendingPathComponent($0, isDirectory: true) }
+                directories += entries.sorted().map { searchDirectory.appendingPathComponent($0, isDirectory: true) }
                     .filter { fileManager.fileExists(atPath: $0.appendingPathComponent("manifest.json").path) }
             }
-            for directory in candidates {
-                catalog.load(directory: directory)
-            }
         }
-        return catalog
+        return directories
+    }
+
+    /// The plugin that handles `intent` on the search path: the same answer as
+    /// `discover(paths:).handler(for:)`, for less. A cold `extrun handle` spends
+    /// ~0.12 ms decoding each manifest (docs/benchmarks.md), so this one reads every
+    /// manifest with `JSONParser` only for its `id` and intent names, and decodes
+    /// and checks just the manifests that declare the intent and those sharing an
+    /// id with them (which may shadow them). Whenever the short way cannot answer
+    /// exactly as the full catalog would (a manifest it cannot read, no handler),
+    /// it asks the full catalog, so errors are word for word the same.
+    public static func handler(for intent: String, paths: HostPaths) throws(HostError) -> (DiscoveredPlugin, IntentDefinition) {
+        let directories = pluginDirectories(paths: paths)
+        var scanned: [(directory: URL, id: String, declares: Bool)] = []
+        for directory in directories {
+            guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent("manifest.json").path),
+                let value = try? JSONParser.parse(data), case .object(let fields) = value,
+                case .string(let id)? = fields["id"], case .array(let intents)? = fields["intents"]
+            else {
+                return try discover(paths: paths).handler(for: intent)
+            }
+            let declares = intents.contains { $0["name"] == .string(intent) }
+            scanned.append((directory, id, declares))
+        }
+        let claimingIDs = Set(scanned.filter(\.declares).map(\.id))
+        guard !claimingIDs.isEmpty else { return try discover(paths: paths).handler(for: intent) }
+        var catalog = PluginCatalog(plugins: [], problems: [], shadowed: [], searchPath: paths.pluginSearchPath)
+        for entry in scanned where entry.declares || claimingIDs.contains(entry.id) {
+            catalog.load(directory: entry.directory)
+        }
+        do {
+            return try catalog.handler(for: intent)
+        } catch where error.kind == .noHandler {
+            return try discover(paths: paths).handler(for: intent)
+        }
     }
 
     private mutating func load(directory: URL) {
