@@ -58,7 +58,10 @@ public final class PluginPool {
         if options.policy == nil {
             // The policy file is read once per pool, not once per intent.
             do {
-                if policy == nil { policy = try SandboxPolicy.load(home: host.paths.home) }
+                if policy == nil {
+                    policy = try SandboxPolicy.load(home: host.paths.home)
+                    options.log?("[extrun] policy for this pool (read once): \(policy?.1 ?? "")")
+                }
                 options.policy = policy?.0
             } catch {
                 report.error = error

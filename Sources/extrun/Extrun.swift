@@ -23,7 +23,7 @@ struct Extrun: ParsableCommand {
               extrun handle Examples/intents/make-uppercase.json
             """,
         version: Host.version,
-        subcommands: [Handle.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self, GlobalsCommand.self, BookmarksCommand.self, Migrate.self]
+        subcommands: [Handle.self, Batch.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self, GlobalsCommand.self, BookmarksCommand.self, Migrate.self]
     )
 
     /// `extrun handle FILE` skips ArgumentParser (HandleFastPath); everything else is parsed.
