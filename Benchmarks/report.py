@@ -223,6 +223,11 @@ def main():
         print(table(["policy", "intents", "intents/s", "p50 µs", "p90 µs", "p99 µs", "launches/reuses"], rows))
         print(f"  library host over the warm run: RSS {warm['rssBeforeKB'] / 1024:.1f} → {warm['rssAfterKB'] / 1024:.1f} MiB, "
               f"peak {warm['peakRSSKB'] / 1024:.1f} MiB")
+        pinned_path = os.path.join(d, "warm-pinned.json")
+        if os.path.exists(pinned_path):
+            p = json.load(open(pinned_path))["variants"]["sandboxed"]
+            print(f"  context: host and plugin pinned to one CPU (taskset -c 0; no cross-CPU wake-ups): "
+                  f"{p['intentsPerSecond']:,.0f} intents/s, p50 {p['summary']['p50Us']:.0f} µs, p99 {p['summary']['p99Us']:.0f} µs")
         sandboxed = warm["variants"].get("sandboxed") or next(iter(warm["variants"].values()))
         verdicts.append((f"in-process dispatch with a warm plugin ≥ {TARGET_WARM_PER_SECOND:,} intents/s",
                          sandboxed["intentsPerSecond"] >= TARGET_WARM_PER_SECOND,
