@@ -45,7 +45,20 @@ let package = Package(
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore"]),
         .executableTarget(
             name: "extrun",
-            dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
+            // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic
+            // Swift program spends ~7 ms in, and a workflow starts extrun once per action
+            // (docs/benchmarks.md). Plugins stay dynamic: a static Foundation's ICU data
+            // alone exceeds the 30 MiB extension-mode memory cap.
+            linkerSettings: [
+                .unsafeFlags(
+                    [
+                        "-static-executable", "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization",
+                        "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims", "-l_FoundationCollections",
+                        "-lswiftSynchronization", "-lsqlite3", "-lseccomp", "-lstdc++", "-lm", "-Xlinker", "--end-group",
+                    ], .when(platforms: [.linux]))
+            ]
         ),
 
         // Intent definition files (docs/definitions.md): parse, validate, generate Swift and manifest.json.
@@ -87,5 +100,5 @@ let package = Package(
 
 // Benchmarks (Scripts/bench, docs/benchmarks.md): the in-process harness.
 package.targets.append(
-    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol"], path: "Benchmarks/ExtrunBench")
+    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore"], path: "Benchmarks/ExtrunBench")
 )

@@ -2,11 +2,19 @@
 //
 //   ExtrunBench dispatch --intent FILE --plugins DIR [--count N] [--warmup N] [--seconds S] [--variants LIST]
 //       Runs the intent through Host.handle again and again in this one process
-//       (each call starts a new plugin process: there is no warm plugin reuse).
+//       (each call starts a new plugin process: cold; `warm` reuses one).
 //       LIST: comma-separated policy variants (sandboxed, unsandboxed,
 //       seccomp-only, namespaces-only; default sandboxed). Each round runs every
 //       variant once, in alternating order, so that their differences are the
 //       sandbox's parts' costs without the CLI's process start.
+//   ExtrunBench warm --intent FILE --plugins DIR [--count N] [--warmup N] [--seconds S] [--variants LIST]
+//       The same intent through one PluginPool per variant (warm plugin reuse,
+//       docs/protocol.md §15): the plugin process is started once, then every
+//       intent is a new session in it. Variants alternate in blocks of 100
+//       intents. Reports intents per second and per-intent latency percentiles.
+//   ExtrunBench store --home DIR [--count N]
+//       Globals through the store library (Store, Globals: SQLite + AES-GCM):
+//       set then get of N globals with 32-byte values, per second and p50/p99.
 //   ExtrunBench exchange [--count N] [--warmup N] [--seconds S]
 //       The framing and JSON cost of the four exchanges of one MakeUppercase
 //       intent (initialize, resolve, confirm, handle), both sides, no I/O:
@@ -18,16 +26,15 @@
 //       exit with its status) without ArgumentParser: the CLI with a
 //       hand-parsed fast path would cost this much.
 //   ExtrunBench json [--count N]
-//       What the hot spots of `exchange` cost, next to cheaper ways to do the
-//       same work (evidence for the changes docs/benchmarks.md proposes):
-//       decoding a message body to JSONValue through JSONDecoder (as
-//       Message.decode does) vs through JSONSerialization; JSONCoding.value(of:)
-//       and JSONCoding.decode(_:from: JSONValue) (an encode/decode round trip
-//       each, with new coders) vs one reused coder on the bytes.
+//       What the parts of `exchange` cost, next to other ways to do the same
+//       work: Message.decode (JSONParser) vs JSONSerialization;
+//       JSONCoding.value(of:) and JSONCoding.decode(_:from: JSONValue) vs one
+//       reused coder on the bytes.
 //
 // Prints one JSON object on stdout. Latencies are in microseconds.
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 
 #if canImport(Glibc)
@@ -121,7 +128,7 @@ encoder.outputFormatting = [.sortedKeys]
     guard let made = mkdtemp(&template) else { fail("mkdtemp failed") }
     let home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
     defer { try? FileManager.default.removeItem(at: home) }
-    let host = Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
+    let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
 
     let invocation: IntentInvocation
     do {
@@ -129,9 +136,20 @@ encoder.outputFormatting = [.sortedKeys]
     } catch {
         fail("cannot read \(intentPath): \(error.message)")
     }
-    // The policy variants: the defaults (seccomp, pid and ipc namespaces), and
-    // the same with parts of the sandbox turned off. Rlimits and the supervisor
-    // process are always there.
+    let known = policyVariants()
+    var variants: [(name: String, options: HandleOptions)] = []
+    for name in sandbox.split(separator: ",").map(String.init) {
+        guard let options = known[name] else { fail("--variants: unknown variant \(name) (sandboxed, unsandboxed, seccomp-only, namespaces-only)") }
+        variants.append((name, options))
+    }
+    guard !variants.isEmpty else { fail("--variants is empty") }
+    _dispatch(host: host, invocation: invocation, variants: variants, count: count, warmup: warmup, seconds: seconds)
+}
+
+/// The policy variants: the defaults (seccomp, pid and ipc namespaces), and
+/// the same with parts of the sandbox turned off. Rlimits and the supervisor
+/// process are always there.
+func policyVariants() -> [String: HandleOptions] {
     func policy(seccomp: Bool, namespaces: Bool) -> HandleOptions {
         var policy = SandboxPolicy.default
         policy.seccomp = seccomp
@@ -146,19 +164,15 @@ encoder.outputFormatting = [.sortedKeys]
         options.policy = policy
         return options
     }
-    let known: [String: HandleOptions] = [
+    return [
         "sandboxed": policy(seccomp: true, namespaces: true),
         "unsandboxed": policy(seccomp: false, namespaces: false),
         "seccomp-only": policy(seccomp: true, namespaces: false),
         "namespaces-only": policy(seccomp: false, namespaces: true),
     ]
-    var variants: [(name: String, options: HandleOptions)] = []
-    for name in sandbox.split(separator: ",").map(String.init) {
-        guard let options = known[name] else { fail("--variants: unknown variant \(name) (sandboxed, unsandboxed, seccomp-only, namespaces-only)") }
-        variants.append((name, options))
-    }
-    guard !variants.isEmpty else { fail("--variants is empty") }
+}
 
+@MainActor func _dispatch(host: ExtrunHost.Host, invocation: IntentInvocation, variants: [(name: String, options: HandleOptions)], count: Int, warmup: Int, seconds: Double) {
     func once(_ options: HandleOptions) -> UInt64 {
         let start = nowNs()
         let report = host.handle(invocation, options: options)
@@ -192,7 +206,7 @@ encoder.outputFormatting = [.sortedKeys]
         var rssBeforeKB: Int
         var rssAfterKB: Int
         var peakRSSKB: Int
-        var note = "each Host.handle starts a new plugin process: warm plugin reuse does not exist yet"
+        var note = "each Host.handle starts a new plugin process (cold); `warm` measures warm reuse"
     }
     let output = Output(
         rounds: rounds, elapsedSeconds: elapsed, summary: samples.mapValues { Summary(samplesNs: $0) },
@@ -200,6 +214,127 @@ encoder.outputFormatting = [.sortedKeys]
         rssBeforeKB: memoryBefore.rss, rssAfterKB: memoryAfter.rss, peakRSSKB: memoryAfter.hwm)
     FileHandle.standardOutput.write(try! encoder.encode(output))
     FileHandle.standardOutput.write(Data("\n".utf8))
+}
+
+// MARK: warm
+
+@MainActor func warm() {
+    guard let intentPath = options["intent"], let pluginDirectory = options["plugins"] else {
+        fail("warm needs --intent FILE --plugins DIR")
+    }
+    let count = option("count", 20_000)
+    let warmup = option("warmup", 200)
+    let seconds = option("seconds", 0.0)
+    let names = (options["variants"] ?? "sandboxed").split(separator: ",").map(String.init)
+    var template = Array("/tmp/extrun-bench-home-XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { fail("mkdtemp failed") }
+    let home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    defer { try? FileManager.default.removeItem(at: home) }
+    let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
+    let invocation: IntentInvocation
+    do {
+        invocation = try IntentFileParser.read(path: intentPath)
+    } catch {
+        fail("cannot read \(intentPath): \(error.message)")
+    }
+    let known = policyVariants()
+    var variants: [(name: String, options: HandleOptions, pool: PluginPool)] = []
+    for name in names {
+        guard let options = known[name] else { fail("--variants: unknown variant \(name)") }
+        variants.append((name, options, PluginPool(host: host)))
+    }
+    func once(_ pool: PluginPool, _ options: HandleOptions) -> UInt64 {
+        let start = nowNs()
+        let report = pool.handle(invocation, options: options)
+        let elapsed = nowNs() - start
+        if let error = report.error { fail("PluginPool.handle failed: \(error.kind.rawValue): \(error.message)") }
+        guard report.responseIsSuccess else { fail("PluginPool.handle: the plugin did not answer success") }
+        return elapsed
+    }
+    for variant in variants { for _ in 0..<warmup { _ = once(variant.pool, variant.options) } }
+    let memoryBefore = ownMemoryKB()
+    var samples: [String: [UInt64]] = [:]
+    var busy: [String: UInt64] = [:]
+    let started = nowNs()
+    var done = 0
+    var block = 0
+    while done < count {
+        if seconds > 0, done >= 1000, Double(nowNs() - started) / 1e9 > seconds { break }
+        let order = block % 2 == 0 ? variants : variants.reversed()
+        for variant in order {
+            let blockStart = nowNs()
+            for _ in 0..<100 { samples[variant.name, default: []].append(once(variant.pool, variant.options)) }
+            busy[variant.name, default: 0] += nowNs() - blockStart
+        }
+        done += 100
+        block += 1
+    }
+    let memoryAfter = ownMemoryKB()
+    struct VariantOutput: Encodable {
+        var summary: Summary
+        var intentsPerSecond: Double
+        var launches: Int
+        var reuses: Int
+    }
+    struct Output: Encodable {
+        var kind = "warm"
+        var elapsedSeconds: Double
+        var variants: [String: VariantOutput]
+        var rssBeforeKB: Int
+        var rssAfterKB: Int
+        var peakRSSKB: Int
+    }
+    var outputs: [String: VariantOutput] = [:]
+    for variant in variants {
+        let list = samples[variant.name] ?? []
+        outputs[variant.name] = VariantOutput(
+            summary: Summary(samplesNs: list), intentsPerSecond: Double(list.count) / (Double(busy[variant.name] ?? 1) / 1e9),
+            launches: variant.pool.launches, reuses: variant.pool.reuses)
+        variant.pool.close()
+    }
+    let output = Output(
+        elapsedSeconds: Double(nowNs() - started) / 1e9, variants: outputs,
+        rssBeforeKB: memoryBefore.rss, rssAfterKB: memoryAfter.rss, peakRSSKB: memoryAfter.hwm)
+    FileHandle.standardOutput.write(try! encoder.encode(output))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+}
+
+// MARK: store
+
+@MainActor func store() {
+    guard let homePath = options["home"] else { fail("store needs --home DIR") }
+    let count = option("count", 5_000)
+    let home = URL(fileURLWithPath: homePath, isDirectory: true)
+    do {
+        let store = try Store(home: home)
+        let globals = try store.globals(of: "BENCHOWNER")
+        let value = JSONValue.string(String(repeating: "x", count: 32))
+        // Warm-up: the first statements compile, the key is derived.
+        for i in 0..<50 { _ = try globals.set("warm\(i)", to: value) }
+        var setSamples: [UInt64] = []
+        var getSamples: [UInt64] = []
+        setSamples.reserveCapacity(count)
+        getSamples.reserveCapacity(count)
+        for i in 0..<count {
+            let t0 = nowNs()
+            _ = try globals.set("g\(i)", to: value)
+            setSamples.append(nowNs() - t0)
+        }
+        for i in 0..<count {
+            let t0 = nowNs()
+            guard try globals.get("g\(i)") != nil else { fail("g\(i) is missing after set") }
+            getSamples.append(nowNs() - t0)
+        }
+        struct Output: Encodable {
+            var kind = "store"
+            var set: Summary
+            var get: Summary
+        }
+        FileHandle.standardOutput.write(try encoder.encode(Output(set: Summary(samplesNs: setSamples), get: Summary(samplesNs: getSamples))))
+        FileHandle.standardOutput.write(Data("\n".utf8))
+    } catch {
+        fail("store: \(error)")
+    }
 }
 
 // MARK: exchange
@@ -363,22 +498,22 @@ func jsonValue(fromFoundation object: Any) -> JSONValue {
         }
     }
     // Decoding one resolve request body (what both sides do for every message).
-    measure("message body → JSONValue via JSONDecoder (Message.decode today)") {
+    measure("message body → JSONValue: Message.decode (JSONParser)") {
         _ = try Message.decode(body)
     }
-    measure("message body → JSONValue via JSONSerialization (proposed)") {
+    measure("message body → JSONValue via JSONSerialization (for comparison)") {
         let object = try JSONSerialization.jsonObject(with: bodyData, options: [])
         _ = try Message.decode(jsonValue(fromFoundation: object))
     }
     // Typed params → JSONValue (before sending).
-    measure("params → JSONValue: JSONCoding.value(of:) (new coders, encode + decode)") {
+    measure("params → JSONValue: JSONCoding.value(of:) (JSONEncoder + JSONParser)") {
         _ = try JSONCoding.value(of: params)
     }
     measure("params → JSON bytes: one reused JSONEncoder") {
         _ = try reusedEncoder.encode(params)
     }
     // JSONValue → typed result (after receiving).
-    measure("JSONValue → params: JSONCoding.decode(_:from:) (new coders, encode + decode)") {
+    measure("JSONValue → params: JSONCoding.decode(_:from:) (JSONWriter + JSONDecoder)") {
         _ = try JSONCoding.decode(ResolveParams.self, from: paramsValue)
     }
     measure("JSON bytes → params: one reused JSONDecoder") {
@@ -415,7 +550,9 @@ func jsonValue(fromFoundation object: Any) -> JSONValue {
 switch command {
 case "handle": handleOnce()
 case "dispatch": dispatch()
+case "warm": warm()
+case "store": store()
 case "exchange": exchange()
 case "json": json()
-default: fail("unknown command \(command) (dispatch, exchange, handle or json)")
+default: fail("unknown command \(command) (dispatch, warm, store, exchange, handle or json)")
 }

@@ -97,7 +97,7 @@ public struct Host: Sendable {
 
     /// Finds the plugin, loads the policy, resolves the limits and checks the
     /// intent's parameters, before any process is started.
-    func prepare(_ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport)
+    func prepare(_ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, catalog: PluginCatalog? = nil)
         -> (PluginRun, [String: JSONValue])?
     {
         do {
@@ -110,7 +110,8 @@ public struct Host: Sendable {
             }
             options.log?("[extrun] policy: \(policySource)")
             try HomeProtection.check(home: paths.home)
-            let (plugin, definition) = try catalog().handler(for: invocation.intent)
+            let (plugin, definition) =
+                try catalog?.handler(for: invocation.intent) ?? PluginCatalog.handler(for: invocation.intent, paths: paths)
             report.plugin = plugin.manifest.id
             let parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
             let mode = options.mode ?? invocation.mode ?? plugin.manifest.defaultMode

@@ -33,9 +33,17 @@ final class MemorySampler {
         }
     }
 
-    /// Reads VmData once.
+    /// Samples closer together than this are skipped: the host wakes up for every
+    /// message, and a warm plugin exchanges thousands a second (docs/benchmarks.md).
+    static let minimumIntervalNs: UInt64 = 1_000_000
+    private var lastSampleNs: UInt64 = 0
+
+    /// Reads VmData once (at most once per `minimumIntervalNs`).
     func sample() {
         guard fd >= 0 else { return }
+        let now = MonotonicClock.now()
+        guard now &- lastSampleNs >= Self.minimumIntervalNs || lastSampleNs == 0 else { return }
+        lastSampleNs = now
         let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard count > 0, let value = Self.field("VmData:", in: buffer, count: count) else { return }
         if value > peakDataBytes { peakDataBytes = value }

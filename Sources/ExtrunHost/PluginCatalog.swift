@@ -1,5 +1,6 @@
 import ExtrunProtocol
 import Foundation
+import Synchronization
 
 /// A plugin found on the plugin path.
 public struct DiscoveredPlugin: Sendable, Equatable {
@@ -33,25 +34,64 @@ public struct PluginCatalog: Sendable {
 
     public static func discover(paths: HostPaths) -> PluginCatalog {
         var catalog = PluginCatalog(plugins: [], problems: [], shadowed: [], searchPath: paths.pluginSearchPath)
+        for directory in pluginDirectories(paths: paths) {
+            catalog.load(directory: directory)
+        }
+        return catalog
+    }
+
+    /// The plugin directories on the search path, in search order.
+    static func pluginDirectories(paths: HostPaths) -> [URL] {
         let fileManager = FileManager.default
+        var directories: [URL] = []
         for searchDirectory in paths.pluginSearchPath {
             var isDirectory: ObjCBool = false
             guard fileManager.fileExists(atPath: searchDirectory.path, isDirectory: &isDirectory), isDirectory.boolValue else {
                 continue
             }
-            let candidates: [URL]
             if fileManager.fileExists(atPath: searchDirectory.appendingPathComponent("manifest.json").path) {
-                candidates = [searchDirectory]
+                directories.append(searchDirectory)
             } else {
                 let entries = (try? fileManager.contentsOfDirectory(atPath: searchDirectory.path)) ?? []
-                candidates = entries.sorted().map { searchDirectory.appendingPathComponent($0, isDirectory: true) }
+                directories += entries.sorted().map { searchDirectory.appendingPathComponent($0, isDirectory: true) }
                     .filter { fileManager.fileExists(atPath: $0.appendingPathComponent("manifest.json").path) }
             }
-            for directory in candidates {
-                catalog.load(directory: directory)
-            }
         }
-        return catalog
+        return directories
+    }
+
+    /// The plugin that handles `intent` on the search path: the same answer as
+    /// `discover(paths:).handler(for:)`, for less. A cold `extrun handle` spends
+    /// ~0.12 ms decoding each manifest (docs/benchmarks.md), so this one reads every
+    /// manifest with `JSONParser` only for its `id` and intent names, and decodes
+    /// and checks just the manifests that declare the intent and those sharing an
+    /// id with them (which may shadow them). Whenever the short way cannot answer
+    /// exactly as the full catalog would (a manifest it cannot read, no handler),
+    /// it asks the full catalog, so errors are word for word the same.
+    public static func handler(for intent: String, paths: HostPaths) throws(HostError) -> (DiscoveredPlugin, IntentDefinition) {
+        let directories = pluginDirectories(paths: paths)
+        var scanned: [(directory: URL, id: String, declares: Bool)] = []
+        for directory in directories {
+            guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent("manifest.json").path),
+                let value = try? JSONParser.parse(data), case .object(let fields) = value,
+                case .string(let id)? = fields["id"], case .array(let intents)? = fields["intents"]
+            else {
+                return try discover(paths: paths).handler(for: intent)
+            }
+            let declares = intents.contains { $0["name"] == .string(intent) }
+            scanned.append((directory, id, declares))
+        }
+        let claimingIDs = Set(scanned.filter(\.declares).map(\.id))
+        guard !claimingIDs.isEmpty else { return try discover(paths: paths).handler(for: intent) }
+        var catalog = PluginCatalog(plugins: [], problems: [], shadowed: [], searchPath: paths.pluginSearchPath)
+        for entry in scanned where entry.declares || claimingIDs.contains(entry.id) {
+            catalog.load(directory: entry.directory)
+        }
+        do {
+            return try catalog.handler(for: intent)
+        } catch where error.kind == .noHandler {
+            return try discover(paths: paths).handler(for: intent)
+        }
     }
 
     private mutating func load(directory: URL) {
@@ -126,7 +166,24 @@ public enum ManifestLoader {
         public var message: String
     }
 
+    /// Loads a manifest, from the process's cache when the file is unchanged
+    /// (same device, inode, size and modification time to the nanosecond): a
+    /// host that handles many intents (PluginPool, ExtrunBench) decodes each
+    /// manifest once instead of once per intent. A changed file is read again.
     public static func load(_ url: URL) throws(LoadError) -> PluginManifest {
+        guard let identity = FileIdentity(path: url.path) else { return try loadFromFile(url) }
+        if let cached = cache.withLock({ $0[url.path] }), cached.identity == identity { return cached.manifest }
+        let manifest = try loadFromFile(url)
+        cache.withLock { entries in
+            if entries.count >= 256 { entries.removeAll() }
+            entries[url.path] = (identity, manifest)
+        }
+        return manifest
+    }
+
+    private static let cache = Mutex<[String: (identity: FileIdentity, manifest: PluginManifest)]>([:])
+
+    static func loadFromFile(_ url: URL) throws(LoadError) -> PluginManifest {
         let data: Data
         do {
             data = try Data(contentsOf: url)

@@ -35,7 +35,6 @@ final class PluginConnection {
     private var outbound: [UInt8] = []
     private var outboundOffset = 0
     private var nextID: Int64 = 1
-    private var answered: Set<RequestID> = []
     /// Requests the host stopped waiting for (deadline): a late answer to one is not a violation.
     private var abandoned: Set<RequestID> = []
     private var waitingFor: RequestID?
@@ -79,7 +78,6 @@ final class PluginConnection {
         defer { waitingFor = nil }
         switch pump(deadline: deadline, until: { self.reply != nil }) {
         case .done:
-            answered.insert(id)
             guard let reply else { return .failure(.protocolViolation("internal: no reply")) }
             return .success(reply)
         case .failure(let failure):
@@ -236,12 +234,20 @@ final class PluginConnection {
         }
     }
 
+    /// Ids are 1, 2, 3...: every id below `nextID` that is not waited for nor
+    /// abandoned was answered. (No set of answered ids: a warm process answers
+    /// millions of requests over its life.)
+    private func wasSentAndAnswered(_ id: RequestID) -> Bool {
+        guard case .int(let number) = id else { return false }
+        return number >= 1 && number < nextID && id != waitingFor && !abandoned.contains(id)
+    }
+
     private func accept(id: RequestID, _ result: Result<JSONValue, RPCError>) {
         if id == waitingFor && reply == nil {
             reply = result
         } else if abandoned.remove(id) != nil {
             // The answer to a request that timed out (typically "cancelled"): too late, but honest.
-        } else if answered.contains(id) || id == waitingFor {
+        } else if wasSentAndAnswered(id) || id == waitingFor {
             violation = "the plugin answered request \(id) twice"
         } else {
             violation = "the plugin answered request \(id), which the host never sent"

@@ -6,7 +6,8 @@ import Foundation
 /// confirmation) the run asks through `options.prompter`, with the deadline's
 /// clock stopped; without a prompter those end the run with a clear error.
 extension PluginRun {
-    mutating func initialize(_ connection: PluginConnection) throws {
+    @discardableResult
+    mutating func initialize(_ connection: PluginConnection) throws -> InitializeResult {
         phase = .launch
         let params = InitializeParams(hostVersion: Host.version, mode: mode, intent: activityOnly ? nil : definition.name)
         let value = try call(connection, Method.initialize, try JSONCoding.value(of: params))
@@ -28,6 +29,7 @@ extension PluginRun {
             throw CallFailure.protocolViolation(
                 "its handshake does not list the intent '\(definition.name)' that its manifest declares (it lists: \(result.intents.joined(separator: ", ")))")
         }
+        return result
     }
 
     /// Resolves, confirms (asking the intent's confirmation question, if it has one) and handles.

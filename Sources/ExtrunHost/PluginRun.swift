@@ -64,26 +64,69 @@ struct PluginRun {
     /// Starts the plugin in its sandbox, does `work`, and ends the plugin, whatever
     /// happens; everything that happened is in `report`.
     mutating func execute(_ work: Work, into report: inout HandleReport) {
-        let capabilities = SandboxCapabilities.current
-        let scratch: URL
-        let identity: PluginIdentity
+        let launched: LaunchedPlugin
         do throws(HostError) {
-            identity = try PluginIdentity.resolve(policy: policy)
-            try identity.checkAccess(
-                toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: id)
-            scratch = try ScratchDirectory.create(owner: identity)
-            if let home { HomeProtection.makeIfMissing(home) }
+            launched = try launch()
         } catch {
             report.error = error
             return
         }
-        defer { ScratchDirectory.remove(scratch) }
+        defer { launched.release() }
+        let (process, connection) = (launched.process, launched.connection)
+        bind(connection)
+        var launchMs: Double?
+        do {
+            try initialize(connection)
+            launchMs = MonotonicClock.milliseconds(from: start)
+            options.log?("[extrun] \(id) started in \(mode.rawValue) mode, handshake after \(launchMs ?? 0) ms")
+            try perform(work, connection, into: &report)
+            closeAndWait(process, connection, into: &report)
+        } catch {
+            fail(error, connection, into: &report)
+        }
+        process.finish()
+        attribute(process, connection, into: &report)
+        var metrics = RunMetrics(wallMs: MonotonicClock.milliseconds(from: start), launchMs: launchMs)
+        if let exit = process.exit {
+            // Without rusage (the plugin was killed with its namespace), the last sampled CPU time.
+            metrics.cpuMs = exit.cpuMs > 0 ? exit.cpuMs : process.memory.lastCPUMs.rounded(toPlaces: 3)
+            if exit.maxRSSBytes > 0 { metrics.peakRSSBytes = exit.maxRSSBytes }
+        }
+        metrics.peakMemoryBytes = peakMemory(process)
+        // VmHWM, not getrusage's ru_maxrss, which Linux carries over from the process that exec'd the host.
+        metrics.hostPeakRSSBytes = MemorySampler.ownPeakRSS()
+        report.metrics = metrics
+    }
 
+    /// A plugin process started in its sandbox, with its channel.
+    struct LaunchedPlugin {
+        let process: PluginProcess
+        let connection: PluginConnection
+        let scratch: URL
+        let cgroup: CgroupRun?
+
+        /// Removes the scratch directory and the cgroup, once the process has ended.
+        func release() {
+            cgroup?.remove()
+            ScratchDirectory.remove(scratch)
+        }
+    }
+
+    /// Starts the plugin in its sandbox: the plugin's user and what it may reach, its
+    /// scratch directory, the home hidden, the cgroup, the namespaces, seccomp and
+    /// rlimits (docs/sandbox.md). Every process a run starts goes through here, warm
+    /// ones included. The deadline counts from here.
+    mutating func launch() throws(HostError) -> LaunchedPlugin {
+        let capabilities = SandboxCapabilities.current
+        let identity = try PluginIdentity.resolve(policy: policy)
+        try identity.checkAccess(
+            toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: id)
+        let scratch = try ScratchDirectory.create(owner: identity)
+        if let home { HomeProtection.makeIfMissing(home) }
         let cgroupSupport = CgroupSupport.detectHere(configured: policy.cgroup)
         if case .available(let parent) = cgroupSupport {
             cgroup = CgroupRun(parent: parent, memoryBytes: limits.memoryBytes)
         }
-        defer { cgroup?.remove() }
         let sandbox = SandboxSettings(
             policy: policy, limits: limits, capabilities: capabilities, cgroup: cgroup, identity: identity, home: home,
             pluginDirectory: plugin.directory, scratch: scratch, executable: plugin.executableURL)
@@ -94,8 +137,9 @@ struct PluginRun {
         do throws(HostError) {
             process = try PluginProcess.launch(try launchSpec(scratch: scratch), sandbox: sandbox)
         } catch {
-            report.error = error
-            return
+            cgroup?.remove()
+            ScratchDirectory.remove(scratch)
+            throw error
         }
         if let log = options.log {
             log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")), deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
@@ -108,9 +152,16 @@ struct PluginRun {
         connectionLimits.maxFrameBytes = policy.maxMessageBytes
         connectionLimits.outputCaptureBytes = policy.outputCaptureBytes
         let connection = PluginConnection(process: process, limits: connectionLimits)
+        return LaunchedPlugin(process: process, connection: connection, scratch: scratch, cgroup: cgroup)
+    }
+
+    /// Points the connection's callbacks at this run: its log, its deadline (progress), its store services.
+    func bind(_ connection: PluginConnection) {
         if let log = options.log {
             let id = self.id
             connection.onOutputLine = { isStdout, line in log("[\(id) \(isStdout ? "stdout" : "stderr")] \(line)") }
+        } else {
+            connection.onOutputLine = nil
         }
         connection.onNotification = { [log = options.log, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
             if method == Method.log, let params, let entry = try? JSONCoding.decode(LogParams.self, from: params) {
@@ -124,47 +175,61 @@ struct PluginRun {
         }
         if let services {
             connection.onRequest = { method, params in services.answer(method, params) }
+        } else {
+            connection.onRequest = nil
         }
-        var launchMs: Double?
-        do {
-            try initialize(connection)
-            launchMs = MonotonicClock.milliseconds(from: start)
-            options.log?("[extrun] \(id) started in \(mode.rawValue) mode, handshake after \(launchMs ?? 0) ms")
-            switch work {
-            case .handle(let parameters):
-                try handle(connection, parameters: parameters, into: &report)
-            case .options(let parameter, let parameters, let search):
-                phase = .options
-                report.options = try options(connection, parameter: parameter, parameters: parameters, search: search)
-            case .continueActivity(let activity, let interaction):
-                try continueActivity(connection, activity: activity, interaction: interaction, into: &report)
+    }
+
+    /// The work of a session, after `initialize`.
+    mutating func perform(_ work: Work, _ connection: PluginConnection, into report: inout HandleReport) throws {
+        switch work {
+        case .handle(let parameters):
+            try handle(connection, parameters: parameters, into: &report)
+        case .options(let parameter, let parameters, let search):
+            phase = .options
+            report.options = try options(connection, parameter: parameter, parameters: parameters, search: search)
+        case .continueActivity(let activity, let interaction):
+            try continueActivity(connection, activity: activity, interaction: interaction, into: &report)
+        }
+    }
+
+    /// The normal end of a last session: close fd 3 and wait for the exit within the grace.
+    func closeAndWait(_ process: PluginProcess, _ connection: PluginConnection, into report: inout HandleReport) {
+        let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
+        if let failure = connection.closeAndWait(deadline: exitDeadline) {
+            if case .protocolViolation = failure {
+                report.response = nil
+                report.error = error(for: failure, connection: connection)
+            } else {
+                options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
             }
-            let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
-            if let failure = connection.closeAndWait(deadline: exitDeadline) {
-                if case .protocolViolation = failure {
-                    report.response = nil
-                    report.error = error(for: failure, connection: connection)
-                } else {
-                    options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
-                }
-            }
-        } catch let failure as CallFailure {
+        }
+    }
+
+    /// A session that failed: past its deadline the plugin gets `cancel` and a grace;
+    /// the report gets the error.
+    func fail(_ error: any Error, _ connection: PluginConnection, into report: inout HandleReport) {
+        switch error {
+        case let failure as CallFailure:
             if case .deadlineExpired = failure {
                 connection.notify(Method.cancel, try? JSONCoding.value(of: CancelParams(reason: "timeout")))
                 let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
                 connection.flushOutbound(deadline: grace)
                 _ = connection.closeAndWait(deadline: grace)
             }
-            report.error = error(for: failure, connection: connection)
-        } catch let error as HostError {
+            report.error = self.error(for: failure, connection: connection)
+        case let error as HostError:
             report.error = error
-        } catch {
+        default:
             report.error = HostError(.internalError, "\(error)")
         }
-        process.finish()
+    }
+
+    /// After the process ended: a forbidden system call, or the memory cap, explains
+    /// the failure whatever else happened.
+    func attribute(_ process: PluginProcess, _ connection: PluginConnection, into report: inout HandleReport) {
         for call in process.denied { options.log?("[extrun] \(id) was refused \(call.description)") }
         if let violation = process.violation {
-            // Whatever else happened, the plugin was stopped for a forbidden system call.
             report.response = nil
             report.responseIsSuccess = false
             report.error = HostError(
@@ -174,16 +239,6 @@ struct PluginRun {
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
             report.error = breach
         }
-        var metrics = RunMetrics(wallMs: MonotonicClock.milliseconds(from: start), launchMs: launchMs)
-        if let exit = process.exit {
-            // Without rusage (the plugin was killed with its namespace), the last sampled CPU time.
-            metrics.cpuMs = exit.cpuMs > 0 ? exit.cpuMs : process.memory.lastCPUMs.rounded(toPlaces: 3)
-            if exit.maxRSSBytes > 0 { metrics.peakRSSBytes = exit.maxRSSBytes }
-        }
-        metrics.peakMemoryBytes = peakMemory(process)
-        // VmHWM, not getrusage's ru_maxrss, which Linux carries over from the process that exec'd the host.
-        metrics.hostPeakRSSBytes = MemorySampler.ownPeakRSS()
-        report.metrics = metrics
     }
 
     func peakMemory(_ process: PluginProcess) -> Int64 {

@@ -37,9 +37,10 @@ struct SandboxSettings {
 
     init(
         policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
-        identity: PluginIdentity? = nil, home: URL? = nil, pluginDirectory: URL? = nil, scratch: URL? = nil, executable: URL? = nil
+        identity: PluginIdentity, home: URL?, pluginDirectory: URL?, scratch: URL?, executable: URL?
     ) {
-        self.identity = identity ?? PluginIdentity(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: nil)
+        // No defaults: every launch says which user the plugin runs as and what it must not see.
+        self.identity = identity
         limits.data_bytes = UInt64(effective.memoryBytes)
         limits.stack_bytes = UInt64(effective.stackBytes)
         limits.open_files = UInt64(policy.openFiles)

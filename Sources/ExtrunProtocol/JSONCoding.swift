@@ -28,15 +28,29 @@ public enum JSONCoding {
 
     /// Re-types a JSON value as a `Decodable` type.
     public static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
-        let data = try encoder().encode(value)
-        return try decoder().decode(type, from: data)
+        if let same = value as? T { return same }
+        // JSONWriter's bytes, not JSONEncoder's: no Codable walk over the JSONValue.
+        return try sharedDecoder.decode(type, from: Data(JSONWriter.bytes(value)))
     }
 
     /// Turns an `Encodable` value into a JSON value.
     public static func value(of encodable: some Encodable) throws -> JSONValue {
-        let data = try encoder().encode(encodable)
-        return try decoder().decode(JSONValue.self, from: data)
+        if let value = encodable as? JSONValue { return value }
+        let data = try sharedEncoder.encode(encodable)
+        // JSONParser, not JSONDecoder + JSONValue.init(from:): no try? chain per value.
+        return try JSONParser.parse(data)
     }
+
+    /// Encodes `encodable` as compact JSON bytes (sorted keys, as `encoder()` does).
+    public static func bytes(of encodable: some Encodable) throws -> [UInt8] {
+        if let value = encodable as? JSONValue { return JSONWriter.bytes(value) }
+        return Array(try sharedEncoder.encode(encodable))
+    }
+
+    // JSONEncoder and JSONDecoder are Sendable: their configuration is never changed
+    // after this point, so one of each serves every thread.
+    private static let sharedEncoder = encoder()
+    private static let sharedDecoder = decoder()
 
     /// A readable reason for a `DecodingError` or a JSON syntax error:
     /// the path of the field and what was wrong with it.
@@ -67,6 +81,14 @@ public enum JSONCoding {
 
     /// Decodes `type` from JSON bytes; a syntax error says where it is (line and column).
     public static func decode<T: Decodable>(_ type: T.Type, fromJSON data: Data) throws -> T {
+        if type == JSONValue.self {
+            do throws(JSONParseError) {
+                if let value = try JSONParser.parse(data) as? T { return value }
+            } catch {
+                throw DecodingError.dataCorrupted(
+                    DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
+            }
+        }
         do {
             return try decoder().decode(type, from: data)
         } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
@@ -81,32 +103,10 @@ public enum JSONCoding {
     /// What is wrong with malformed JSON, with its line and column, or nil if it parses.
     public static func syntaxError(in data: Data) -> String? {
         do {
-            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            _ = try JSONParser.parse(data)
             return nil
         } catch {
-            var detail = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "malformed JSON"
-            // "Invalid value around character 15." → add the line and column.
-            let offset: Int
-            if let range = detail.range(of: "character "), let parsed = Int(detail[range.upperBound...].prefix { $0.isNumber }) {
-                offset = parsed
-            } else {
-                // "Unexpected end of file": the parser ran out of input (a truncated file, an
-                // unterminated string, or a misspelled literal such as `tru`): point at the
-                // last non-blank character.
-                var end = data.count
-                while end > 0, [9, 10, 13, 32].contains(data[data.startIndex + end - 1]) { end -= 1 }
-                offset = max(0, end - 1)
-                if detail.lowercased().contains("end of file") {
-                    detail = "unexpected end of input (truncated, an unterminated string, or a misspelled true/false/null)"
-                }
-            }
-            var line = 1
-            var column = 1
-            for (index, byte) in data.enumerated() {
-                if index >= offset { break }
-                if byte == 10 { line += 1; column = 1 } else if byte & 0xC0 != 0x80 { column += 1 }
-            }
-            return "\(detail.hasSuffix(".") ? String(detail.dropLast()) : detail) (line \(line), column \(column))"
+            return error.description
         }
     }
 

@@ -61,29 +61,38 @@ public struct MessageError: Error, CustomStringConvertible, Equatable {
 }
 
 extension Message {
-    /// Encodes the message as a JSON-RPC 2.0 object (the frame body).
+    /// Encodes the message as a JSON-RPC 2.0 object (the frame body): compact,
+    /// `jsonrpc` first, then `id`, then the rest; non-finite numbers as null.
     public func encoded() -> [UInt8] {
-        var object: [String: JSONValue] = ["jsonrpc": "2.0"]
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        out.append(contentsOf: #"{"jsonrpc":"2.0""#.utf8)
+        func field(_ name: StaticString, _ value: JSONValue) {
+            out.append(UInt8(ascii: ","))
+            out.append(UInt8(ascii: "\""))
+            out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+            out.append(contentsOf: #"":"#.utf8)
+            JSONWriter.write(value, into: &out)
+        }
         switch self {
         case .request(let id, let method, let params):
-            object["id"] = id.json
-            object["method"] = .string(method)
-            if let params { object["params"] = params }
+            field("id", id.json)
+            field("method", .string(method))
+            if let params { field("params", params) }
         case .notification(let method, let params):
-            object["method"] = .string(method)
-            if let params { object["params"] = params }
+            field("method", .string(method))
+            if let params { field("params", params) }
         case .response(let id, let result):
-            object["id"] = id.json
-            object["result"] = result
+            field("id", id.json)
+            field("result", result)
         case .errorResponse(let id, let error):
-            object["id"] = id?.json ?? .null
+            field("id", id?.json ?? .null)
             var errorObject: [String: JSONValue] = ["code": .int(Int64(error.code)), "message": .string(error.message)]
             if let data = error.data { errorObject["data"] = data }
-            object["error"] = .object(errorObject)
+            field("error", .object(errorObject))
         }
-        // Encoding a JSONValue cannot fail: every case maps to valid JSON
-        // except non-finite doubles, which we write as null.
-        return (try? Array(MessageCoder.encoder.encode(JSONValue.object(object).sanitized()))) ?? Array("{}".utf8)
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 
     /// Decodes a frame body. Throws a `MessageError` that says what is wrong.
@@ -94,9 +103,9 @@ extension Message {
         }
         let value: JSONValue
         do {
-            value = try MessageCoder.decoder.decode(JSONValue.self, from: Data(bytes))
+            value = try JSONParser.parse(bytes)
         } catch {
-            throw MessageError("message body is not valid JSON: \(JSONCoding.describe(error))")
+            throw MessageError("message body is not valid JSON: \(error)")
         }
         return try decode(value)
     }
@@ -133,15 +142,6 @@ extension Message {
         }
         throw MessageError("message has neither \"method\", \"result\" nor \"error\"")
     }
-}
-
-enum MessageCoder {
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return encoder
-    }()
-    static let decoder = JSONDecoder()
 }
 
 extension JSONValue {

@@ -68,11 +68,15 @@ public struct InitializeResult: Codable, Sendable, Hashable {
     public var protocolVersion: Int
     public var plugin: PluginIdentity
     public var intents: [String]
+    /// `true`: after this session the process can run another one (warm reuse,
+    /// docs/protocol.md §15). Absent or `false`: one session, then the process ends.
+    public var reusable: Bool?
 
-    public init(protocolVersion: Int = ProtocolVersion.current, plugin: PluginIdentity, intents: [String]) {
+    public init(protocolVersion: Int = ProtocolVersion.current, plugin: PluginIdentity, intents: [String], reusable: Bool? = nil) {
         self.protocolVersion = protocolVersion
         self.plugin = plugin
         self.intents = intents
+        self.reusable = reusable
     }
 }
 

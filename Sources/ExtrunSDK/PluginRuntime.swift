@@ -17,7 +17,15 @@ import Synchronization
 /// }
 /// ```
 public enum PluginRuntime {
-    public static func run(id: String, version: String, handlers: [any IntentHandler], activities: [any ActivityHandler] = []) async -> Never {
+    /// - Parameter activities: the `ActivityHandler`s for the activity types the manifest
+    ///   declares (continued in in-app mode, docs/protocol.md §5.4b).
+    /// - Parameter reusable: whether the process offers the host further sessions
+    ///   after the first (warm reuse, docs/protocol.md §15). Handlers are then called
+    ///   for several intents in one process, one session after another; pass `false`
+    ///   when a handler keeps state that must not outlive its intent.
+    public static func run(
+        id: String, version: String, handlers: [any IntentHandler], activities: [any ActivityHandler] = [], reusable: Bool = true
+    ) async -> Never {
         let channel = PluginChannel()
         guard channel.isConnected else {
             FileHandle.standardError.write(Data("""
@@ -27,7 +35,8 @@ public enum PluginRuntime {
                 """.utf8))
             exit(64)
         }
-        let server = Server(identity: PluginIdentity(id: id, version: version), handlers: handlers, activities: activities, channel: channel)
+        let server = Server(
+            identity: PluginIdentity(id: id, version: version), handlers: handlers, activities: activities, channel: channel, reusable: reusable)
         await server.serve()
     }
 }
@@ -38,10 +47,19 @@ final class Server: Sendable {
     let activities: [String: any ActivityHandler]
     let channel: PluginChannel
     let mode = Mutex<Mode>(.extension)
-    let running = Mutex<[RequestID: Task<Void, Never>]>([:])
+    /// The requests in progress, for `cancel`. A task that finishes before the serve
+    /// loop has registered it leaves its id in `finished` instead, so that nothing
+    /// stays in the table (a reused process serves thousands of requests).
+    let running = Mutex<(tasks: [RequestID: Task<Void, Never>], finished: Set<RequestID>)>(([:], []))
+    /// Declared in every `initialize` result: the host may start another session afterwards.
+    let reusable: Bool
 
-    init(identity: PluginIdentity, handlers: [any IntentHandler], activities: [any ActivityHandler] = [], channel: PluginChannel) {
+    init(
+        identity: PluginIdentity, handlers: [any IntentHandler], activities: [any ActivityHandler] = [], channel: PluginChannel,
+        reusable: Bool = true
+    ) {
         self.identity = identity
+        self.reusable = reusable
         var byName: [String: any IntentHandler] = [:]
         for handler in handlers { byName[type(of: handler).intentName] = handler }
         self.handlers = byName
@@ -62,16 +80,20 @@ final class Server: Sendable {
                     }
                     let task = Task {
                         let result = await self.answer(method: method, params: params)
-                        self.running.withLock { _ = $0.removeValue(forKey: id) }
+                        self.running.withLock { state in
+                            if state.tasks.removeValue(forKey: id) == nil { state.finished.insert(id) }
+                        }
                         switch result {
                         case .success(let value): self.channel.send(.response(id: id, result: value))
                         case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
                         }
                     }
-                    running.withLock { $0[id] = task }
+                    running.withLock { state in
+                        if state.finished.remove(id) == nil { state.tasks[id] = task }
+                    }
                 case .notification(let method, _):
                     if method == Method.cancel {
-                        for task in running.withLock({ Array($0.values) }) { task.cancel() }
+                        for task in running.withLock({ Array($0.tasks.values) }) { task.cancel() }
                     }
                 case .response(let id, let result):
                     channel.deliver(id: id, .success(result))
@@ -92,7 +114,9 @@ final class Server: Sendable {
             case Method.initialize:
                 let p = try decodeParams(InitializeParams.self, params)
                 mode.withLock { $0 = p.mode }
-                let result = InitializeResult(plugin: identity, intents: handlers.keys.sorted())
+                // A later session's initialize is answered the same way: the server keeps no
+                // state between sessions but the mode, which each initialize sets again.
+                let result = InitializeResult(plugin: identity, intents: handlers.keys.sorted(), reusable: reusable ? true : nil)
                 return .success(try JSONCoding.value(of: result))
             case Method.resolve:
                 let p = try decodeParams(ResolveParams.self, params)

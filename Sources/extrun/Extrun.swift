@@ -1,6 +1,10 @@
 import ArgumentParser
 import ExtrunHost
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @main
 struct Extrun: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -20,8 +24,16 @@ struct Extrun: ParsableCommand {
             """,
         version: Host.version,
         subcommands: [
-            Handle.self, ContinueCommand.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self, GlobalsCommand.self,
-            BookmarksCommand.self, DonationsCommand.self, Migrate.self,
+            Handle.self, ContinueCommand.self, Batch.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self,
+            GlobalsCommand.self, BookmarksCommand.self, DonationsCommand.self, Migrate.self,
         ]
     )
+
+    /// `extrun handle FILE` skips ArgumentParser (HandleFastPath); everything else is parsed.
+    static func main() {
+        if let file = HandleFastPath.intentFile(in: Array(CommandLine.arguments.dropFirst())) {
+            Glibc.exit(HandleFastPath.run(intentFile: file))
+        }
+        main(nil)
+    }
 }

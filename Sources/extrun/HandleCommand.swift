@@ -94,12 +94,7 @@ struct Handle: ParsableCommand {
     var verbose = false
 
     func validate() throws {
-        if let memoryLimit, ByteCount.parse(memoryLimit) == nil {
-            throw ValidationError("--memory-limit '\(memoryLimit)' is not a size; write it like 64MiB, 1GiB or 500000000")
-        }
-        if let timeout, DurationText.parseMilliseconds(timeout) == nil {
-            throw ValidationError("--timeout '\(timeout)' is not a duration; write it like 5s, 2500ms or 1m")
-        }
+        try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
     }
 
     func run() throws {
@@ -113,19 +108,10 @@ struct Handle: ParsableCommand {
         if !noInput { options.prompter = TerminalPrompter() }
         if verbose { options.log = { line in Output.printError(line) } }
 
-        var report: HandleReport
-        do {
-            let invocation = try IntentFileParser.read(path: intentFile)
-            report = Host().handle(invocation, options: options)
-        } catch {
-            report = HandleReport(intent: nil)
-            report.error = error
+        let status = ReportOutput.print(format: format) { () throws(HostError) in
+            Host().handle(try IntentFileParser.read(path: intentFile), options: options)
         }
-        switch format {
-        case .json: Output.printJSON(report.json)
-        case .text: Output.printLine(report.text)
-        }
-        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+        if status != 0 { throw ExitCode(status) }
     }
 }
 

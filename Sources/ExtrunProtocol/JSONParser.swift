@@ -1,0 +1,385 @@
+/// A strict JSON parser (RFC 8259) straight from bytes to `JSONValue`.
+///
+/// It replaces `JSONDecoder` + `JSONValue.init(from:)` on the hot paths (every
+/// frame body, intent files, globals documents): the Codable route tries six
+/// types in turn with `try?` for every value, building an error for each miss
+/// (docs/benchmarks.md). Numbers written as integers (no fraction, no exponent)
+/// that fit an `Int64` become `.int`; every other number is a `.double`, so
+/// `1.0` stays a double. Duplicate keys: the last one wins (as with `JSONDecoder`).
+/// Errors say what is wrong and where: byte offset, line and column (columns
+/// count characters, not bytes).
+public enum JSONParser {
+    /// The deepest nesting of arrays and objects accepted (`JSONDecoder` allows 512 too).
+    public static let maxDepth = 512
+
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        let result: Result<JSONValue, JSONParseError>? = bytes.withContiguousStorageIfAvailable { buffer in
+            parse(buffer: buffer)
+        }
+        if let result { return try result.get() }
+        let array = Array(bytes)
+        return try array.withUnsafeBufferPointer { buffer in parse(buffer: buffer) }.get()
+    }
+
+    private static func parse(buffer: UnsafeBufferPointer<UInt8>) -> Result<JSONValue, JSONParseError> {
+        var reader = Reader(bytes: buffer)
+        do throws(JSONParseError) {
+            reader.skipWhitespace()
+            let value = try reader.value(depth: 0)
+            reader.skipWhitespace()
+            if reader.index < buffer.count {
+                throw reader.error("unexpected \(reader.describeByte(at: reader.index)) after the JSON value", at: reader.index)
+            }
+            return .success(value)
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
+/// What is wrong with a JSON text, and where.
+public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What is wrong ("unexpected character '?'", "unexpected end of input ...").
+    public var reason: String
+    /// Zero-based byte offset of the problem.
+    public var offset: Int
+    /// One-based line and column (characters, not bytes) of the problem.
+    public var line: Int
+    public var column: Int
+
+    /// "unexpected character '?' (line 3, column 8)".
+    public var description: String { "\(reason) (line \(line), column \(column))" }
+}
+
+private struct Reader {
+    let bytes: UnsafeBufferPointer<UInt8>
+    var index = 0
+
+    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    // MARK: Errors
+
+    func error(_ reason: String, at offset: Int) -> JSONParseError {
+        var line = 1
+        var column = 1
+        var i = 0
+        let end = min(offset, bytes.count)
+        while i < end {
+            let byte = bytes[i]
+            if byte == 10 {
+                line += 1
+                column = 1
+            } else if byte & 0xC0 != 0x80 {
+                column += 1
+            }
+            i += 1
+        }
+        return JSONParseError(reason: reason, offset: offset, line: line, column: column)
+    }
+
+    /// The input ended in the middle of a value: point at its last non-blank character.
+    func endOfInput() -> JSONParseError {
+        var end = bytes.count
+        while end > 0, Reader.isWhitespace(bytes[end - 1]) { end -= 1 }
+        return error("unexpected end of input (truncated, or an unterminated string)", at: max(0, end - 1))
+    }
+
+    func describeByte(at offset: Int) -> String {
+        let byte = bytes[offset]
+        if byte >= 0x20 && byte < 0x7F { return "character '\(Character(Unicode.Scalar(byte)))'" }
+        if byte >= 0x80, let text = characterText(at: offset) { return "character '\(text)'" }
+        return "byte 0x\(String(byte, radix: 16, uppercase: true))"
+    }
+
+    private func characterText(at offset: Int) -> String? {
+        var end = offset + 1
+        while end < bytes.count, end - offset < 4, bytes[end] & 0xC0 == 0x80 { end += 1 }
+        return String(validating: UnsafeBufferPointer(rebasing: bytes[offset..<end]), as: UTF8.self)
+    }
+
+    static func isWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 }
+
+    mutating func skipWhitespace() {
+        while index < bytes.count, Reader.isWhitespace(bytes[index]) { index += 1 }
+    }
+
+    // MARK: Values
+
+    mutating func value(depth: Int) throws(JSONParseError) -> JSONValue {
+        guard index < bytes.count else { throw endOfInput() }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try object(depth: depth + 1)
+        case UInt8(ascii: "["): return try array(depth: depth + 1)
+        case UInt8(ascii: "\""): return .string(try string())
+        case UInt8(ascii: "t"): try literal("true"); return .bool(true)
+        case UInt8(ascii: "f"): try literal("false"); return .bool(false)
+        case UInt8(ascii: "n"): try literal("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
+        default: throw error("unexpected \(describeByte(at: index)) where a value should start", at: index)
+        }
+    }
+
+    mutating func literal(_ word: StaticString) throws(JSONParseError) {
+        let start = index
+        var offset = 0
+        while offset < word.utf8CodeUnitCount {
+            guard index < bytes.count else { throw endOfInput() }
+            guard bytes[index] == word.utf8Start[offset] else {
+                throw error("misspelled literal: expected '\(word)' (true, false and null are lowercase)", at: start)
+            }
+            index += 1
+            offset += 1
+        }
+    }
+
+    mutating func object(depth: Int) throws(JSONParseError) -> JSONValue {
+        if depth > JSONParser.maxDepth {
+            throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index)
+        }
+        index += 1  // {
+        var members: [String: JSONValue] = [:]
+        skipWhitespace()
+        guard index < bytes.count else { throw endOfInput() }
+        if bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            guard index < bytes.count else { throw endOfInput() }
+            guard bytes[index] == UInt8(ascii: "\"") else {
+                throw error("unexpected \(describeByte(at: index)) where a key (a string in double quotes) should be", at: index)
+            }
+            let key = try string()
+            skipWhitespace()
+            guard index < bytes.count else { throw endOfInput() }
+            guard bytes[index] == UInt8(ascii: ":") else {
+                throw error("unexpected \(describeByte(at: index)) after the key \"\(key)\" (expected ':')", at: index)
+            }
+            index += 1
+            skipWhitespace()
+            members[key] = try value(depth: depth)
+            skipWhitespace()
+            guard index < bytes.count else { throw endOfInput() }
+            switch bytes[index] {
+            case UInt8(ascii: ","):
+                index += 1
+                skipWhitespace()
+            case UInt8(ascii: "}"):
+                index += 1
+                return .object(members)
+            default:
+                throw error("unexpected \(describeByte(at: index)) in an object (expected ',' or '}')", at: index)
+            }
+        }
+    }
+
+    mutating func array(depth: Int) throws(JSONParseError) -> JSONValue {
+        if depth > JSONParser.maxDepth {
+            throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index)
+        }
+        index += 1  // [
+        var items: [JSONValue] = []
+        skipWhitespace()
+        guard index < bytes.count else { throw endOfInput() }
+        if bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(items)
+        }
+        while true {
+            items.append(try value(depth: depth))
+            skipWhitespace()
+            guard index < bytes.count else { throw endOfInput() }
+            switch bytes[index] {
+            case UInt8(ascii: ","):
+                index += 1
+                skipWhitespace()
+                if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                    throw error("a trailing ',' before ']'", at: index - 1)
+                }
+            case UInt8(ascii: "]"):
+                index += 1
+                return .array(items)
+            default:
+                throw error("unexpected \(describeByte(at: index)) in an array (expected ',' or ']')", at: index)
+            }
+        }
+    }
+
+    // MARK: Strings
+
+    mutating func string() throws(JSONParseError) -> String {
+        let open = index
+        index += 1  // "
+        let start = index
+        // Fast path: no escapes.
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                let text = try decodeUTF8(start..<index)
+                index += 1
+                return text
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            if byte < 0x20 { throw error("a control character (byte 0x\(String(byte, radix: 16, uppercase: true))) in a string: write it as an escape such as \\n", at: index) }
+            index += 1
+        }
+        guard index < bytes.count else { throw endOfInput() }
+        // Slow path: escapes.
+        var scratch: [UInt8] = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
+        while true {
+            guard index < bytes.count else { throw endOfInput() }
+            let byte = bytes[index]
+            switch byte {
+            case UInt8(ascii: "\""):
+                index += 1
+                guard let text = String(validating: scratch, as: UTF8.self) else {
+                    throw error("a string that is not valid UTF-8", at: open)
+                }
+                return text
+            case UInt8(ascii: "\\"):
+                let escape = index
+                index += 1
+                guard index < bytes.count else { throw endOfInput() }
+                switch bytes[index] {
+                case UInt8(ascii: "\""): scratch.append(0x22)
+                case UInt8(ascii: "\\"): scratch.append(0x5C)
+                case UInt8(ascii: "/"): scratch.append(0x2F)
+                case UInt8(ascii: "b"): scratch.append(0x08)
+                case UInt8(ascii: "f"): scratch.append(0x0C)
+                case UInt8(ascii: "n"): scratch.append(0x0A)
+                case UInt8(ascii: "r"): scratch.append(0x0D)
+                case UInt8(ascii: "t"): scratch.append(0x09)
+                case UInt8(ascii: "u"):
+                    index += 1
+                    var scalar = try hex4(escapeAt: escape)
+                    if scalar >= 0xD800 && scalar < 0xDC00 {
+                        // A high surrogate must be followed by \u and a low surrogate.
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                            throw error("a \\u escape of a high surrogate (\\u\(String(scalar, radix: 16, uppercase: true))) not followed by a low surrogate", at: escape)
+                        }
+                        index += 2
+                        let low = try hex4(escapeAt: index - 2)
+                        guard low >= 0xDC00 && low < 0xE000 else {
+                            throw error("a \\u escape of a high surrogate (\\u\(String(scalar, radix: 16, uppercase: true))) followed by \\u\(String(low, radix: 16, uppercase: true)), which is not a low surrogate", at: escape)
+                        }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if scalar >= 0xDC00 && scalar < 0xE000 {
+                        throw error("a \\u escape of a lone low surrogate (\\u\(String(scalar, radix: 16, uppercase: true)))", at: escape)
+                    }
+                    guard let unicode = Unicode.Scalar(scalar) else {
+                        throw error("a \\u escape that is not a Unicode scalar", at: escape)
+                    }
+                    scratch.append(contentsOf: String(Character(unicode)).utf8)
+                    continue
+                default:
+                    throw error("an unknown escape '\\\(describeEscape(bytes[index]))' in a string (known: \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)", at: escape)
+                }
+                index += 1
+            default:
+                if byte < 0x20 { throw error("a control character (byte 0x\(String(byte, radix: 16, uppercase: true))) in a string: write it as an escape such as \\n", at: index) }
+                scratch.append(byte)
+                index += 1
+            }
+        }
+    }
+
+    private func describeEscape(_ byte: UInt8) -> String {
+        byte >= 0x20 && byte < 0x7F ? String(Character(Unicode.Scalar(byte))) : "0x\(String(byte, radix: 16, uppercase: true))"
+    }
+
+    /// Four hex digits at `index` (after `\u`).
+    private mutating func hex4(escapeAt escape: Int) throws(JSONParseError) -> UInt32 {
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            guard index < bytes.count else { throw endOfInput() }
+            let byte = bytes[index]
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: throw error("a \\u escape needs four hexadecimal digits", at: escape)
+            }
+            value = value << 4 | UInt32(digit)
+            index += 1
+        }
+        return value
+    }
+
+    private func decodeUTF8(_ range: Range<Int>) throws(JSONParseError) -> String {
+        let slice = UnsafeBufferPointer(rebasing: bytes[range])
+        // ASCII is always valid; otherwise validate.
+        var ascii = true
+        for byte in slice where byte >= 0x80 {
+            ascii = false
+            break
+        }
+        if ascii { return String(decoding: slice, as: UTF8.self) }
+        guard let text = String(validating: slice, as: UTF8.self) else {
+            throw error("a string that is not valid UTF-8", at: range.lowerBound - 1)
+        }
+        return text
+    }
+
+    // MARK: Numbers
+
+    mutating func number() throws(JSONParseError) -> JSONValue {
+        let start = index
+        var integral = true
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { throw endOfInput() }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+            if index < bytes.count, isDigit(bytes[index]) {
+                throw error("a number with a leading zero", at: start)
+            }
+        } else if isDigit(bytes[index]) {
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        } else {
+            throw error("a '-' not followed by a digit", at: start)
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            integral = false
+            index += 1
+            guard index < bytes.count else { throw endOfInput() }
+            guard isDigit(bytes[index]) else { throw error("a '.' not followed by a digit in a number", at: index) }
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            integral = false
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard index < bytes.count else { throw endOfInput() }
+            guard isDigit(bytes[index]) else { throw error("an exponent without digits in a number", at: index) }
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        }
+        let text = UnsafeBufferPointer(rebasing: bytes[start..<index])
+        if integral, let value = Reader.int64(text) { return .int(value) }
+        let string = String(decoding: text, as: UTF8.self)
+        guard let value = Double(string), value.isFinite else {
+            throw error("the number \(string) is out of range", at: start)
+        }
+        return .double(value)
+    }
+
+    private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+
+    /// An integer's digits (with an optional '-') as an Int64, or nil when it does not fit.
+    static func int64(_ text: UnsafeBufferPointer<UInt8>) -> Int64? {
+        var i = 0
+        let negative = text[0] == UInt8(ascii: "-")
+        if negative { i = 1 }
+        var value: Int64 = 0
+        while i < text.count {
+            let digit = Int64(text[i] &- UInt8(ascii: "0"))
+            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
+            // Accumulate negatively so that Int64.min fits.
+            let (next, overflow2) = times10.subtractingReportingOverflow(digit)
+            if overflow1 || overflow2 { return nil }
+            value = next
+            i += 1
+        }
+        if negative { return value }
+        return value == Int64.min ? nil : -value
+    }
+}

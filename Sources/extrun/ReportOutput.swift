@@ -1,0 +1,32 @@
+import ArgumentParser
+import ExtrunHost
+import ExtrunProtocol
+
+/// What `handle`, its fast path and `continue` share: a report printed as JSON or
+/// text, whose exit status is the process's; and the checks of --memory-limit and --timeout.
+enum ReportOutput {
+    /// Makes the report (an input error becomes the report's error), prints it, and returns its exit status.
+    static func print(format: OutputFormat, _ make: () throws(HostError) -> HandleReport) -> Int32 {
+        var report: HandleReport
+        do {
+            report = try make()
+        } catch {
+            report = HandleReport(intent: nil)
+            report.error = error
+        }
+        switch format {
+        case .json: Output.printJSON(report.json)
+        case .text: Output.printLine(report.text)
+        }
+        return report.exitCode
+    }
+
+    static func validate(memoryLimit: String?, timeout: String?) throws {
+        if let memoryLimit, ByteCount.parse(memoryLimit) == nil {
+            throw ValidationError("--memory-limit '\(memoryLimit)' is not a size; write it like 64MiB, 1GiB or 500000000")
+        }
+        if let timeout, DurationText.parseMilliseconds(timeout) == nil {
+            throw ValidationError("--timeout '\(timeout)' is not a duration; write it like 5s, 2500ms or 1m")
+        }
+    }
+}

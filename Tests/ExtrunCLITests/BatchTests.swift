@@ -1,0 +1,67 @@
+import ExtrunProtocol
+import Foundation
+import Testing
+
+/// `extrun batch`: several intents in one call, with warm plugin reuse.
+@Suite("extrun batch")
+struct BatchTests {
+    let cli: CLI
+    let dir: TempDirectory
+
+    init() throws {
+        cli = try CLI()
+        dir = try TempDirectory("batch")
+    }
+
+    func intent(_ name: String, _ json: String) throws -> String {
+        try dir.write(name, json).path
+    }
+
+    func lines(_ result: CLIResult) throws -> [JSONValue] {
+        try result.stdout.split(separator: "\n").map { line in try JSONParser.parse(Array(line.utf8)) }
+    }
+
+    @Test("one JSON line per intent, in order; one plugin process for all; the first failure's exit status")
+    func jsonLines() throws {
+        let a = try intent("a.json", #"{"id": "first", "intent": "MakeUppercase", "parameters": {"text": "one"}}"#)
+        let b = try intent("b.json", #"{"id": "second", "intent": "MakeUppercase", "parameters": {"text": "two"}}"#)
+        let bad = try intent("bad.json", #"{"intent": "MakeUppercase", "parameters": {"text": 5}}"#)
+        let result = try cli.run(["batch", "--verbose", a, b, bad, "Examples/intents/make-uppercase.json", "/nonexistent/intent.json"])
+        #expect(result.status == 4, "\(result)")  // invalidIntent, the first failure
+        let reports = try lines(result)
+        #expect(reports.count == 5, "\(result)")
+        guard reports.count == 5 else { return }
+        #expect(reports[0]["id"] == "first" && reports[0]["response"]?["properties"]?["result"] == "ONE")
+        #expect(reports[1]["id"] == "second" && reports[1]["response"]?["properties"]?["result"] == "TWO")
+        #expect(reports[2]["error"]?["kind"] == "invalidIntent")
+        #expect(reports[3]["response"]?["properties"]?["result"] == "HELLO WORLD")
+        #expect(reports[4]["error"]?["kind"] == "invalidIntent")
+        // A warm session's handshake takes no launch.
+        #expect(result.stderr.contains("batch: 5 intents, 1 plugin processes started, 2 reused"), "\(result.stderr)")
+        #expect(result.stderr.contains("session 3 in extension mode"), "\(result.stderr)")
+    }
+
+    @Test("--stop-on-failure stops after the first intent that does not succeed")
+    func stopOnFailure() throws {
+        let bad = try intent("bad.json", #"{"intent": "NoSuchIntent", "parameters": {}}"#)
+        let result = try cli.run(["batch", "--stop-on-failure", "Examples/intents/make-uppercase.json", bad, "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 5, "\(result)")  // noHandler
+        #expect(try lines(result).count == 2)
+    }
+
+    @Test("--format text: the summaries, separated by a blank line; all success is exit 0")
+    func text() throws {
+        let result = try cli.run(["batch", "--format", "text", "Examples/intents/make-uppercase.json", "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.stdout.components(separatedBy: "MakeUppercase by com.example.uppercase (extension): success").count == 3, "\(result)")
+        #expect(result.stdout.contains("\n\nMakeUppercase"))
+    }
+
+    @Test("a bad command line: no file, or standard input twice; exit 64")
+    func badCommandLine() throws {
+        #expect(try cli.run(["batch"]).status == 64)
+        let twice = try cli.run(["batch", "-", "-"])
+        #expect(twice.status == 64)
+        #expect(twice.stderr.contains("standard input (-) can be read once only"), "\(twice)")
+    }
+}
