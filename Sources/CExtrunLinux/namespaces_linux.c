@@ -31,16 +31,12 @@ static int write_text_file(const char *path, const char *text) {
 
 /// "<id> <id> 1\n": maps one id to itself.
 static void identity_map(char *buffer, size_t size, long id) {
-    char number[24];
-    extrun_format_int(number, sizeof number, id);
     size_t at = 0;
-    for (int copy = 0; copy < 2; copy++) {
-        for (size_t i = 0; number[i] != '\0' && at < size - 4; i++) buffer[at++] = number[i];
-        buffer[at++] = ' ';
-    }
-    buffer[at++] = '1';
-    buffer[at++] = '\n';
-    buffer[at] = '\0';
+    buffer[0] = '\0';
+    extrun_append_int(buffer, size, &at, id);
+    extrun_append_text(buffer, size, &at, " ");
+    extrun_append_int(buffer, size, &at, id);
+    extrun_append_text(buffer, size, &at, " 1\n");
 }
 
 /// A user namespace in which the host's user is itself (no root inside), so
@@ -89,13 +85,9 @@ int extrun_enter_namespaces(int wanted) {
 
 /// The bind-mount source for descriptor `fd`: "/proc/self/fd/N".
 static void fd_path(char *buffer, size_t size, int fd) {
-    const char *prefix = "/proc/self/fd/";
     size_t at = 0;
-    for (size_t i = 0; prefix[i] != '\0' && at < size - 1; i++) buffer[at++] = prefix[i];
-    char number[24];
-    extrun_format_int(number, sizeof number, fd);
-    for (size_t i = 0; number[i] != '\0' && at < size - 1; i++) buffer[at++] = number[i];
-    buffer[at] = '\0';
+    extrun_append_text(buffer, size, &at, "/proc/self/fd/");
+    extrun_append_int(buffer, size, &at, fd);
 }
 
 /// Whether `path` is strictly inside `folder`.

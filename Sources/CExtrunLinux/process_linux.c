@@ -31,3 +31,15 @@ void extrun_format_int(char *buffer, size_t size, long value) {
     while (n > 0 && i < size - 1) buffer[i++] = digits[--n];
     buffer[i] = '\0';
 }
+
+void extrun_append_text(char *buffer, size_t size, size_t *at, const char *text) {
+    if (size == 0) return;
+    for (size_t i = 0; text[i] != '\0' && *at < size - 1; i++) buffer[(*at)++] = text[i];
+    buffer[*at] = '\0';
+}
+
+void extrun_append_int(char *buffer, size_t size, size_t *at, long value) {
+    char number[24];
+    extrun_format_int(number, sizeof number, value);
+    extrun_append_text(buffer, size, at, number);
+}

@@ -287,21 +287,22 @@ static int open_in_host_proc(const char *path) {
     return open(absolute, O_RDONLY | O_CLOEXEC);
 }
 
+/// "PID/task/PID/children", relative to the host's /proc: the children of process `pid`.
+static void children_path(char *path, size_t size, pid_t pid) {
+    size_t at = 0;
+    path[0] = '\0';
+    extrun_append_int(path, size, &at, pid);
+    extrun_append_text(path, size, &at, "/task/");
+    extrun_append_int(path, size, &at, pid);
+    extrun_append_text(path, size, &at, "/children");
+}
+
 /// Kills every child of this process (orphans reparented to it as a subreaper
 /// included) and reaps them, until none is left.
 static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     if (plugin_group > 0) kill(-plugin_group, SIGKILL);
-    char path[64] = "";
-    char number[24];
-    extrun_format_int(number, sizeof number, self);
-    size_t at = strlen(path);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *middle = "/task/";
-    for (size_t i = 0; middle[i] != '\0'; i++) path[at++] = middle[i];
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *tail = "/children";
-    for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
-    path[at] = '\0';
+    char path[64];
+    children_path(path, sizeof path, self);
 
     for (int round = 0; round < 10000; round++) {
         // Kill the children we have now; the dead ones' children become ours next round.
@@ -397,17 +398,8 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
 
 /// The plugin's pid in the supervisor's namespace: the one child of `init`.
 static pid_t only_child_of(pid_t init) {
-    char path[80] = "";
-    char number[24];
-    extrun_format_int(number, sizeof number, init);
-    size_t at = strlen(path);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *middle = "/task/";
-    for (size_t i = 0; middle[i] != '\0'; i++) path[at++] = middle[i];
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *tail = "/children";
-    for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
-    path[at] = '\0';
+    char path[64];
+    children_path(path, sizeof path, init);
     int fd = open_in_host_proc(path);
     if (fd < 0) return -1;
     char buffer[64];

@@ -12,6 +12,12 @@
 /// `value` in decimal into `buffer` (NUL-terminated).
 void extrun_format_int(char *buffer, size_t size, long value);
 
+/// Appends `text` at `buffer[*at]`, within `size` (NUL-terminated; what does not fit is cut).
+void extrun_append_text(char *buffer, size_t size, size_t *at, const char *text);
+
+/// Appends `value` in decimal, as `extrun_append_text`.
+void extrun_append_int(char *buffer, size_t size, size_t *at, long value);
+
 // namespaces_linux.c
 
 /// Creates the namespaces asked for (EXTRUN_NS_*) that the kernel allows; returns

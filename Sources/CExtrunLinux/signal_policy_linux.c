@@ -18,14 +18,11 @@
 
 /// The parent of process (or thread) `pid`, from /proc/PID/stat; -1 if it is gone.
 static pid_t parent_of(pid_t pid) {
-    char path[48] = "/proc/";
-    char number[24];
-    extrun_format_int(number, sizeof number, pid);
-    size_t at = strlen(path);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *tail = "/stat";
-    for (size_t i = 0; tail[i] != '\0'; i++) path[at++] = tail[i];
-    path[at] = '\0';
+    char path[48];
+    size_t at = 0;
+    extrun_append_text(path, sizeof path, &at, "/proc/");
+    extrun_append_int(path, sizeof path, &at, pid);
+    extrun_append_text(path, sizeof path, &at, "/stat");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     char buffer[1024];
@@ -47,16 +44,12 @@ static pid_t parent_of(pid_t pid) {
 /// The pid a pidfd of process `owner` refers to, from /proc/OWNER/fdinfo/FD; -1 if none.
 static pid_t pid_of_pidfd(pid_t owner, int fd_number) {
     if (fd_number < 0) return -1;
-    char path[80] = "/proc/";
-    char number[24];
-    extrun_format_int(number, sizeof number, owner);
-    size_t at = strlen(path);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    const char *middle = "/fdinfo/";
-    for (size_t i = 0; middle[i] != '\0'; i++) path[at++] = middle[i];
-    extrun_format_int(number, sizeof number, fd_number);
-    for (size_t i = 0; number[i] != '\0'; i++) path[at++] = number[i];
-    path[at] = '\0';
+    char path[80];
+    size_t at = 0;
+    extrun_append_text(path, sizeof path, &at, "/proc/");
+    extrun_append_int(path, sizeof path, &at, owner);
+    extrun_append_text(path, sizeof path, &at, "/fdinfo/");
+    extrun_append_int(path, sizeof path, &at, fd_number);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     char buffer[2048];
