@@ -294,8 +294,12 @@ struct PluginRun {
         ]
         let inherited = ProcessInfo.processInfo.environment
         for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
+        // The file itself, links resolved: a staged plugin's executable links into the build's
+        // products (through further links, such as .build/debug); in the plugin's mount
+        // namespace only that file is bound back where it is covered, not the links to it.
+        let executable = SandboxSettings.resolved(plugin.executableURL.path).map { URL(fileURLWithPath: $0) } ?? plugin.executableURL
         let (program, arguments) = try Shebang.resolve(
-            executable: plugin.executableURL, arguments: plugin.manifest.arguments, searchPath: environment["PATH"] ?? "")
+            executable: executable, arguments: plugin.manifest.arguments, searchPath: environment["PATH"] ?? "")
         return LaunchSpec(executable: program, arguments: arguments, environment: environment, workingDirectory: scratch)
     }
 

@@ -296,6 +296,23 @@ struct PrivilegeSandboxTests {
         #expect(report.response?.code == "success", "\(String(describing: report.error)) \(log)")
     }
 
+    @Test func anExecutableLinkedThroughALinkedFolderIsReachable() throws {
+        // As SwiftPM lays out products: .build/debug is itself a link (to .build/<triple>/debug),
+        // and a clean clone under /tmp puts all of it in a folder the plugin does not see.
+        let setup = try Setup()
+        defer { setup.plugin.remove() }
+        let folder = setup.plugin.pluginPath.appendingPathComponent(setup.plugin.marker)
+        let real = setup.plugin.root.appendingPathComponent("build/x86_64/debug")
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true)
+        let linkedFolder = setup.plugin.root.appendingPathComponent("build/debug")
+        try FileManager.default.createSymbolicLink(at: linkedFolder, withDestinationURL: real)
+        let script = folder.appendingPathComponent("hostile.py")
+        try FileManager.default.moveItem(at: script, to: real.appendingPathComponent("hostile.py"))
+        try FileManager.default.createSymbolicLink(at: script, withDestinationURL: linkedFolder.appendingPathComponent("hostile.py"))
+        let (report, log) = setup.run("WhoAmI")
+        #expect(report.response?.code == "success", "\(String(describing: report.error)) \(log)")
+    }
+
     @Test func aFolderThePluginsUserCannotEnterIsCoveredOrElseRefusedNamingIt() throws {
         // Like /root above root's $EXTRUN_HOME/plugins: a folder above the plugin's own, mode 700.
         let setup = try Setup()
