@@ -13,6 +13,9 @@ extension Host {
         report.id = invocation.id ?? Self.newIdentifier()
         guard let (prepared, parameters) = prepare(invocation, options: options, report: &report) else { return report }
         var run = prepared
+        // The donation log is opened on another thread while the plugin runs: a process
+        // start of its own (opening SQLite, reading the key) the caller need not wait for.
+        let log = options.donate ? DonationLog.open(home: paths.home, owner: run.plugin.manifest.owner) : nil
         run.execute(.handle(parameters: parameters), into: &report)
         let next = nextStep(after: run, parameters: parameters, report: &report, options: options)
         report.recordStep()
@@ -20,7 +23,7 @@ extension Host {
             if app.resolved != nil { run = app }
         }
         if report.error == nil, report.response != nil, report.responseIsSuccess {
-            report.donation = donate(run: run, report: report, invocation: invocation, options: options)
+            report.donation = donate(run: run, report: report, invocation: invocation, options: options, log: log)
         }
         return report
     }
@@ -171,7 +174,9 @@ extension Host {
 
     /// Donates the interaction of a successful run to its owner's donation log. A store
     /// that cannot take it does not fail the run: the outcome says why.
-    func donate(run: PluginRun, report: HandleReport, invocation: IntentInvocation, options: HandleOptions) -> DonationOutcome {
+    func donate(run: PluginRun, report: HandleReport, invocation: IntentInvocation, options: HandleOptions, log: DonationLog?)
+        -> DonationOutcome
+    {
         guard options.donate else { return DonationOutcome(donated: false, reason: "--no-donate") }
         let manifest = run.plugin.manifest
         let donation = Donation(
@@ -179,7 +184,8 @@ extension Host {
             groupIdentifier: invocation.groupIdentifier, source: "handle",
             parameters: (run.resolved ?? [:]).mapValues(Self.withoutFileData), response: report.response)
         do {
-            try Store(home: paths.home).donations(of: manifest.owner).donate(donation, durable: false)
+            let donations = try log?.wait() ?? Store(home: paths.home).donations(of: manifest.owner)
+            try donations.donate(donation, durable: false)
             options.log?("[extrun] donated the interaction \(donation.identifier) to \(manifest.owner)'s donation log")
             return DonationOutcome(donated: true)
         } catch let error as StoreError {
@@ -209,5 +215,31 @@ extension Host.NextStep {
         switch self {
         case .continueInApp(_, _, let reason), .retry(_, let reason): reason
         }
+    }
+}
+
+/// An owner's donation log being opened on another thread.
+final class DonationLog: @unchecked Sendable {
+    // Written once by the opening thread before `done` is signalled, read after `wait`.
+    private var result: Result<Donations, any Error> = .failure(CancellationError())
+    private let done = DispatchSemaphore(value: 0)
+
+    static func open(home: URL, owner: String) -> DonationLog {
+        let log = DonationLog()
+        Thread.detachNewThread {
+            log.result = Result {
+                let donations = try Store(home: home).donations(of: owner)
+                try donations.prepare()
+                return donations
+            }
+            log.done.signal()
+        }
+        return log
+    }
+
+    /// The opened log, or the store's error.
+    func wait() throws -> Donations {
+        done.wait()
+        return try result.get()
     }
 }

@@ -116,6 +116,13 @@ public struct Donations: Sendable {
         }
     }
 
+    /// Loads and checks the owner's key now, if the owner has one, so that a donation
+    /// made later costs only the sealing and the write (`extrun handle` does this on
+    /// another thread while the plugin runs). Creates nothing.
+    public func prepare() throws {
+        _ = try store.readKey(owner)
+    }
+
     /// The owner's donations, oldest first, optionally only those of one intent.
     public func list(intent: String? = nil) throws -> [Donation] {
         guard let key = try store.readKey(owner) else { return [] }

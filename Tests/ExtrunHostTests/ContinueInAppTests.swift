@@ -346,6 +346,23 @@ struct ContinueInAppTests {
         #expect(try Store(home: f.home).donations(of: "TESTTEAM").list().map(\.identifier) == [id])
     }
 
+    @Test("a store that cannot take the donation does not fail the run; the outcome says why and the file is untouched")
+    func donationToADamagedStore() throws {
+        let f = try Fixture("damagedstore", script: "serve()")
+        try FileManager.default.createDirectory(at: f.home, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let storeFile = f.home.appendingPathComponent("store.sqlite")
+        let garbage = Data("this is not a database".utf8)
+        FileManager.default.createFile(atPath: storeFile.path, contents: garbage, attributes: [.posixPermissions: 0o600])
+        let report = f.run()
+        #expect(report.error == nil, "\(String(describing: report.error))")
+        #expect(report.exitCode == 0)
+        let outcome = try #require(report.donation)
+        #expect(outcome.donated == false)
+        #expect(outcome.error?["kind"] == "corruptStore", "\(String(describing: outcome))")
+        #expect(outcome.reason?.contains(storeFile.path) == true)
+        #expect(try Data(contentsOf: storeFile) == garbage)
+    }
+
     /// Donates a related intent through the host, then deletes the group it named when asked to.
     static let donor = #"""
         def call(method, params):
