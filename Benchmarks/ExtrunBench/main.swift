@@ -124,18 +124,8 @@ encoder.outputFormatting = [.sortedKeys]
     let seconds = option("seconds", 0.0)
     let sandbox = options["variants"] ?? "sandboxed"
 
-    var template = Array("/tmp/extrun-bench-home-XXXXXX".utf8CString)
-    guard let made = mkdtemp(&template) else { fail("mkdtemp failed") }
-    let home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    let (host, home, invocation) = benchHost(pluginDirectory: pluginDirectory, intentPath: intentPath)
     defer { try? FileManager.default.removeItem(at: home) }
-    let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
-
-    let invocation: IntentInvocation
-    do {
-        invocation = try IntentFileParser.read(path: intentPath)
-    } catch {
-        fail("cannot read \(intentPath): \(error.message)")
-    }
     let known = policyVariants()
     var variants: [(name: String, options: HandleOptions)] = []
     for name in sandbox.split(separator: ",").map(String.init) {
@@ -226,17 +216,8 @@ func policyVariants() -> [String: HandleOptions] {
     let warmup = option("warmup", 200)
     let seconds = option("seconds", 0.0)
     let names = (options["variants"] ?? "sandboxed").split(separator: ",").map(String.init)
-    var template = Array("/tmp/extrun-bench-home-XXXXXX".utf8CString)
-    guard let made = mkdtemp(&template) else { fail("mkdtemp failed") }
-    let home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    let (host, home, invocation) = benchHost(pluginDirectory: pluginDirectory, intentPath: intentPath)
     defer { try? FileManager.default.removeItem(at: home) }
-    let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
-    let invocation: IntentInvocation
-    do {
-        invocation = try IntentFileParser.read(path: intentPath)
-    } catch {
-        fail("cannot read \(intentPath): \(error.message)")
-    }
     let known = policyVariants()
     var variants: [(name: String, options: HandleOptions, pool: PluginPool)] = []
     for name in names {
@@ -555,4 +536,18 @@ case "store": store()
 case "exchange": exchange()
 case "json": json()
 default: fail("unknown command \(command) (dispatch, warm, store, exchange, handle or json)")
+}
+
+/// A host over a fresh temporary home (remove it afterwards) and the plugins in
+/// `pluginDirectory`, and the intent to send it.
+func benchHost(pluginDirectory: String, intentPath: String) -> (ExtrunHost.Host, URL, IntentInvocation) {
+    var template = Array("/tmp/extrun-bench-home-XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { fail("mkdtemp failed") }
+    let home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
+    do {
+        return (host, home, try IntentFileParser.read(path: intentPath))
+    } catch {
+        fail("cannot read \(intentPath): \(error.message)")
+    }
 }
