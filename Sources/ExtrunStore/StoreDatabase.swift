@@ -98,9 +98,13 @@ final class StoreDatabase: Sendable {
             throw storeError(error, path: temporary)
         }
         do {
+            // Synced and closed before the rename: once it is store.sqlite, closing a
+            // descriptor of it would drop the locks of a connection that opened it meanwhile.
             let fd = try FileOps.open(temporary, O_RDONLY)
-            defer { close(fd) }
-            try FileOps.fsync(fd)
+            do {
+                defer { close(fd) }
+                try FileOps.fsync(fd)
+            }
             do {
                 try SystemCalls.renameat2(AT_FDCWD, temporary, AT_FDCWD, path, flags: LinuxABI.RENAME_NOREPLACE)
                 renamed = true
@@ -123,11 +127,11 @@ final class StoreDatabase: Sendable {
         let advice = "extrun will not repair, reset or recreate it; restore it from a backup, or move it aside to start an empty store"
         let fd: Int32
         do {
-            fd = try FileOps.open(path, O_RDONLY)
+            // Never closed: closing it would drop this process's SQLite locks on the file.
+            fd = try StoreFileDescriptors.descriptor(for: path)
         } catch {
             throw StoreError(.ioError, "cannot open \(path): \(error.reason)", details: details)
         }
-        defer { close(fd) }
         let header: Data
         let size: Int64
         do {
