@@ -115,7 +115,15 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     }
 
     // Descriptors: move sources out of the way, install targets, close the rest.
+    // The parking range starts above every descriptor involved: dup3 refuses to
+    // copy a descriptor onto itself (EINVAL), and a host with many files open has
+    // sources at any number.
     int high = 100;
+    if (report_fd >= high) high = report_fd + 1;
+    if (notify_socket >= high) high = notify_socket + 1;
+    for (int i = 0; i < request->fd_count; i++) {
+        if (request->fds[i].source >= high) high = request->fds[i].source + 1;
+    }
     int keep_report = fcntl(report_fd, F_DUPFD_CLOEXEC, high + request->fd_count + 2);
     if (keep_report < 0) fail_child(report_fd, EXTRUN_STAGE_FDS);
     report_fd = keep_report;

@@ -15,13 +15,23 @@ import Glibc
 final class StoreDatabase: Sendable {
     let path: String
     let queue: DatabaseQueue
+    /// The descriptor the header was checked through (StoreFileDescriptors).
+    private let headerFD: Int32
 
     /// `PRAGMA application_id` of an extrun store: "EXTR".
     static let applicationID: UInt32 = 0x4558_5452
 
-    private init(path: String, queue: DatabaseQueue) {
+    private init(path: String, queue: DatabaseQueue, headerFD: Int32) {
         self.path = path
         self.queue = queue
+        self.headerFD = headerFD
+    }
+
+    deinit {
+        // The connection first: the shared descriptor may be closed next, which would
+        // drop the locks of a connection still open in this process.
+        try? queue.close()
+        StoreFileDescriptors.release(path, fd: headerFD)
     }
 
     // MARK: - Opening
@@ -43,14 +53,21 @@ final class StoreDatabase: Sendable {
             }
             try create(path: path, home: home)
         }
-        try checkHeader(path)
+        let fd: Int32
+        do {
+            fd = try StoreFileDescriptors.acquire(path)
+        } catch {
+            throw StoreError(.ioError, "cannot open \(path): \(error.reason)", details: ["file": .string(path)])
+        }
         let queue: DatabaseQueue
         do {
+            try checkHeader(path, fd: fd)
             queue = try DatabaseQueue(path: path, configuration: configuration())
         } catch {
+            StoreFileDescriptors.release(path, fd: fd)
             throw StoreDatabase.storeError(error, path: path)
         }
-        let database = StoreDatabase(path: path, queue: queue)
+        let database = StoreDatabase(path: path, queue: queue, headerFD: fd)
         try database.migrateIfNeeded()
         return database
     }
@@ -122,16 +139,9 @@ final class StoreDatabase: Sendable {
     /// Reads the 100-byte SQLite header and the file size: catches an empty,
     /// truncated or overwritten file, or a foreign SQLite file, before SQLite
     /// opens (and might write to) it.
-    static func checkHeader(_ path: String) throws {
+    static func checkHeader(_ path: String, fd: Int32) throws {
         let details: [String: JSONValue] = ["file": .string(path)]
         let advice = "extrun will not repair, reset or recreate it; restore it from a backup, or move it aside to start an empty store"
-        let fd: Int32
-        do {
-            // Never closed: closing it would drop this process's SQLite locks on the file.
-            fd = try StoreFileDescriptors.descriptor(for: path)
-        } catch {
-            throw StoreError(.ioError, "cannot open \(path): \(error.reason)", details: details)
-        }
         let header: Data
         let size: Int64
         do {

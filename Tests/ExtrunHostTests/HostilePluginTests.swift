@@ -46,6 +46,24 @@ struct HostilePluginTests {
 
     // MARK: The baseline
 
+    @Test("a host with many descriptors open still starts plugins, whatever numbers their pipes get")
+    func manyOpenDescriptors() throws {
+        let f = try Fixture("manyfds", script: "serve()")
+        var extra: [Int32] = []
+        defer { for fd in extra { close(fd) } }
+        // Each step opens one more descriptor, so that the plugin's pipes land on every
+        // number around the launcher's parking range (100...): none may collide.
+        while extra.count < 130 {
+            let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { break }
+            extra.append(fd)
+            guard fd >= 85 else { continue }
+            let report = f.run()
+            #expect(report.error == nil, "with descriptors up to \(fd) open: \(String(describing: report.error))")
+            #expect(report.response?.properties["echo"] == "hi")
+        }
+    }
+
     @Test("the Python test plugin works when it behaves")
     func wellBehaved() throws {
         let f = try Fixture("wellbehaved", script: "serve()")
