@@ -15,17 +15,31 @@ extension Host {
         var run = prepared
         // The donation log is opened on another thread while the plugin runs: a process
         // start of its own (opening SQLite, reading the key) the caller need not wait for.
-        let log = options.donate ? DonationLog.open(home: paths.home, owner: run.plugin.manifest.owner) : nil
+        let owner = run.plugin.manifest.owner
+        let log = options.donate ? DonationLog.open(home: paths.home, owner: owner) : nil
         run.execute(.handle(parameters: parameters), into: &report)
-        let next = nextStep(after: run, parameters: parameters, report: &report, options: options)
-        report.recordStep()
-        if let next, let app = carryOn(next, after: run, report: &report, options: options) {
-            if app.resolved != nil { run = app }
-        }
-        if report.error == nil, report.response != nil, report.responseIsSuccess {
-            report.donation = donate(run: run, report: report, invocation: invocation, options: options, log: log)
+        finishHandling(run, parameters: parameters, report: &report, invocation: invocation, options: options) {
+            try log?.wait() ?? Store(home: paths.home).donations(of: owner)
         }
         return report
+    }
+
+    /// After the first step (the extension's, usually): the app's step when the
+    /// extension called for it, then the donation of a successful run. `Host.handle`
+    /// and `PluginPool.handle` share it.
+    func finishHandling(
+        _ first: PluginRun, parameters: [String: JSONValue], report: inout HandleReport, invocation: IntentInvocation,
+        options: HandleOptions, donations: () throws -> Donations
+    ) {
+        var run = first
+        let next = nextStep(after: run, parameters: parameters, report: &report, options: options)
+        report.recordStep()
+        if let next, let app = carryOn(next, after: run, report: &report, options: options), app.resolved != nil {
+            run = app
+        }
+        if report.error == nil, report.response != nil, report.responseIsSuccess {
+            report.donation = donate(run: run, report: report, invocation: invocation, options: options, donations: donations)
+        }
     }
 
     /// Continues a user activity in in-app mode with the plugin that declares its type
@@ -174,9 +188,9 @@ extension Host {
 
     /// Donates the interaction of a successful run to its owner's donation log. A store
     /// that cannot take it does not fail the run: the outcome says why.
-    func donate(run: PluginRun, report: HandleReport, invocation: IntentInvocation, options: HandleOptions, log: DonationLog?)
-        -> DonationOutcome
-    {
+    func donate(
+        run: PluginRun, report: HandleReport, invocation: IntentInvocation, options: HandleOptions, donations: () throws -> Donations
+    ) -> DonationOutcome {
         guard options.donate else { return DonationOutcome(donated: false, reason: "--no-donate") }
         let manifest = run.plugin.manifest
         let donation = Donation(
@@ -184,8 +198,7 @@ extension Host {
             groupIdentifier: invocation.groupIdentifier, source: "handle",
             parameters: (run.resolved ?? [:]).mapValues(Self.withoutFileData), response: report.response)
         do {
-            let donations = try log?.wait() ?? Store(home: paths.home).donations(of: manifest.owner)
-            try donations.donate(donation, durable: false)
+            try donations().donate(donation, durable: false)
             options.log?("[extrun] donated the interaction \(donation.identifier) to \(manifest.owner)'s donation log")
             return DonationOutcome(donated: true)
         } catch let error as StoreError {

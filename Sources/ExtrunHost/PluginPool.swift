@@ -1,8 +1,11 @@
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 
 /// Handles many intents in one host process, keeping plugin processes warm
-/// between them (docs/protocol.md §15): a plugin that declares `"reusable": true`
+/// between them (docs/protocol.md §15). Each intent is handled as `Host.handle`
+/// does it (the app's step when an extension asks for it, the donation of a
+/// successful run); what differs is where: a plugin that declares `"reusable": true`
 /// in its handshake runs the next intent for the same plugin, mode, limits and
 /// policy in the same process, without a new launch. Every other plugin, and
 /// every intent after a failure, gets a fresh process, exactly as `Host.handle`.
@@ -53,7 +56,7 @@ public final class PluginPool {
     /// failure is in the report, as with `Host.handle`.
     public func handle(_ invocation: IntentInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
         var report = HandleReport(intent: invocation.intent)
-        report.id = invocation.id
+        report.id = invocation.id ?? Host.newIdentifier()
         var options = options
         if options.policy == nil {
             // The policy file is read once per pool, not once per intent.
@@ -99,7 +102,23 @@ public final class PluginPool {
             idle.append(warm)
             while idle.count > maxIdleProcesses { idle.removeFirst().close() }
         }
+        // As Host.handle: the app's step (a new process, not pooled) when the extension
+        // asks for it, then the donation, through one store connection for the pool.
+        let owner = run.plugin.manifest.owner
+        host.finishHandling(run, parameters: parameters, report: &report, invocation: invocation, options: options) {
+            try self.donationStore().donations(of: owner)
+        }
         return report
+    }
+
+    /// The store donations are written to, opened on the pool's first donation.
+    private var store: Store?
+
+    private func donationStore() throws -> Store {
+        if let store { return store }
+        let opened = try Store(home: host.paths.home)
+        store = opened
+        return opened
     }
 
     /// Ends every idle process (closes its channel, waits its exit grace).

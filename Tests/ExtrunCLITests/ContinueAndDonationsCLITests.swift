@@ -61,6 +61,24 @@ struct ContinueAndDonationsCLITests {
         #expect(try stopped.json()["error"]?["kind"] == "memoryLimitExceeded")
     }
 
+    @Test("batch handles each intent as handle does: People's hand-over to the app, and a donation per success")
+    func batchEscalatesAndDonates() throws {
+        let result = try cli.run(["batch", "Examples/intents/view-person.json", "Examples/intents/make-uppercase.json", "Examples/intents/view-person.json"])
+        #expect(result.status == 0, "\(result)")
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        try #require(lines.count == 3)
+        for line in [lines[0], lines[2]] {
+            let json = try JSONDecoder().decode(JSONValue.self, from: Data(line.utf8))
+            #expect(json["mode"] == "in-app")
+            #expect(json["steps"]?.arrayValue?.compactMap { $0["mode"]?.stringValue } == ["extension", "in-app"])
+            #expect(json["response"]?["properties"]?["details"]?.stringValue?.hasSuffix("Note: Ask about the launch.") == true)
+            #expect(json["donation"] == ["donated": true])
+        }
+        let listed = try cli.run(["donations", "list", "--format", "json"])
+        let all = try JSONDecoder().decode(JSONValue.self, from: Data(listed.stdout.utf8)).arrayValue ?? []
+        #expect(all.compactMap { $0["intent"]?.stringValue } == ["ViewPerson", "MakeUppercase", "ViewPerson"])
+    }
+
     @Test("continue: the example activity goes to People in in-app mode; an undeclared type is noHandler (exit 5)")
     func continueActivity() throws {
         let result = try cli.run(["continue", "Examples/activities/view-person.json"])

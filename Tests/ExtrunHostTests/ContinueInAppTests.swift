@@ -352,7 +352,7 @@ struct ContinueInAppTests {
         try FileManager.default.createDirectory(at: f.home, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let storeFile = f.home.appendingPathComponent("store.sqlite")
         let garbage = Data("this is not a database".utf8)
-        FileManager.default.createFile(atPath: storeFile.path, contents: garbage, attributes: [.posixPermissions: 0o600])
+        #expect(FileManager.default.createFile(atPath: storeFile.path, contents: garbage, attributes: [.posixPermissions: 0o600]))
         let report = f.run()
         #expect(report.error == nil, "\(String(describing: report.error))")
         #expect(report.exitCode == 0)
