@@ -97,7 +97,7 @@ static int is_inside(const char *path, const char *folder) {
 }
 
 int extrun_hide_directories(const char *const *hide, int hide_count, const char *const *reveal, const char *const *targets,
-                            int reveal_count) {
+                            const int *writable, int reveal_count) {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -1;
     if (hide_count <= 0) return 0;
     enum { MAX_REVEAL = 8 };
@@ -156,6 +156,11 @@ int extrun_hide_directories(const char *const *hide, int hide_count, const char 
         char source[64];
         fd_path(source, sizeof source, fds[i]);
         if (mount(source, target, NULL, MS_BIND | MS_REC, NULL) != 0) goto done;
+        if (writable == NULL || !writable[i]) {
+            // Read-only (a plugin installed in the home): a plugin that is the host's user
+            // must not rewrite its own manifest (its owner, its limits) or executable.
+            if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0) goto done;
+        }
     }
     for (int h = 0; h < hide_count; h++) {
         if (mount(NULL, hide[h], NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) goto done;

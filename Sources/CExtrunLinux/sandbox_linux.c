@@ -439,7 +439,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         // The folders made on the tmpfs must be searchable by the plugin's user, whatever the host's umask.
         mode_t mask = umask(022);
         int hidden = extrun_hide_directories(
-            request->hide_paths, request->hide_count, request->reveal_sources, request->reveal_targets, request->reveal_count);
+            request->hide_paths, request->hide_count, request->reveal_sources, request->reveal_targets, request->reveal_writable,
+            request->reveal_count);
         int saved = errno;
         umask(mask);
         if (hidden != 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, saved);

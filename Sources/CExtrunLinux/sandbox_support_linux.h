@@ -28,7 +28,7 @@ int extrun_enter_namespaces(int wanted);
 /// `hide` is covered by an empty, read-only tmpfs, with each of `reveal` bound
 /// at `targets[i]` (a path inside one of them). 0, or -1 and errno.
 int extrun_hide_directories(const char *const *hide, int hide_count, const char *const *reveal, const char *const *targets,
-                            int reveal_count);
+                            const int *writable, int reveal_count);
 
 // signal_policy_linux.c
 

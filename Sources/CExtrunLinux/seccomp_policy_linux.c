@@ -2,6 +2,8 @@
 #include "CExtrunSandbox.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdlib.h>
@@ -88,9 +90,18 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     // plugin knows (the host's address space is randomized), so any later execve is denied.
     if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(execve), 1, SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)(uintptr_t)exec_path));
     // Signals: the supervisor checks the target (and answers EPERM or lets the call go on).
+    // pidfd_send_signal is refused instead (ENOSYS: C libraries fall back to kill): its
+    // target is a descriptor, which another thread can swap between the check and the call.
     for (size_t i = 0; rc == 0 && notify && check_signals && i < sizeof signal_syscalls / sizeof signal_syscalls[0]; i++) {
-        rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, signal_syscalls[i], 0);
+        int nr = signal_syscalls[i];
+        rc = seccomp_rule_add(ctx, nr == signal_syscalls[5] ? SCMP_ACT_ERRNO(ENOSYS) : SCMP_ACT_NOTIFY, nr, 0);
     }
+    // Signals without a signal call: a descriptor's owner gets SIGIO (or the signal F_SETSIG
+    // names) when it becomes ready, checked by uid only. Setting an owner is refused (EPERM).
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1, SCMP_A1(SCMP_CMP_EQ, F_SETOWN));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1, SCMP_A1(SCMP_CMP_EQ, F_SETOWN_EX));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, FIOSETOWN));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, SIOCSPGRP));
     if (rc != 0) {
         seccomp_release(ctx);
         return rc;

@@ -19,7 +19,8 @@ extension Host {
         let log = options.donate ? DonationLog.open(home: paths.home, owner: owner) : nil
         run.execute(.handle(parameters: parameters), into: &report)
         finishHandling(run, parameters: parameters, report: &report, invocation: invocation, options: options) {
-            try log?.wait() ?? Store(home: paths.home).donations(of: owner)
+            guard let log else { throw StoreError(.databaseError, "the donation log was not opened (donations are off)") }
+            return try log.wait()
         }
         return report
     }
@@ -55,11 +56,13 @@ extension Host {
             } else {
                 policy = try SandboxPolicy.load(home: paths.home).0
             }
+            try HomeProtection.check(home: paths.home)
             let catalog = catalog()
             let plugin = try catalog.continuer(of: invocation.activity.activityType)
             report.plugin = plugin.manifest.id
             var definition: IntentDefinition
             var activityOnly = false
+            var interactionToSend = invocation.interaction
             if let interaction = invocation.interaction {
                 guard let declared = plugin.manifest.intent(named: interaction.intent) else {
                     throw HostError(
@@ -68,6 +71,11 @@ extension Host {
                         details: ["file": .string(invocation.source), "field": "interaction.intent"])
                 }
                 definition = declared
+                // Checked against the manifest as an intent file's are (types, files, unknown names).
+                var checked = interaction
+                checked.parameters = try IntentFileParser.wireParameters(
+                    for: IntentInvocation(intent: interaction.intent, parameters: interaction.parameters, source: invocation.source), definition: declared)
+                interactionToSend = checked
             } else {
                 // No intent comes with it: any code the plugin declares for any intent may answer.
                 definition = IntentDefinition(name: invocation.activity.activityType, responses: plugin.manifest.intents.flatMap(\.responses))
@@ -86,7 +94,7 @@ extension Host {
             report.limits = limits
             var run = pluginRun(plugin, definition: definition, limits: limits, policy: policy, options: options)
             run.activityOnly = activityOnly
-            run.execute(.continueActivity(invocation.activity, interaction: invocation.interaction), into: &report)
+            run.execute(.continueActivity(invocation.activity, interaction: interactionToSend), into: &report)
             report.recordStep(activity: invocation.activity)
         } catch {
             report.error = error as? HostError ?? HostError(.internalError, "\(error)")

@@ -190,6 +190,10 @@ final class PluginProcess {
         // that filter is the only one when none is asked for, the fallback otherwise.
         var checkingFilter: UnsafeMutableRawPointer?
         var checkingFilterLength: Int32 = 0
+        defer {
+            free(filter)
+            free(checkingFilter)
+        }
         if sandbox.seccomp {
             let notify: Int32 = sandbox.seccompNotify ? 1 : 0
             let wantsPidNamespace = sandbox.namespaces & Int32(EXTRUN_NS_PID) != 0
@@ -202,16 +206,13 @@ final class PluginProcess {
                 throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(min(filterLength, checkingFilterLength)))")
             }
         }
-        defer {
-            free(filter)
-            free(checkingFilter)
-        }
         if !sandbox.identity.dropsPrivileges {
             // The plugin shares the host's uid: the host must not be readable through
             // /proc/<host>/mem or /environ should the plugin see the host's pid.
             extrun_set_dumpable(0)
         }
 
+        let writable: [Int32] = sandbox.reveals.map { $0.writable ? 1 : 0 }
         withCStrings(argv) { argvPointer in
             withCStrings(envp) { envpPointer in
               withCStrings(sandbox.reveals.map(\.source)) { revealPointer in
@@ -219,6 +220,7 @@ final class PluginProcess {
                withCStrings(sandbox.hidePaths) { hidePointer in
                 withOptionalCString(spec.workingDirectory?.path) { cwd in
                     mappings.withUnsafeBufferPointer { fds in
+                      writable.withUnsafeBufferPointer { writablePointer in
                         var request = extrun_sandbox_request()
                         request.path = UnsafePointer(path)
                         request.argv = argvPointer
@@ -240,10 +242,12 @@ final class PluginProcess {
                         request.hide_count = Int32(sandbox.hidePaths.count)
                         request.reveal_sources = UnsafeRawPointer(revealPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
                         request.reveal_targets = UnsafeRawPointer(targetPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.reveal_writable = writablePointer.baseAddress
                         request.reveal_count = Int32(sandbox.reveals.count)
                         request.filter_no_pid_ns = UnsafeRawPointer(checkingFilter)
                         request.filter_no_pid_ns_length = UInt16(max(checkingFilterLength, 0))
                         extrun_sandbox_spawn(&request, &result)
+                      }
                     }
                 }
                }

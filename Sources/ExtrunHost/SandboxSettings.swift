@@ -30,7 +30,8 @@ struct SandboxSettings {
     var hidePaths: [String] = []
     /// (the folder, where the plugin finds it): the resolved folder is bound at
     /// the path the host gives the plugin (only the last component may be a link).
-    var reveals: [(source: String, target: String)] = []
+    /// Folders (and an executable) bound back under the covers; only the scratch directory is writable.
+    var reveals: [(source: String, target: String, writable: Bool)] = []
     var revealPaths: [String] { reveals.map(\.target) }
     /// `$EXTRUN_HOME`, resolved, when it is hidden.
     var hiddenHome: String?
@@ -76,14 +77,20 @@ struct SandboxSettings {
                 guard let source = SandboxSettings.resolved(folder.path), let target = SandboxSettings.logical(folder.path) else { continue }
                 // At the path the plugin is told (a link to it, say in $EXTRUN_HOME/plugins),
                 // and at its own path, wherever either is covered.
-                for place in Set([target, source]).sorted() where isHidden(place) { reveals.append((source, place)) }
+                // A plugin installed in the home ($EXTRUN_HOME/plugins) is bound back read-only:
+                // a plugin that is the host's user must not rewrite its manifest (its owner)
+                // or its executable for the next run. Elsewhere its folder keeps its permissions.
+                for place in Set([target, source]).sorted() where isHidden(place) {
+                    let inHome = hiddenHome.map { place == $0 || place.hasPrefix($0 + "/") } ?? false
+                    reveals.append((source, place, folder == scratch || !inHome))
+                }
             }
             // An executable that is a link out of the plugin's folder (staged plugins link to
             // the build's products): the file it leads to, where it is covered and not already bound.
             if let executable, let file = SandboxSettings.resolved(executable.path), isHidden(file),
                 !reveals.contains(where: { file.hasPrefix($0.target + "/") })
             {
-                reveals.append((file, file))
+                reveals.append((file, file, false))
             }
         }
         pidMax = policy.pidNamespaceMaxPids

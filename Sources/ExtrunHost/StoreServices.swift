@@ -105,14 +105,19 @@ final class StoreServices {
         case ServiceMethod.donationsDelete:
             let p = try decode(DonationDeleteParams.self, params, method)
             let donations = try openStore().donations(of: owner)
-            let deleted: Int
-            switch (p.identifier, p.groupIdentifier, p.all ?? false) {
-            case (let identifier?, nil, false): deleted = try donations.delete(identifier: identifier) ? 1 : 0
-            case (nil, let group?, false): deleted = try donations.delete(group: group)
-            case (nil, nil, true): deleted = try donations.deleteAll()
-            default:
-                throw RPCError(
-                    code: RPCError.invalidParams, message: "invalid params for \(method): give exactly one of identifier, groupIdentifier, all: true")
+            var deleted = 0
+            do {
+                switch (p.identifier, p.groupIdentifier, p.all ?? false) {
+                case (let identifier?, nil, false): deleted = try donations.delete(identifier: identifier) ? 1 : 0
+                case (nil, let group?, false): deleted = try donations.delete(group: group)
+                case (nil, nil, true): deleted = try donations.deleteAll()
+                default:
+                    throw RPCError(
+                        code: RPCError.invalidParams, message: "invalid params for \(method): give exactly one of identifier, groupIdentifier, all: true")
+                }
+            } catch let error as StoreError where error.kind == .notYours {
+                // A plugin learns nothing of other owners' donations (not even that one exists): none of its own was deleted.
+                deleted = 0
             }
             return try JSONCoding.value(of: DonationDeleteResult(deleted: deleted))
         default:

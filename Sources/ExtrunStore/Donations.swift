@@ -94,14 +94,14 @@ public struct Donations: Sendable {
         }
         let key = try store.writeKey(owner)
         let sealed = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .donation, name: donation.identifier))
-        if !durable {
-            try store.database.withoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
-        }
-        defer {
-            if !durable { try? store.database.withoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") } }
-        }
-        try store.database.write { db in
-            try db.execute(
+        // One access to the connection: the pragma, the transaction and the pragma back,
+        // so that no other write on this connection runs with the relaxed setting.
+        try store.database.withoutTransaction { db in
+            let previous = try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? 2
+            if !durable { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+            defer { if !durable { try? db.execute(sql: "PRAGMA synchronous = \(previous)") } }
+            try db.inTransaction(.immediate) {
+                try db.execute(
                 sql: """
                     INSERT INTO donation (owner, identifier, groupIdentifier, intent, plugin, source, created, sealed)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -113,6 +113,8 @@ public struct Donations: Sendable {
                     owner, donation.identifier, donation.groupIdentifier, donation.intent, donation.plugin, donation.source,
                     donation.created, sealed,
                 ])
+                return .commit
+            }
         }
     }
 

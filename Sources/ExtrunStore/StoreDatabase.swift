@@ -15,23 +15,23 @@ import Glibc
 final class StoreDatabase: Sendable {
     let path: String
     let queue: DatabaseQueue
-    /// The descriptor the header was checked through (StoreFileDescriptors).
-    private let headerFD: Int32
+    /// The file the header was checked through (StoreFileDescriptors).
+    private let headerFile: StoreFileDescriptors.FileKey
 
     /// `PRAGMA application_id` of an extrun store: "EXTR".
     static let applicationID: UInt32 = 0x4558_5452
 
-    private init(path: String, queue: DatabaseQueue, headerFD: Int32) {
+    private init(path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey) {
         self.path = path
         self.queue = queue
-        self.headerFD = headerFD
+        self.headerFile = headerFile
     }
 
     deinit {
         // The connection first: the shared descriptor may be closed next, which would
         // drop the locks of a connection still open in this process.
         try? queue.close()
-        StoreFileDescriptors.release(path, fd: headerFD)
+        StoreFileDescriptors.release(headerFile)
     }
 
     // MARK: - Opening
@@ -53,9 +53,9 @@ final class StoreDatabase: Sendable {
             }
             try create(path: path, home: home)
         }
-        let fd: Int32
+        let (fd, file): (Int32, StoreFileDescriptors.FileKey)
         do {
-            fd = try StoreFileDescriptors.acquire(path)
+            (fd, file) = try StoreFileDescriptors.acquire(path)
         } catch {
             throw StoreError(.ioError, "cannot open \(path): \(error.reason)", details: ["file": .string(path)])
         }
@@ -64,10 +64,10 @@ final class StoreDatabase: Sendable {
             try checkHeader(path, fd: fd)
             queue = try DatabaseQueue(path: path, configuration: configuration())
         } catch {
-            StoreFileDescriptors.release(path, fd: fd)
+            StoreFileDescriptors.release(file)
             throw StoreDatabase.storeError(error, path: path)
         }
-        let database = StoreDatabase(path: path, queue: queue, headerFD: fd)
+        let database = StoreDatabase(path: path, queue: queue, headerFile: file)
         try database.migrateIfNeeded()
         return database
     }

@@ -17,43 +17,58 @@ import Glibc
 /// it, and writes would be lost. So the descriptor is shared by every store of the
 /// process on that file and closed only after the last one has closed its connection.
 enum StoreFileDescriptors {
+    /// The file a descriptor is shared for: its device and inode, so that two spellings
+    /// of one path (a link to the home) share it too.
+    struct FileKey: Hashable, Sendable {
+        var device: UInt64
+        var inode: UInt64
+    }
+
     private struct Entry {
         var fd: Int32
         var users: Int
     }
 
-    private static let open = Mutex<[String: Entry]>([:])
+    private static let open = Mutex<[FileKey: Entry]>([:])
 
-    /// A read-only descriptor of the file `path` names now, for one more user; `release` it
-    /// once that user's SQLite connection is closed.
-    static func acquire(_ path: String) throws(SystemCallError) -> Int32 {
-        try open.withLock { (open) throws(SystemCallError) -> Int32 in
-            if var entry = open[path], let known = try? FileOps.fstat(entry.fd) {
-                var current = stat()
-                if stat(path, &current) == 0, current.st_dev == known.st_dev, current.st_ino == known.st_ino {
+    /// A read-only descriptor of the file `path` names now, for one more user; `release`
+    /// its key once that user's SQLite connection is closed.
+    static func acquire(_ path: String) throws(SystemCallError) -> (fd: Int32, key: FileKey) {
+        try open.withLock { (open) throws(SystemCallError) -> (fd: Int32, key: FileKey) in
+            var named = stat()
+            if stat(path, &named) == 0 {
+                let key = FileKey(device: UInt64(named.st_dev), inode: UInt64(named.st_ino))
+                if var entry = open[key] {
                     entry.users += 1
-                    open[path] = entry
-                    return entry.fd
+                    open[key] = entry
+                    return (entry.fd, key)
                 }
-                // Another file took its place. The old descriptor stays open (users of the
-                // old file may hold locks on it); its entry is forgotten.
             }
             let fd = try FileOps.open(path, O_RDONLY)
-            open[path] = Entry(fd: fd, users: 1)
-            return fd
+            guard let info = try? FileOps.fstat(fd) else { return (fd, FileKey(device: 0, inode: UInt64(UInt32(bitPattern: fd)))) }
+            let key = FileKey(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+            if var entry = open[key] {
+                // The file was replaced under the path between stat and open, by one that is
+                // open here already: this descriptor must not be closed either; it stays.
+                entry.users += 1
+                open[key] = entry
+                return (entry.fd, key)
+            }
+            open[key] = Entry(fd: fd, users: 1)
+            return (fd, key)
         }
     }
 
     /// One user less; the last one closes the descriptor.
-    static func release(_ path: String, fd: Int32) {
+    static func release(_ key: FileKey) {
         open.withLock { open in
-            guard var entry = open[path], entry.fd == fd else { return }
+            guard var entry = open[key] else { return }
             entry.users -= 1
             if entry.users > 0 {
-                open[path] = entry
+                open[key] = entry
             } else {
-                open[path] = nil
-                close(fd)
+                open[key] = nil
+                close(entry.fd)
             }
         }
     }

@@ -64,6 +64,28 @@ struct HostilePluginTests {
         }
     }
 
+    @Test("a plugin cannot make a descriptor signal a process (F_SETOWN, FIOSETOWN are refused)")
+    func noSignalsThroughDescriptorOwners() throws {
+        let f = try Fixture("setown", script: #"""
+            import fcntl, termios
+            def handle(msg):
+                r, w = os.pipe()
+                results = []
+                for name, call in [("F_SETOWN", lambda: fcntl.fcntl(r, fcntl.F_SETOWN, os.getpid())),
+                                   ("FIOSETOWN", lambda: fcntl.ioctl(r, 0x8901, b"\0\0\0\0"))]:
+                    try:
+                        call()
+                        results.append(name + " allowed")
+                    except OSError as e:
+                        results.append(name + " refused " + str(e.errno))
+                reply(msg, {"code": "success", "properties": {"echo": ", ".join(results)}})
+            serve({"handle": handle})
+            """#)
+        let report = f.run()
+        #expect(report.error == nil, "\(String(describing: report.error))")
+        #expect(report.response?.properties["echo"] == "F_SETOWN refused 1, FIOSETOWN refused 1")
+    }
+
     @Test("the Python test plugin works when it behaves")
     func wellBehaved() throws {
         let f = try Fixture("wellbehaved", script: "serve()")

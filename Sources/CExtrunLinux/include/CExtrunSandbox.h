@@ -57,11 +57,14 @@ struct extrun_sandbox_request {
     /// inside another), each covered by an empty read-only tmpfs; and the
     /// directories under them the plugin still needs (its own directory, its
     /// scratch directory): each `reveal_sources[i]` (opened before the covers)
-    /// is bound at `reveal_targets[i]`, a path inside one of `hide_paths`.
+    /// is bound at `reveal_targets[i]`, a path inside one of `hide_paths`;
+    /// read-only unless `reveal_writable[i]` (a plugin installed in the home must
+    /// not rewrite its own manifest or executable).
     const char *const *hide_paths;
     int hide_count;
     const char *const *reveal_sources;
     const char *const *reveal_targets;
+    const int *reveal_writable;
     int reveal_count;
     /// The filter to use instead of `filter` when the plugin gets no pid
     /// namespace: it also sends the signal-sending calls to the supervisor, which
