@@ -28,7 +28,7 @@ struct HostilePlugin {
         let intents = [
             "NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout", "FloodStderr",
             "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome", "ReadContainer",
-            "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI",
+            "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest",
         ]
         let manifest = PluginManifest(
             id: "test.hostile", version: "1", owner: "TESTTEAM", executable: "hostile.py",

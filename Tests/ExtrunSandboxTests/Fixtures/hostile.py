@@ -107,6 +107,10 @@ def misbehave(intent, params, request):
             time.sleep(0.6)
             send({"jsonrpc": "2.0", "method": "progress", "params": {"fraction": 0.5}})
         return success(request, done=True)
+    if intent == "RewriteOwnManifest":
+        # A plugin that is the host's user could make itself another owner for its next run.
+        manifest = os.path.join(os.environ.get("EXTRUN_PLUGIN_DIR", "."), "manifest.json")
+        return success(request, result=json.dumps({manifest: attempt(lambda: append(manifest))}))
     if intent == "WhoAmI":
         info = os.stat(".")
         return success(request, result=json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
@@ -242,7 +246,7 @@ def main():
 
 INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout",
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
-           "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI"]
+           "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest"]
 
 if __name__ == "__main__":
     main()
