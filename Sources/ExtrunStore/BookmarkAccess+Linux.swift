@@ -384,8 +384,30 @@ public struct BookmarkAccess: Sendable {
         var resolve = LinuxABI.RESOLVE_BENEATH | LinuxABI.RESOLVE_NO_MAGICLINKS
         if noSymlinks { resolve |= LinuxABI.RESOLVE_NO_SYMLINKS }
         switch SystemCalls.openat2(dirfd, relative, flags: flags, resolve: resolve) {
-        case .success(let fd): return fd
+        case .success(let fd):
+            try refuseHome(fd, path)
+            return fd
         case .failure(let error): throw failure(error, path)
+        }
+    }
+
+    /// A bookmark of a folder that holds extrun's home (say, the user's home folder)
+    /// must not reach the store, the keys or the policy: what was opened is closed and
+    /// refused when it is the home or inside it.
+    private func refuseHome(_ fd: Int32, _ path: String) throws {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let count = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard count > 0 else { return }
+        let opened = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let home = realpath(store.homePath, nil) else { return }
+        defer { free(home) }
+        let homePath = String(cString: home)
+        if opened == homePath || opened.hasPrefix(homePath + "/") {
+            close(fd)
+            throw error(
+                .pathEscape,
+                "'\(path)' leads into extrun's own home (\(homePath): the store, the owners' keys, the policy), which no bookmark reaches",
+                path)
         }
     }
 

@@ -39,6 +39,33 @@ private final class RunningFlag: Sendable {
 }
 
 @Suite struct BookmarkAccessTests {
+    @Test func aBookmarkOverTheHomeNeverReachesTheStoreOrTheKeys() throws {
+        // A bookmark of a folder that holds extrun's home (as a bookmark of the user's home folder would).
+        let test = try TestStore()
+        try test.store.globals(of: "TEAM").set("secret", to: "s")
+        let bookmarks = try test.store.bookmarks(of: "TEAM")
+        try bookmarks.add("everything", path: test.directory.path, readOnly: false)
+        let access = try bookmarks.access("everything")
+        let home = URL(fileURLWithPath: test.home).lastPathComponent
+        for path in ["\(home)/store.sqlite", "\(home)/keys", "\(home)"] {
+            do {
+                _ = try access.read(path)
+                Issue.record("\(path) was read through a bookmark")
+            } catch let error as StoreError {
+                #expect(error.kind == .pathEscape || error.kind == .wrongType, "\(path): \(error)")
+                if error.kind == .wrongType { continue }
+                #expect(error.message.contains("extrun's own home"), "\(error.message)")
+            }
+        }
+        let keyFiles = try FileManager.default.contentsOfDirectory(atPath: test.home + "/keys")
+        for key in keyFiles {
+            #expect(throws: StoreError.self) { try access.read("\(home)/keys/\(key)") }
+        }
+        #expect(!keyFiles.isEmpty)
+        #expect(throws: StoreError.self) { try access.write("\(home)/planted", contents: Data("x".utf8)) }
+        #expect(!FileManager.default.fileExists(atPath: test.home + "/planted"))
+    }
+
     @Test func statListReadWrite() throws {
         let box = try Sandbox()
         let access = box.access
