@@ -392,8 +392,9 @@ public struct BookmarkAccess: Sendable {
     }
 
     /// A bookmark of a folder that holds extrun's home (say, the user's home folder)
-    /// must not reach the store, the keys or the policy: what was opened is closed and
-    /// refused when it is the home or inside it.
+    /// must not reach the store, the keys, the policy, the installed plugins or other
+    /// owners' containers and trash: what was opened is closed and refused when it is
+    /// in the home, unless it is in the bookmark's owner's own container.
     private func refuseHome(_ fd: Int32, _ path: String) throws {
         var buffer = [CChar](repeating: 0, count: 4096)
         let count = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
@@ -402,7 +403,9 @@ public struct BookmarkAccess: Sendable {
         guard let home = realpath(store.homePath, nil) else { return }
         defer { free(home) }
         let homePath = String(cString: home)
-        if opened == homePath || opened.hasPrefix(homePath + "/") {
+        func inside(_ folder: String) -> Bool { opened == folder || opened.hasPrefix(folder + "/") }
+        let container = ContainerMap.canonicalContainer(home: store.homePath, owner: owner)
+        if inside(homePath) && !inside(container) {
             close(fd)
             throw error(
                 .pathEscape,

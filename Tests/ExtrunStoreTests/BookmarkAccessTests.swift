@@ -64,6 +64,11 @@ private final class RunningFlag: Sendable {
         #expect(!keyFiles.isEmpty)
         #expect(throws: StoreError.self) { try access.write("\(home)/planted", contents: Data("x".utf8)) }
         #expect(!FileManager.default.fileExists(atPath: test.home + "/planted"))
+        // The owner's own container is its files' place: reachable. Another owner's is not.
+        try test.directory.write("home/containers/\(Keystore.escape("TEAM"))/mine.txt", "mine")
+        try test.directory.write("home/containers/\(Keystore.escape("OTHER"))/theirs.txt", "theirs")
+        #expect(try access.read("\(home)/containers/\(Keystore.escape("TEAM"))/mine.txt") == Data("mine".utf8))
+        #expect(throws: StoreError.self) { try access.read("\(home)/containers/\(Keystore.escape("OTHER"))/theirs.txt") }
     }
 
     @Test func statListReadWrite() throws {
