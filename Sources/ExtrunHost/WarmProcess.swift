@@ -17,6 +17,10 @@ final class WarmProcess {
         var limits: EffectiveLimits
         var policy: SandboxPolicy
         var owner: String
+        /// The manifest's and the executable's versions: a plugin reinstalled or edited
+        /// while the pool runs gets a new process, not the old one.
+        var manifest: FileIdentity?
+        var executable: FileIdentity?
     }
 
     let key: Key
@@ -44,7 +48,8 @@ final class WarmProcess {
     static func key(for run: PluginRun) -> Key {
         Key(
             manifestPath: run.plugin.manifestURL.path, pluginID: run.id, limits: run.limits, policy: run.policy,
-            owner: run.plugin.manifest.owner)
+            owner: run.plugin.manifest.owner, manifest: FileIdentity(path: run.plugin.manifestURL.path),
+            executable: FileIdentity(path: run.plugin.executableURL.path))
     }
 
     /// Starts the plugin for `run` in its sandbox, with `PluginRun.launch`, as every run does.

@@ -148,6 +148,23 @@ struct WarmReuseTests {
         #expect(pool.idleProcessCount == 0)
     }
 
+    @Test("a plugin whose manifest changed while its process was warm gets a new process")
+    func changedPluginGetsANewProcess() throws {
+        let (pool, plugin, tmp) = try scriptPool("warmchanged", script: Self.reusableScript())
+        #expect(pool.handle(invocation("Echo", ["text": "one"])).response?.properties["echo"] == "one")
+        #expect(pool.handle(invocation("Echo", ["text": "two"])).response?.properties["echo"] == "two")
+        #expect(pool.launches == 1)
+        // Reinstalled: the same manifest, written again (a new version of the file).
+        let manifest = plugin.directory.appendingPathComponent("manifest.json")
+        let text = try Data(contentsOf: manifest)
+        try FileManager.default.removeItem(at: manifest)
+        try text.write(to: manifest)
+        #expect(pool.handle(invocation("Echo", ["text": "three"])).response?.properties["echo"] == "three")
+        #expect(pool.launches == 2)
+        pool.close()
+        withExtendedLifetime(tmp) {}
+    }
+
     @Test("a crash mid-reuse is reported for the intent in flight; the process is gone and the next intent gets a new one")
     func crashMidReuse() throws {
         let (pool, plugin, tmp) = try scriptPool("warmcrash", script: Self.reusableScript(#"""
