@@ -38,7 +38,6 @@ public struct StepReport: Sendable, Equatable {
     public var error: HostError?
     public var metrics: RunMetrics?
     public var limits: EffectiveLimits?
-    public var responseIsSuccess = false
 
     public var json: JSONValue {
         var object: [String: JSONValue] = [:]
@@ -133,8 +132,7 @@ public struct HandleReport: Sendable, Equatable {
     mutating func recordStep(reason: String? = nil, activity: UserActivity? = nil) {
         steps.append(
             StepReport(
-                mode: mode, reason: reason, activity: activity, response: response, error: error, metrics: metrics, limits: limits,
-                responseIsSuccess: responseIsSuccess))
+                mode: mode, reason: reason, activity: activity, response: response, error: error, metrics: metrics, limits: limits))
     }
 
     /// Clears the top-level fields for the next step.

@@ -17,10 +17,11 @@ extension Host {
         // start of its own (opening SQLite, reading the key) the caller need not wait for.
         let owner = run.plugin.manifest.owner
         let log = options.donate ? DonationLog.open(home: paths.home, owner: owner) : nil
+        if let log { run.services?.storeSource = { try log.store() } }
         run.execute(.handle(parameters: parameters), into: &report)
         finishHandling(run, parameters: parameters, report: &report, invocation: invocation, options: options) {
             guard let log else { throw StoreError(.databaseError, "the donation log was not opened (donations are off)") }
-            return try log.wait()
+            return try log.store().donations(of: owner)
         }
         return report
     }
@@ -239,28 +240,31 @@ extension Host.NextStep {
     }
 }
 
-/// An owner's donation log being opened on another thread.
+/// The store, with an owner's key loaded, being opened on another thread while the
+/// plugin runs; the run's store services and its donation then share it (one
+/// connection per process and home).
 final class DonationLog: @unchecked Sendable {
     // Written once by the opening thread before `done` is signalled, read after `wait`.
-    private var result: Result<Donations, any Error> = .failure(CancellationError())
+    private var result: Result<Store, any Error> = .failure(CancellationError())
     private let done = DispatchSemaphore(value: 0)
 
     static func open(home: URL, owner: String) -> DonationLog {
         let log = DonationLog()
         Thread.detachNewThread {
             log.result = Result {
-                let donations = try Store(home: home).donations(of: owner)
-                try donations.prepare()
-                return donations
+                let store = try Store(home: home)
+                try store.donations(of: owner).prepare()
+                return store
             }
             log.done.signal()
         }
         return log
     }
 
-    /// The opened log, or the store's error.
-    func wait() throws -> Donations {
+    /// The opened store, or its error (waits for the opening thread; any number of times).
+    func store() throws -> Store {
         done.wait()
+        done.signal()
         return try result.get()
     }
 }

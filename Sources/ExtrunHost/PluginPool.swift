@@ -79,6 +79,9 @@ public final class PluginPool {
             return report
         }
         var run = prepared
+        // The pool's one store connection serves the plugins' requests and the donations.
+        let home = host.paths.home
+        run.services?.storeSource = { [weak self] in try self?.donationStore() ?? Store(home: home) }
         let key = WarmProcess.key(for: run)
         let warm: WarmProcess
         if let index = idle.lastIndex(where: { $0.key == key }) {

@@ -86,16 +86,23 @@ struct PluginRun {
         }
         process.finish()
         attribute(process, connection, into: &report)
-        var metrics = RunMetrics(wallMs: MonotonicClock.milliseconds(from: start), launchMs: launchMs)
+        var metrics = exitMetrics(process, wallMs: MonotonicClock.milliseconds(from: start))
+        metrics.launchMs = launchMs
+        // VmHWM, not getrusage's ru_maxrss, which Linux carries over from the process that exec'd the host.
+        metrics.hostPeakRSSBytes = MemorySampler.ownPeakRSS()
+        report.metrics = metrics
+    }
+
+    /// What an ended process used: CPU and peak RSS from its exit, peak private memory sampled.
+    func exitMetrics(_ process: PluginProcess, wallMs: Double) -> RunMetrics {
+        var metrics = RunMetrics(wallMs: wallMs)
         if let exit = process.exit {
             // Without rusage (the plugin was killed with its namespace), the last sampled CPU time.
             metrics.cpuMs = exit.cpuMs > 0 ? exit.cpuMs : process.memory.lastCPUMs.rounded(toPlaces: 3)
             if exit.maxRSSBytes > 0 { metrics.peakRSSBytes = exit.maxRSSBytes }
         }
         metrics.peakMemoryBytes = peakMemory(process)
-        // VmHWM, not getrusage's ru_maxrss, which Linux carries over from the process that exec'd the host.
-        metrics.hostPeakRSSBytes = MemorySampler.ownPeakRSS()
-        report.metrics = metrics
+        return metrics
     }
 
     /// A plugin process started in its sandbox, with its channel.

@@ -39,9 +39,13 @@ final class StoreServices {
         }
     }
 
+    /// Where the store comes from when the host already opens one (the donation log's,
+    /// a pool's): one connection per process and home. Nil: opened here, on first use.
+    var storeSource: (() throws -> Store)?
+
     private func openStore() throws -> Store {
         if let store { return store }
-        let opened = try Store(home: home)
+        let opened = try storeSource?() ?? Store(home: home)
         store = opened
         return opened
     }

@@ -138,13 +138,7 @@ final class WarmProcess {
     /// the failure, as in `PluginRun.execute`; the exit's CPU and RSS go in the metrics.
     private func end(_ run: PluginRun, report: inout HandleReport) {
         run.attribute(process, connection, into: &report)
-        var metrics = RunMetrics(wallMs: 0)
-        if let exit = process.exit {
-            metrics.cpuMs = exit.cpuMs > 0 ? exit.cpuMs : process.memory.lastCPUMs.rounded(toPlaces: 3)
-            if exit.maxRSSBytes > 0 { metrics.peakRSSBytes = exit.maxRSSBytes }
-        }
-        metrics.peakMemoryBytes = run.peakMemory(process)
-        report.metrics = metrics
+        report.metrics = run.exitMetrics(process, wallMs: 0)
         release()
     }
 

@@ -143,15 +143,3 @@ extension Message {
         throw MessageError("message has neither \"method\", \"result\" nor \"error\"")
     }
 }
-
-extension JSONValue {
-    /// Replaces non-finite numbers, which JSON cannot carry, with null.
-    func sanitized() -> JSONValue {
-        switch self {
-        case .double(let d) where !d.isFinite: .null
-        case .array(let items): .array(items.map { $0.sanitized() })
-        case .object(let fields): .object(fields.mapValues { $0.sanitized() })
-        default: self
-        }
-    }
-}
