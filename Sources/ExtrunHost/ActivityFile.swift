@@ -40,21 +40,11 @@ public enum ActivityFileParser {
         guard case .string(let type)? = object["activityType"], !type.isEmpty else {
             throw fail("activityType", object["activityType"] == nil ? "missing: name the activity type to continue" : "expected a non-empty string")
         }
-        var activity = UserActivity(activityType: type)
-        switch object["title"] {
-        case nil, .null?: break
-        case .string(let title)?: activity.title = title
-        case let other?: throw fail("title", "expected a string, got \(other.typeName)")
-        }
-        switch object["userInfo"] {
-        case nil, .null?: break
-        case .object(let info)?: activity.userInfo = info
-        case let other?: throw fail("userInfo", "expected an object, got \(other.typeName)")
-        }
+        let activity = UserActivity(
+            activityType: type, title: try JSONInputFile.string(object["title"], source: source, field: "title"),
+            userInfo: try JSONInputFile.object(object["userInfo"], source: source, field: "userInfo"))
         var invocation = ActivityInvocation(activity: activity, source: source)
-        switch object["interaction"] {
-        case nil, .null?: break
-        case .object(let fields)?:
+        if let fields = try JSONInputFile.object(object["interaction"], source: source, field: "interaction") {
             for key in fields.keys.sorted() where !interactionFields.contains(key) {
                 throw fail("interaction.\(key)", "unknown field (allowed: \(interactionFields.joined(separator: ", ")))")
             }
@@ -62,16 +52,8 @@ public enum ActivityFileParser {
                 throw fail("interaction.intent", "expected the name of the intent the activity carries on with")
             }
             var interaction = Interaction(intent: intent, parameters: [:])
-            switch fields["identifier"] {
-            case nil, .null?: break
-            case .string(let id)?: interaction.identifier = id
-            case let other?: throw fail("interaction.identifier", "expected a string, got \(other.typeName)")
-            }
-            switch fields["parameters"] {
-            case nil, .null?: break
-            case .object(let parameters)?: interaction.parameters = parameters
-            case let other?: throw fail("interaction.parameters", "expected an object, got \(other.typeName)")
-            }
+            interaction.identifier = try JSONInputFile.string(fields["identifier"], source: source, field: "interaction.identifier")
+            interaction.parameters = try JSONInputFile.object(fields["parameters"], source: source, field: "interaction.parameters") ?? [:]
             if let response = fields["response"], !response.isNull {
                 do {
                     interaction.response = try JSONCoding.decode(IntentResponse.self, from: response)
@@ -80,8 +62,6 @@ public enum ActivityFileParser {
                 }
             }
             invocation.interaction = interaction
-        case let other?:
-            throw fail("interaction", "expected an object, got \(other.typeName)")
         }
         return invocation
     }

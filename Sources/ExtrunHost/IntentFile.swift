@@ -62,6 +62,26 @@ enum JSONInputFile {
         return HostError(.invalidIntent, "\(source): \(field.map { "\($0): " } ?? "")\(message)", details: details)
     }
 
+    /// An optional string field: absent or null is nil; anything but a string is `invalidIntent` naming `field`.
+    static func string(_ value: JSONValue?, source: String, field: String) throws(HostError) -> String? {
+        switch value {
+        case nil, .null?: return nil
+        case .string(let text)?: return text
+        case let other?: throw failure(source: source, field: field, "expected a string, got \(other.typeName)")
+        }
+    }
+
+    /// An optional object field, as `string`.
+    static func object(_ value: JSONValue?, source: String, field: String, what: String = "an object") throws(HostError)
+        -> [String: JSONValue]?
+    {
+        switch value {
+        case nil, .null?: return nil
+        case .object(let fields)?: return fields
+        case let other?: throw failure(source: source, field: field, "expected \(what), got \(other.typeName)")
+        }
+    }
+
     /// The top-level object, with no field outside `fields`.
     static func object(_ data: Data, source: String, what: String, example: String, fields: [String]) throws(HostError) -> [String: JSONValue] {
         let value: JSONValue
@@ -97,11 +117,7 @@ public enum IntentFileParser {
             throw fail("intent", "expected a non-empty string, got \(intentValue.typeName)")
         }
         var invocation = IntentInvocation(intent: intent, source: source, baseDirectory: baseDirectory)
-        switch object["id"] {
-        case nil, .null?: break
-        case .string(let id)?: invocation.id = id
-        case let other?: throw fail("id", "expected a string, got \(other.typeName)")
-        }
+        invocation.id = try JSONInputFile.string(object["id"], source: source, field: "id")
         switch object["groupIdentifier"] {
         case nil, .null?: break
         case .string(let group)? where !group.isEmpty: invocation.groupIdentifier = group
@@ -114,11 +130,8 @@ public enum IntentFileParser {
             invocation.mode = mode
         case let other?: throw fail("mode", "expected \"extension\" or \"in-app\", got \(other.typeName)")
         }
-        switch object["parameters"] {
-        case nil, .null?: break
-        case .object(let parameters)?: invocation.parameters = parameters
-        case let other?: throw fail("parameters", "expected an object of parameter values, got \(other.typeName)")
-        }
+        invocation.parameters =
+            try JSONInputFile.object(object["parameters"], source: source, field: "parameters", what: "an object of parameter values") ?? [:]
         return invocation
     }
 
