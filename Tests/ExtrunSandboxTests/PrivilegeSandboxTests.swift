@@ -301,33 +301,25 @@ struct PrivilegeSandboxTests {
         try setup.expectStoreIntact()
     }
 
-    @Test func anExecutableThatIsALinkOutOfThePluginsFolderIsReachable() throws {
-        // As Scripts/stage-plugins lays plugins out: the executable links to the build's products.
-        let setup = try Setup()
-        defer { setup.plugin.remove() }
-        let folder = setup.plugin.pluginPath.appendingPathComponent(setup.plugin.marker)
-        let products = setup.plugin.root.appendingPathComponent("products")
-        try FileManager.default.createDirectory(at: products, withIntermediateDirectories: true)
-        let script = folder.appendingPathComponent("hostile.py")
-        try FileManager.default.moveItem(at: script, to: products.appendingPathComponent("hostile.py"))
-        try FileManager.default.createSymbolicLink(at: script, withDestinationURL: products.appendingPathComponent("hostile.py"))
-        let (report, log) = setup.run("WhoAmI")
-        #expect(report.response?.code == "success", "\(String(describing: report.error)) \(log)")
-    }
-
-    @Test func anExecutableLinkedThroughALinkedFolderIsReachable() throws {
-        // As SwiftPM lays out products: .build/debug is itself a link (to .build/<triple>/debug),
-        // and a clean clone under /tmp puts all of it in a folder the plugin does not see.
+    /// The executable is a link out of the plugin's folder, as Scripts/stage-plugins lays plugins
+    /// out: straight to the build's products, or through a linked folder as SwiftPM's
+    /// `.build/debug` (a link to `.build/<triple>/debug`); a clean clone under /tmp puts all of
+    /// it in a folder the plugin does not see.
+    @Test(arguments: [false, true])
+    func anExecutableThatIsALinkOutOfThePluginsFolderIsReachable(throughALinkedFolder: Bool) throws {
         let setup = try Setup()
         defer { setup.plugin.remove() }
         let folder = setup.plugin.pluginPath.appendingPathComponent(setup.plugin.marker)
         let real = setup.plugin.root.appendingPathComponent("build/x86_64/debug")
         try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true)
-        let linkedFolder = setup.plugin.root.appendingPathComponent("build/debug")
-        try FileManager.default.createSymbolicLink(at: linkedFolder, withDestinationURL: real)
+        var products = real
+        if throughALinkedFolder {
+            products = setup.plugin.root.appendingPathComponent("build/debug")
+            try FileManager.default.createSymbolicLink(at: products, withDestinationURL: real)
+        }
         let script = folder.appendingPathComponent("hostile.py")
         try FileManager.default.moveItem(at: script, to: real.appendingPathComponent("hostile.py"))
-        try FileManager.default.createSymbolicLink(at: script, withDestinationURL: linkedFolder.appendingPathComponent("hostile.py"))
+        try FileManager.default.createSymbolicLink(at: script, withDestinationURL: products.appendingPathComponent("hostile.py"))
         let (report, log) = setup.run("WhoAmI")
         #expect(report.response?.code == "success", "\(String(describing: report.error)) \(log)")
     }
