@@ -33,6 +33,8 @@ public struct HandleOptions: Sendable {
 public enum Phase: String, Sendable {
     case launch, resolve, confirm, handle, options
     case continueActivity = "continue"
+    /// A warm process's whole session in one `session` request (docs/protocol.md §15).
+    case session
 }
 
 /// The host: finds the plugin for an intent, starts it, drives the lifecycle
@@ -97,9 +99,11 @@ public struct Host: Sendable {
 
     /// Finds the plugin, loads the policy, resolves the limits and checks the
     /// intent's parameters, before any process is started.
-    func prepare(_ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, catalog: PluginCatalog? = nil)
-        -> (PluginRun, [String: JSONValue])?
-    {
+    /// - Parameter checkHome: false when the caller checked the home's permissions itself
+    ///   a moment ago (a pool checks them at most once a second).
+    func prepare(
+        _ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, catalog: PluginCatalog? = nil, checkHome: Bool = true
+    ) -> (PluginRun, [String: JSONValue])? {
         do {
             let policy: SandboxPolicy
             var policySource = "the caller"
@@ -109,7 +113,7 @@ public struct Host: Sendable {
                 (policy, policySource) = try SandboxPolicy.load(home: paths.home)
             }
             options.log?("[extrun] policy: \(policySource)")
-            try HomeProtection.check(home: paths.home)
+            if checkHome { try HomeProtection.check(home: paths.home) }
             let (plugin, definition) =
                 try catalog?.handler(for: invocation.intent) ?? PluginCatalog.handler(for: invocation.intent, paths: paths)
             report.plugin = plugin.manifest.id

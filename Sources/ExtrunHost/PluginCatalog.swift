@@ -5,11 +5,32 @@ import Synchronization
 /// A plugin found on the plugin path.
 public struct DiscoveredPlugin: Sendable, Equatable {
     public var manifest: PluginManifest
-    public var directory: URL
-    public var manifestURL: URL { directory.appendingPathComponent("manifest.json") }
-    public var executableURL: URL
+    public var directory: URL {
+        didSet {
+            manifestURL = directory.appendingPathComponent("manifest.json", isDirectory: false)
+            manifestPath = manifestURL.path
+        }
+    }
+    /// `directory/manifest.json`, and its path (kept, not computed: a pool asks for them
+    /// on every intent, and appending a path component costs a `stat`).
+    public private(set) var manifestURL: URL
+    public private(set) var manifestPath: String
+    public var executableURL: URL {
+        didSet { executablePath = executableURL.path }
+    }
+    public private(set) var executablePath: String
     /// Why the plugin cannot run (its executable is missing, for instance), if it cannot.
     public var problem: String?
+
+    public init(manifest: PluginManifest, directory: URL, executableURL: URL, problem: String? = nil) {
+        self.manifest = manifest
+        self.directory = directory
+        self.manifestURL = directory.appendingPathComponent("manifest.json", isDirectory: false)
+        self.manifestPath = manifestURL.path
+        self.executableURL = executableURL
+        self.executablePath = executableURL.path
+        self.problem = problem
+    }
 }
 
 /// Something wrong with one file on the plugin path.

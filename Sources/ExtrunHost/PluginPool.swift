@@ -9,7 +9,8 @@ import Foundation
 /// in its handshake runs the next intent for the same plugin, mode, limits and
 /// policy in the same process, without a new launch. Every other plugin, and
 /// every intent after a failure, gets a fresh process, exactly as `Host.handle`.
-/// The policy file is read once per pool; the plugin catalog at most once a second.
+/// The policy file is read once per pool; the plugin catalog and the permissions of
+/// the home (store, keys, containers) at most once a second.
 ///
 /// What stays per intent: the checks of the intent against the manifest, the
 /// deadline (counted from the session's `initialize`; from the launch for a
@@ -41,6 +42,8 @@ public final class PluginPool {
     /// plugin installed or changed while the pool runs is seen within a second.
     private var catalog: (PluginCatalog, discovered: UInt64)?
     static let catalogMaxAgeNs: UInt64 = 1_000_000_000
+    /// When the home's permissions were last found in order.
+    private var homeChecked: UInt64?
 
     public init(host: Host = Host(), maxIdleProcesses: Int = 4) {
         self.host = host
@@ -75,9 +78,14 @@ public final class PluginPool {
         if catalog == nil || now &- (catalog?.discovered ?? 0) > Self.catalogMaxAgeNs {
             catalog = (host.catalog(), now)
         }
-        guard let (prepared, parameters) = host.prepare(invocation, options: options, report: &report, catalog: catalog?.0) else {
+        // The home's permissions (store, keys, containers: docs/sandbox.md) at most once a second, as the catalog.
+        let checkHome = homeChecked.map { now &- $0 > Self.catalogMaxAgeNs } ?? true
+        guard let (prepared, parameters) = host.prepare(invocation, options: options, report: &report, catalog: catalog?.0, checkHome: checkHome)
+        else {
+            if checkHome { homeChecked = nil }
             return report
         }
+        if checkHome { homeChecked = now }
         var run = prepared
         // The pool's one store connection serves the plugins' requests and the donations.
         let home = host.paths.home

@@ -34,6 +34,7 @@ extension PluginRun {
 
     /// Resolves, confirms (asking the intent's confirmation question, if it has one) and handles.
     mutating func handle(_ connection: PluginConnection, parameters: [String: JSONValue], into report: inout HandleReport) throws {
+        if sessionRequest { try requestSession(connection, parameters: parameters) }
         let resolved = try resolveAll(connection, parameters: parameters)
         self.resolved = resolved
         phase = .confirm
@@ -128,13 +129,17 @@ extension PluginRun {
             var round = 0
             while true {
                 round += 1
-                let params = ResolveParams(intent: definition.name, parameter: parameter.name, parameters: values)
-                let value = try call(connection, Method.resolve, try JSONCoding.value(of: params))
                 let resolution: ResolutionResult
-                do {
-                    resolution = try JSONCoding.decode(ResolutionResult.self, from: value)
-                } catch {
-                    throw CallFailure.protocolViolation("its resolution of '\(parameter.name)' is malformed: \(JSONCoding.describe(error))")
+                if replay != nil {
+                    resolution = try replayedResolution(of: parameter, values: values)
+                } else {
+                    let params = ResolveParams(intent: definition.name, parameter: parameter.name, parameters: values)
+                    let value = try call(connection, Method.resolve, params.jsonValue)
+                    do {
+                        resolution = try ResolutionResult(jsonValue: value)
+                    } catch {
+                        throw CallFailure.protocolViolation("its resolution of '\(parameter.name)' is malformed: \(JSONCoding.describe(error))")
+                    }
                 }
                 let again = try apply(resolution, to: parameter, values: &values, connection: connection, canAsk: round < Self.maxResolutionRounds)
                 if !again { break }
@@ -256,14 +261,22 @@ extension PluginRun {
     }
 
     mutating func intentResponse(_ connection: PluginConnection, _ method: String, parameters: [String: JSONValue]) throws -> IntentResponse {
+        if replay != nil, let replayed = try replayedResponse(method) {
+            return try checked(replayed, method)
+        }
         let params = IntentParams(intent: definition.name, parameters: parameters)
-        let value = try call(connection, method, try JSONCoding.value(of: params))
+        let value = try call(connection, method, params.jsonValue)
         let response: IntentResponse
         do {
-            response = try JSONCoding.decode(IntentResponse.self, from: value)
+            response = try IntentResponse(jsonValue: value)
         } catch {
             throw CallFailure.protocolViolation("its \(method) response is malformed: \(JSONCoding.describe(error))")
         }
+        return try checked(response, method)
+    }
+
+    /// A response whose code is standard or declared in the manifest.
+    func checked(_ response: IntentResponse, _ method: String) throws -> IntentResponse {
         if !definition.isKnownResponseCode(response.code) {
             let custom = definition.responses.map(\.code)
             throw CallFailure.protocolViolation(

@@ -29,6 +29,11 @@ struct PluginRun {
     var intentConfirmed = false
     /// Continuing an activity that no intent comes with: `initialize` names no intent.
     var activityOnly = false
+    /// Ask for the whole session in one `session` request (a warm process whose plugin
+    /// declared it; docs/protocol.md §15) instead of one request per step.
+    var sessionRequest = false
+    /// The `session` answer, replayed step by step while the host walks the lifecycle.
+    var replay: SessionReplay?
 
     /// What a run is for.
     enum Work {

@@ -35,6 +35,8 @@ final class WarmProcess {
     private(set) var isReusable = false
     /// The first session's run: its deadline counts from the launch.
     private var launchStart: UInt64
+    /// The plugin's answer to the last `initialize`: whether it takes `session` requests.
+    private var lastHandshake: InitializeResult?
 
     private init(key: Key, process: PluginProcess, connection: PluginConnection, scratch: URL, cgroup: CgroupRun?, launchStart: UInt64) {
         self.key = key
@@ -47,9 +49,9 @@ final class WarmProcess {
 
     static func key(for run: PluginRun) -> Key {
         Key(
-            manifestPath: run.plugin.manifestURL.path, pluginID: run.id, limits: run.limits, policy: run.policy,
-            owner: run.plugin.manifest.owner, manifest: FileIdentity(path: run.plugin.manifestURL.path),
-            executable: FileIdentity(path: run.plugin.executableURL.path))
+            manifestPath: run.plugin.manifestPath, pluginID: run.id, limits: run.limits, policy: run.policy,
+            owner: run.plugin.manifest.owner, manifest: FileIdentity(path: run.plugin.manifestPath),
+            executable: FileIdentity(path: run.plugin.executablePath))
     }
 
     /// Starts the plugin for `run` in its sandbox, with `PluginRun.launch`, as every run does.
@@ -82,9 +84,19 @@ final class WarmProcess {
         var launchMs: Double?
         var ended = false
         do {
-            let handshake = try run.initialize(connection)
-            launchMs = MonotonicClock.milliseconds(from: run.start)
-            run.options.log?("[extrun] \(run.id) session \(sessions) in \(run.mode.rawValue) mode, handshake after \(launchMs ?? 0) ms\(handshake.reusable == true ? " (reusable)" : "")")
+            let handshake: InitializeResult
+            if let last = lastHandshake, last.session == true, case .handle = work {
+                // A later session in one `session` request: no initialize (docs/protocol.md §15);
+                // the last handshake's declarations hold.
+                handshake = last
+                run.sessionRequest = true
+                run.options.log?("[extrun] \(run.id) session \(sessions) in \(run.mode.rawValue) mode, in one session request")
+            } else {
+                handshake = try run.initialize(connection)
+                lastHandshake = handshake
+                launchMs = MonotonicClock.milliseconds(from: run.start)
+                run.options.log?("[extrun] \(run.id) session \(sessions) in \(run.mode.rawValue) mode, handshake after \(launchMs ?? 0) ms\(handshake.reusable == true ? " (reusable)" : "")")
+            }
             try run.perform(work, connection, into: &report)
             if handshake.reusable == true, report.error == nil {
                 isReusable = true

@@ -121,6 +121,7 @@ public struct FrameDecoder: Sendable {
 
     /// Parses a header block if a complete one is buffered; consumes it and returns the body length.
     private mutating func parseHeader() throws(FramingError) -> Int? {
+        if let length = try parseCanonicalHeader() { return length }
         let available = buffer.count - start
         let searchLimit = min(buffer.count, start + Framing.maxHeaderBytes + 4)
         var terminator: Int?
@@ -156,6 +157,38 @@ public struct FrameDecoder: Sendable {
         guard let length else { throw .missingContentLength }
         guard length <= maxFrameBytes else { throw .frameTooLarge(length: length, limit: maxFrameBytes) }
         start = end + 4
+        buffer.reserveCapacity(start + length)
+        return length
+    }
+}
+
+extension FrameDecoder {
+    /// The header every extrun implementation writes, `Content-Length: N\r\n\r\n`,
+    /// read byte by byte; nil for anything else (which `parseHeader` reads the general way).
+    private mutating func parseCanonicalHeader() throws(FramingError) -> Int? {
+        let prefix: StaticString = "Content-Length: "
+        let prefixCount = prefix.utf8CodeUnitCount
+        guard buffer.count - start > prefixCount + 4 else { return nil }
+        let matches = buffer.withUnsafeBufferPointer { bytes in
+            prefix.withUTF8Buffer { expected in
+                for index in 0..<prefixCount where bytes[start + index] != expected[index] { return false }
+                return true
+            }
+        }
+        guard matches else { return nil }
+        var index = start + prefixCount
+        var length = 0
+        var digits = 0
+        while index < buffer.count, buffer[index] >= 48, buffer[index] <= 57, digits < 18 {
+            length = length * 10 + Int(buffer[index] - 48)
+            digits += 1
+            index += 1
+        }
+        guard digits > 0, index + 4 <= buffer.count, buffer[index] == 13, buffer[index + 1] == 10, buffer[index + 2] == 13,
+            buffer[index + 3] == 10
+        else { return nil }
+        guard length <= maxFrameBytes else { throw .frameTooLarge(length: length, limit: maxFrameBytes) }
+        start = index + 4
         buffer.reserveCapacity(start + length)
         return length
     }

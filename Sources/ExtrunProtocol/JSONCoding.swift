@@ -29,6 +29,10 @@ public enum JSONCoding {
     /// Re-types a JSON value as a `Decodable` type.
     public static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
         if let same = value as? T { return same }
+        // The protocol's own types convert by hand (JSONValueConvertible), with the same errors.
+        if let convertible = T.self as? any JSONValueConvertible.Type, let typed = try convertible.init(jsonValue: value) as? T {
+            return typed
+        }
         // JSONWriter's bytes, not JSONEncoder's: no Codable walk over the JSONValue.
         return try sharedDecoder.decode(type, from: Data(JSONWriter.bytes(value)))
     }
@@ -36,6 +40,15 @@ public enum JSONCoding {
     /// Turns an `Encodable` value into a JSON value.
     public static func value(of encodable: some Encodable) throws -> JSONValue {
         if let value = encodable as? JSONValue { return value }
+        if let convertible = encodable as? any JSONValueConvertible { return convertible.jsonValue }
+        // The commonest values (a resolved text, a count) need no encoder.
+        switch encodable {
+        case let text as String: return .string(text)
+        case let number as Int: return .int(Int64(number))
+        case let number as Int64: return .int(number)
+        case let flag as Bool: return .bool(flag)
+        default: break
+        }
         let data = try sharedEncoder.encode(encodable)
         // JSONParser, not JSONDecoder + JSONValue.init(from:): no try? chain per value.
         return try JSONParser.parse(data)

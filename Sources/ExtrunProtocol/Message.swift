@@ -97,8 +97,10 @@ extension Message {
 
     /// Decodes a frame body. Throws a `MessageError` that says what is wrong.
     public static func decode(_ body: some Collection<UInt8>) throws -> Message {
-        let bytes = Array(body)
-        guard String(validating: bytes, as: UTF8.self) != nil else {
+        let bytes = body as? [UInt8] ?? Array(body)
+        // ASCII (most bodies) is valid UTF-8; only other bodies are validated as a whole.
+        let ascii = bytes.withUnsafeBufferPointer { buffer in buffer.allSatisfy { $0 < 0x80 } }
+        guard ascii || String(validating: bytes, as: UTF8.self) != nil else {
             throw MessageError("message body is not valid UTF-8")
         }
         let value: JSONValue

@@ -16,6 +16,9 @@ public enum Method {
     public static let options = "options"
     /// In in-app mode: carry on with a user activity (and the interaction an extension handed over).
     public static let `continue` = "continue"
+    /// A whole session in one request: resolve each parameter, confirm, handle
+    /// (warm reuse, docs/protocol.md §15; only to a plugin that declared `"session": true`).
+    public static let session = "session"
     // host → plugin notifications
     public static let cancel = "cancel"
     // plugin → host notifications
@@ -71,12 +74,18 @@ public struct InitializeResult: Codable, Sendable, Hashable {
     /// `true`: after this session the process can run another one (warm reuse,
     /// docs/protocol.md §15). Absent or `false`: one session, then the process ends.
     public var reusable: Bool?
+    /// `true`: the plugin answers the `session` request (a whole later session in one
+    /// exchange, docs/protocol.md §15). Absent or `false`: sessions step by step only.
+    public var session: Bool?
 
-    public init(protocolVersion: Int = ProtocolVersion.current, plugin: PluginIdentity, intents: [String], reusable: Bool? = nil) {
+    public init(
+        protocolVersion: Int = ProtocolVersion.current, plugin: PluginIdentity, intents: [String], reusable: Bool? = nil, session: Bool? = nil
+    ) {
         self.protocolVersion = protocolVersion
         self.plugin = plugin
         self.intents = intents
         self.reusable = reusable
+        self.session = session
     }
 }
 
@@ -363,4 +372,86 @@ public struct OptionsResult: Codable, Sendable, Hashable {
     public init(items: [OptionItem]) { self.sections = [OptionsSection(items: items)] }
 
     public var allItems: [OptionItem] { sections.flatMap(\.items) }
+}
+
+/// Parameters of `session`: a whole later session of a warm process in one
+/// request (docs/protocol.md §15). The plugin does what the host would do step by
+/// step: it resolves the parameters of `resolve` in order, stopping at the first
+/// result the host has to act on; then it confirms and, when `handle` is true and
+/// the confirmation answered `ready` or `success`, it handles.
+public struct SessionParams: Sendable, Hashable {
+    public var intent: String
+    /// The intent's parameter values as given, before any resolution.
+    public var parameters: [String: JSONValue]
+    /// The parameters to resolve, in the manifest's order.
+    public var resolve: [SessionParameter]
+    /// Whether to handle after a confirmation of `ready` or `success` (false when a
+    /// person must confirm the intent first: the host then sends `handle` itself).
+    public var handle: Bool
+
+    public init(intent: String, parameters: [String: JSONValue], resolve: [SessionParameter], handle: Bool) {
+        self.intent = intent
+        self.parameters = parameters
+        self.resolve = resolve
+        self.handle = handle
+    }
+}
+
+/// One parameter of a `session`: its name, whether it must have a value, and the
+/// condition under which it is resolved at all (the manifest's `parent`).
+public struct SessionParameter: Sendable, Hashable {
+    public var parameter: String
+    public var required: Bool
+    public var parent: ParentCondition?
+
+    public init(parameter: String, required: Bool = false, parent: ParentCondition? = nil) {
+        self.parameter = parameter
+        self.required = required
+        self.parent = parent
+    }
+
+    /// Whether the parameter is resolved, given the values so far (as `ParameterDefinition.isShown`).
+    public func isShown(given values: [String: JSONValue]) -> Bool {
+        guard let parent else { return true }
+        return values[parent.parameter] == parent.value
+    }
+
+    /// Whether, after `result` was applied to `values`, the session goes on without
+    /// the host: the result is `success` or `notRequired`, and a required parameter has a value.
+    public func goesOn(after result: ResolutionResult, values: [String: JSONValue]) -> Bool {
+        switch result {
+        case .success, .notRequired: return !(required && values[parameter] == nil)
+        default: return false
+        }
+    }
+
+    /// `values` with `result` applied: a success's value set (null removes it); any other result leaves them.
+    public static func apply(_ result: ResolutionResult, to parameter: String, values: inout [String: JSONValue]) {
+        if case .success(let value) = result {
+            values[parameter] = value.isNull ? nil : value
+        }
+    }
+}
+
+/// One resolution in a `session` answer.
+public struct SessionResolution: Sendable, Hashable {
+    public var parameter: String
+    public var result: ResolutionResult
+    public init(parameter: String, result: ResolutionResult) {
+        self.parameter = parameter
+        self.result = result
+    }
+}
+
+/// The answer to `session`: each step's answer, as far as the session went.
+public struct SessionResult: Sendable, Hashable {
+    public var resolutions: [SessionResolution]
+    public var confirm: IntentResponse?
+    public var handle: IntentResponse?
+
+    public init(resolutions: [SessionResolution] = [], confirm: IntentResponse? = nil, handle: IntentResponse? = nil) {
+        self.resolutions = resolutions
+        self.confirm = confirm
+        self.handle = handle
+    }
 }

@@ -112,27 +112,31 @@ final class Server: Sendable {
         do {
             switch method {
             case Method.initialize:
-                let p = try decodeParams(InitializeParams.self, params)
+                let p = try convertParams(InitializeParams.self, params)
                 mode.withLock { $0 = p.mode }
                 // A later session's initialize is answered the same way: the server keeps no
                 // state between sessions but the mode, which each initialize sets again.
-                let result = InitializeResult(plugin: identity, intents: handlers.keys.sorted(), reusable: reusable ? true : nil)
-                return .success(try JSONCoding.value(of: result))
+                let result = InitializeResult(
+                    plugin: identity, intents: handlers.keys.sorted(), reusable: reusable ? true : nil, session: reusable ? true : nil)
+                return .success(result.jsonValue)
             case Method.resolve:
-                let p = try decodeParams(ResolveParams.self, params)
+                let p = try convertParams(ResolveParams.self, params)
                 let handler = try handler(for: p.intent)
                 let result = try await resolve(handler, parameter: p.parameter, intent: p.intent, values: p.parameters)
-                return .success(try JSONCoding.value(of: result))
+                return .success(result.jsonValue)
             case Method.options:
                 let p = try decodeParams(OptionsParams.self, params)
                 let handler = try handler(for: p.intent)
                 let result = try await options(handler, parameter: p.parameter, intent: p.intent, values: p.parameters, search: p.search)
                 return .success(try JSONCoding.value(of: result))
             case Method.confirm, Method.handle:
-                let p = try decodeParams(IntentParams.self, params)
+                let p = try convertParams(IntentParams.self, params)
                 let handler = try handler(for: p.intent)
                 let response = try await run(handler, confirm: method == Method.confirm, intent: p.intent, values: p.parameters)
-                return .success(try JSONCoding.value(of: response))
+                return .success(response.jsonValue)
+            case Method.session:
+                let p = try convertParams(SessionParams.self, params)
+                return .success(try await session(try handler(for: p.intent), p).jsonValue)
             case Method.continue:
                 let p = try decodeParams(ContinueParams.self, params)
                 let response = try await continueActivity(p.activity, interaction: p.interaction)
@@ -189,6 +193,14 @@ final class Server: Sendable {
         }
     }
 
+    private func convertParams<T: JSONValueConvertible>(_ type: T.Type, _ params: JSONValue?) throws -> T {
+        do {
+            return try T(jsonValue: params ?? .null)
+        } catch {
+            throw RPCError(code: RPCError.invalidParams, message: "invalid params: \(JSONCoding.describe(error))")
+        }
+    }
+
     private func request<H: IntentHandler>(_ handler: H, intent: String, values: [String: JSONValue]) throws -> IntentRequest<H.Parameters> {
         let parameters: H.Parameters
         do {
@@ -212,6 +224,36 @@ final class Server: Sendable {
         _ handler: H, parameter: String, intent: String, values: [String: JSONValue], search: String?
     ) async throws -> OptionsResult {
         try await handler.provideOptions(parameter, request(handler, intent: intent, values: values), search: search)
+    }
+
+    /// A whole session in one request (docs/protocol.md §15): each step as the host
+    /// would drive it, stopping where the host has to act (a person, a failure). The
+    /// parameters are decoded again only when a resolution changed them.
+    private func session<H: IntentHandler>(_ handler: H, _ p: SessionParams) async throws -> SessionResult {
+        var values = p.parameters
+        var decoded: (values: [String: JSONValue], request: IntentRequest<H.Parameters>)?
+        func request() throws -> IntentRequest<H.Parameters> {
+            if let decoded, decoded.values == values { return decoded.request }
+            let made = try self.request(handler, intent: p.intent, values: values)
+            decoded = (values, made)
+            return made
+        }
+        var result = SessionResult()
+        for entry in p.resolve {
+            guard entry.isShown(given: values) else {
+                values[entry.parameter] = nil
+                continue
+            }
+            let resolution = try await handler.resolve(entry.parameter, request())
+            result.resolutions.append(SessionResolution(parameter: entry.parameter, result: resolution))
+            SessionParameter.apply(resolution, to: entry.parameter, values: &values)
+            guard entry.goesOn(after: resolution, values: values) else { return result }
+        }
+        let confirmation = try await handler.confirm(request())
+        result.confirm = confirmation
+        guard p.handle, confirmation.code == ResponseCode.ready || confirmation.code == ResponseCode.success else { return result }
+        result.handle = try await handler.handle(request())
+        return result
     }
 
     private func run<H: IntentHandler>(_ handler: H, confirm: Bool, intent: String, values: [String: JSONValue]) async throws

@@ -1,0 +1,395 @@
+/// A type converted from and to `JSONValue` by hand, without Codable.
+///
+/// The protocol's own messages (`initialize`, `resolve`, `confirm`, `handle`,
+/// `session` and their answers) cross the pipes several times per intent; going
+/// through `JSONEncoder`/`JSONDecoder` cost most of an exchange's CPU (generic
+/// metadata, keyed containers, a byte round trip; docs/benchmarks.md). These
+/// types keep their `Codable` conformance, and the two ways agree: the same JSON
+/// out, the same values in, and the same errors (a `DecodingError` with the same
+/// coding path, so `JSONCoding.describe` says the same). `JSONCoding.decode` and
+/// `JSONCoding.value(of:)` take this way whenever the type offers it.
+public protocol JSONValueConvertible {
+    init(jsonValue: JSONValue) throws
+    var jsonValue: JSONValue { get }
+}
+
+/// A coding key for paths in errors: an object's field or an array's index.
+struct JSONPathKey: CodingKey {
+    var stringValue: String
+    var intValue: Int?
+    init(stringValue: String) { self.stringValue = stringValue }
+    init(intValue: Int) {
+        self.stringValue = "Index \(intValue)"
+        self.intValue = intValue
+    }
+}
+
+/// Reads an object's fields as a keyed decoding container would, with its errors.
+struct JSONFields {
+    let object: [String: JSONValue]
+    let path: [any CodingKey]
+
+    init(_ value: JSONValue, path: [any CodingKey] = []) throws {
+        guard case .object(let object) = value else {
+            throw Self.mismatch([String: JSONValue].self, value, path: path)
+        }
+        self.object = object
+        self.path = path
+    }
+
+    static func mismatch(_ type: Any.Type, _ value: JSONValue, path: [any CodingKey]) -> DecodingError {
+        if value.isNull {
+            return .valueNotFound(type, DecodingError.Context(codingPath: path, debugDescription: "Cannot get value of type \(type) -- found null value instead"))
+        }
+        return .typeMismatch(type, DecodingError.Context(codingPath: path, debugDescription: "Expected to decode \(type) but found \(value.typeNameWithArticle) instead."))
+    }
+
+    private func key(_ name: String) -> [any CodingKey] { path + [JSONPathKey(stringValue: name)] }
+
+    /// The field's value; nil when absent or null.
+    func optional(_ name: String) -> JSONValue? {
+        guard let value = object[name], !value.isNull else { return nil }
+        return value
+    }
+
+    func required(_ name: String, _ type: Any.Type) throws -> JSONValue {
+        guard let value = object[name] else {
+            throw DecodingError.keyNotFound(
+                JSONPathKey(stringValue: name), DecodingError.Context(codingPath: path, debugDescription: "No value associated with key \(name)."))
+        }
+        if value.isNull { throw Self.mismatch(type, value, path: key(name)) }
+        return value
+    }
+
+    func string(_ name: String) throws -> String {
+        let value = try required(name, String.self)
+        guard case .string(let text) = value else { throw Self.mismatch(String.self, value, path: key(name)) }
+        return text
+    }
+
+    func optionalString(_ name: String) throws -> String? {
+        guard let value = optional(name) else { return nil }
+        guard case .string(let text) = value else { throw Self.mismatch(String.self, value, path: key(name)) }
+        return text
+    }
+
+    func int(_ name: String) throws -> Int {
+        let value = try required(name, Int.self)
+        guard case .int(let number) = value, let int = Int(exactly: number) else { throw Self.mismatch(Int.self, value, path: key(name)) }
+        return int
+    }
+
+    func optionalBool(_ name: String) throws -> Bool? {
+        guard let value = optional(name) else { return nil }
+        guard case .bool(let flag) = value else { throw Self.mismatch(Bool.self, value, path: key(name)) }
+        return flag
+    }
+
+    func optionalDouble(_ name: String) throws -> Double? {
+        guard let value = optional(name) else { return nil }
+        guard let number = value.doubleValue else { throw Self.mismatch(Double.self, value, path: key(name)) }
+        return number
+    }
+
+    func strings(_ name: String) throws -> [String] {
+        let value = try required(name, [String].self)
+        guard case .array(let items) = value else { throw Self.mismatch([String].self, value, path: key(name)) }
+        var result: [String] = []
+        result.reserveCapacity(items.count)
+        for (index, item) in items.enumerated() {
+            guard case .string(let text) = item else {
+                throw Self.mismatch(String.self, item, path: key(name) + [JSONPathKey(intValue: index)])
+            }
+            result.append(text)
+        }
+        return result
+    }
+
+    func array(_ name: String) throws -> [JSONValue] {
+        let value = try required(name, [JSONValue].self)
+        guard case .array(let items) = value else { throw Self.mismatch([JSONValue].self, value, path: key(name)) }
+        return items
+    }
+
+    func members(_ name: String) throws -> [String: JSONValue] {
+        let value = try required(name, [String: JSONValue].self)
+        guard case .object(let members) = value else { throw Self.mismatch([String: JSONValue].self, value, path: key(name)) }
+        return members
+    }
+
+    func optionalMembers(_ name: String) throws -> [String: JSONValue]? {
+        guard let value = optional(name) else { return nil }
+        guard case .object(let members) = value else { throw Self.mismatch([String: JSONValue].self, value, path: key(name)) }
+        return members
+    }
+
+    /// A nested object's fields, for a nested type's own reading.
+    func nested(_ name: String) throws -> JSONFields? {
+        guard let value = optional(name) else { return nil }
+        return try JSONFields(value, path: key(name))
+    }
+
+    func requiredNested(_ name: String) throws -> JSONFields {
+        try JSONFields(try required(name, [String: JSONValue].self), path: key(name))
+    }
+
+    func mode(_ name: String) throws -> Mode {
+        let text = try string(name)
+        guard let mode = Mode(rawValue: text) else {
+            throw DecodingError.dataCorrupted(
+                DecodingError.Context(codingPath: key(name), debugDescription: "Cannot initialize Mode from invalid String value \(text)"))
+        }
+        return mode
+    }
+
+    func corrupted(_ name: String, _ description: String) -> DecodingError {
+        .dataCorrupted(DecodingError.Context(codingPath: key(name), debugDescription: description))
+    }
+}
+
+// MARK: The protocol's types
+
+extension PluginIdentity: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
+    init(fields: JSONFields) throws {
+        self.init(id: try fields.string("id"), version: try fields.string("version"))
+    }
+    public var jsonValue: JSONValue { .object(["id": .string(id), "version": .string(version)]) }
+}
+
+extension InitializeParams: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        self.init(
+            protocolVersion: try fields.int("protocolVersion"), hostVersion: try fields.string("hostVersion"), mode: try fields.mode("mode"),
+            intent: try fields.optionalString("intent"))
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [
+            "protocolVersion": .int(Int64(protocolVersion)), "hostVersion": .string(hostVersion), "mode": .string(mode.rawValue),
+        ]
+        if let intent { object["intent"] = .string(intent) }
+        return .object(object)
+    }
+}
+
+extension InitializeResult: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        self.init(
+            protocolVersion: try fields.int("protocolVersion"), plugin: try PluginIdentity(fields: fields.requiredNested("plugin")),
+            intents: try fields.strings("intents"), reusable: try fields.optionalBool("reusable"))
+        session = try fields.optionalBool("session")
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [
+            "protocolVersion": .int(Int64(protocolVersion)), "plugin": plugin.jsonValue, "intents": .array(intents.map { .string($0) }),
+        ]
+        if let reusable { object["reusable"] = .bool(reusable) }
+        if let session { object["session"] = .bool(session) }
+        return .object(object)
+    }
+}
+
+extension ResolveParams: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        self.init(intent: try fields.string("intent"), parameter: try fields.string("parameter"), parameters: try fields.members("parameters"))
+    }
+    public var jsonValue: JSONValue {
+        .object(["intent": .string(intent), "parameter": .string(parameter), "parameters": .object(parameters)])
+    }
+}
+
+extension IntentParams: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        self.init(intent: try fields.string("intent"), parameters: try fields.members("parameters"))
+    }
+    public var jsonValue: JSONValue { .object(["intent": .string(intent), "parameters": .object(parameters)]) }
+}
+
+extension ResolutionResult: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
+    init(fields: JSONFields) throws {
+        let kind = try fields.string("result")
+        switch kind {
+        case "success": self = .success(fields.optional("value") ?? .null)
+        case "needsValue": self = .needsValue(prompt: try fields.optionalString("prompt"))
+        case "disambiguation": self = .disambiguation(options: try fields.array("options"), prompt: try fields.optionalString("prompt"))
+        case "confirmationRequired": self = .confirmationRequired(fields.optional("value") ?? .null, prompt: try fields.optionalString("prompt"))
+        case "unsupported": self = .unsupported(reason: try fields.optionalString("reason"), message: try fields.optionalString("message"))
+        case "notRequired": self = .notRequired
+        default:
+            throw fields.corrupted(
+                "result",
+                "unknown resolution result '\(kind)' (expected success, needsValue, disambiguation, confirmationRequired, unsupported or notRequired)")
+        }
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [:]
+        func put(_ key: String, _ text: String?) { if let text { object[key] = .string(text) } }
+        switch self {
+        case .success(let value):
+            object["result"] = "success"
+            object["value"] = value
+        case .needsValue(let prompt):
+            object["result"] = "needsValue"
+            put("prompt", prompt)
+        case .disambiguation(let options, let prompt):
+            object["result"] = "disambiguation"
+            object["options"] = .array(options)
+            put("prompt", prompt)
+        case .confirmationRequired(let value, let prompt):
+            object["result"] = "confirmationRequired"
+            object["value"] = value
+            put("prompt", prompt)
+        case .unsupported(let reason, let message):
+            object["result"] = "unsupported"
+            put("reason", reason)
+            put("message", message)
+        case .notRequired:
+            object["result"] = "notRequired"
+        }
+        return .object(object)
+    }
+}
+
+extension Dialog: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
+    init(fields: JSONFields) throws {
+        self.init(full: try fields.optionalString("full"), supporting: try fields.optionalString("supporting"))
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [:]
+        if let full { object["full"] = .string(full) }
+        if let supporting { object["supporting"] = .string(supporting) }
+        return .object(object)
+    }
+}
+
+extension UserActivity: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
+    init(fields: JSONFields) throws {
+        self.init(
+            activityType: try fields.string("activityType"), title: try fields.optionalString("title"),
+            userInfo: try fields.optionalMembers("userInfo"))
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = ["activityType": .string(activityType)]
+        if let title { object["title"] = .string(title) }
+        if let userInfo { object["userInfo"] = .object(userInfo) }
+        return .object(object)
+    }
+}
+
+extension IntentResponse: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
+    init(fields: JSONFields) throws {
+        self.init(
+            code: try fields.string("code"), properties: try fields.optionalMembers("properties") ?? [:],
+            dialog: try fields.nested("dialog").map(Dialog.init(fields:)),
+            userActivity: try fields.nested("userActivity").map(UserActivity.init(fields:)), progress: try fields.optionalDouble("progress"))
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = ["code": .string(code), "properties": .object(properties)]
+        if let dialog { object["dialog"] = dialog.jsonValue }
+        if let userActivity { object["userActivity"] = userActivity.jsonValue }
+        if let progress { object["progress"] = .double(progress) }
+        return .object(object)
+    }
+}
+
+extension LogParams: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        self.init(level: try fields.string("level"), message: try fields.string("message"))
+    }
+    public var jsonValue: JSONValue { .object(["level": .string(level), "message": .string(message)]) }
+}
+
+extension ProgressParams: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        self.init(fraction: try fields.optionalDouble("fraction"), message: try fields.optionalString("message"))
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [:]
+        if let fraction { object["fraction"] = .double(fraction) }
+        if let message { object["message"] = .string(message) }
+        return .object(object)
+    }
+}
+
+extension CancelParams: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { self.init(reason: try JSONFields(jsonValue).string("reason")) }
+    public var jsonValue: JSONValue { .object(["reason": .string(reason)]) }
+}
+
+extension ParentCondition: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
+    init(fields: JSONFields) throws {
+        self.init(parameter: try fields.string("parameter"), value: fields.object["value"] ?? .null)
+    }
+    public var jsonValue: JSONValue { .object(["parameter": .string(parameter), "value": value]) }
+}
+
+extension SessionParameter: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
+    init(fields: JSONFields) throws {
+        self.init(
+            parameter: try fields.string("parameter"), required: try fields.optionalBool("required") ?? false,
+            parent: try fields.nested("parent").map(ParentCondition.init(fields:)))
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = ["parameter": .string(parameter)]
+        if required { object["required"] = .bool(true) }
+        if let parent { object["parent"] = parent.jsonValue }
+        return .object(object)
+    }
+}
+
+extension SessionParams: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        let entries = try fields.array("resolve")
+        var resolve: [SessionParameter] = []
+        resolve.reserveCapacity(entries.count)
+        for (index, entry) in entries.enumerated() {
+            resolve.append(try SessionParameter(fields: JSONFields(entry, path: [JSONPathKey(stringValue: "resolve"), JSONPathKey(intValue: index)])))
+        }
+        let handle = try fields.optionalBool("handle")
+        guard let handle else { throw DecodingError.keyNotFound(JSONPathKey(stringValue: "handle"), DecodingError.Context(codingPath: [], debugDescription: "")) }
+        self.init(intent: try fields.string("intent"), parameters: try fields.members("parameters"), resolve: resolve, handle: handle)
+    }
+    public var jsonValue: JSONValue {
+        .object([
+            "intent": .string(intent), "parameters": .object(parameters), "resolve": .array(resolve.map(\.jsonValue)), "handle": .bool(handle),
+        ])
+    }
+}
+
+extension SessionResult: JSONValueConvertible {
+    public init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
+        let entries = try fields.array("resolutions")
+        var resolutions: [SessionResolution] = []
+        resolutions.reserveCapacity(entries.count)
+        for (index, entry) in entries.enumerated() {
+            let item = try JSONFields(entry, path: [JSONPathKey(stringValue: "resolutions"), JSONPathKey(intValue: index)])
+            let result = try ResolutionResult(fields: item.requiredNested("result"))
+            resolutions.append(SessionResolution(parameter: try item.string("parameter"), result: result))
+        }
+        self.init(
+            resolutions: resolutions, confirm: try fields.nested("confirm").map(IntentResponse.init(fields:)),
+            handle: try fields.nested("handle").map(IntentResponse.init(fields:)))
+    }
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [
+            "resolutions": .array(resolutions.map { .object(["parameter": .string($0.parameter), "result": $0.result.jsonValue]) })
+        ]
+        if let confirm { object["confirm"] = confirm.jsonValue }
+        if let handle { object["handle"] = handle.jsonValue }
+        return .object(object)
+    }
+}
