@@ -12,6 +12,11 @@
 //       docs/protocol.md §15): the plugin process is started once, then every
 //       intent is a new session in it. Variants alternate in blocks of 100
 //       intents. Reports intents per second and per-intent latency percentiles.
+//   ExtrunBench parallel --intent FILE --plugins DIR [--callers N] [--count N] [--warmup N] [--variant NAME]
+//       The same intent through ONE PluginPool from N threads at once (default 2):
+//       each intent in flight has a warm process of its own (N processes).
+//       Reports the intents per second of all callers together (intents / wall
+//       time) and the per-intent latency percentiles over all of them.
 //   ExtrunBench store --home DIR [--count N]
 //       Globals through the store library (Store, Globals: SQLite + AES-GCM):
 //       set then get of N globals with 32-byte values, per second and p50/p99.
@@ -36,6 +41,7 @@ import ExtrunHost
 import ExtrunProtocol
 import ExtrunStore
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -279,6 +285,76 @@ func policyVariants() -> [String: HandleOptions] {
     let output = Output(
         elapsedSeconds: Double(nowNs() - started) / 1e9, variants: outputs,
         rssBeforeKB: memoryBefore.rss, rssAfterKB: memoryAfter.rss, peakRSSKB: memoryAfter.hwm)
+    FileHandle.standardOutput.write(try! encoder.encode(output))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+}
+
+// MARK: parallel
+
+@MainActor func parallel() {
+    guard let intentPath = options["intent"], let pluginDirectory = options["plugins"] else {
+        fail("parallel needs --intent FILE --plugins DIR")
+    }
+    let callers = max(1, option("callers", 2))
+    let count = option("count", 20_000)
+    let warmup = option("warmup", 200)
+    let name = options["variant"] ?? "sandboxed"
+    let (host, home, invocation) = benchHost(pluginDirectory: pluginDirectory, intentPath: intentPath)
+    defer { try? FileManager.default.removeItem(at: home) }
+    guard let handleOptions = policyVariants()[name] else { fail("--variant: unknown variant \(name)") }
+    let pool = PluginPool(host: host, maxIdleProcesses: callers)
+    /// Runs `n` intents on this thread; their latencies in ns.
+    @Sendable func run(_ n: Int) -> [UInt64] {
+        var samples: [UInt64] = []
+        samples.reserveCapacity(n)
+        for _ in 0..<n {
+            let start = nowNs()
+            let report = pool.handle(invocation, options: handleOptions)
+            samples.append(nowNs() - start)
+            if let error = report.error { fail("PluginPool.handle failed: \(error.kind.rawValue): \(error.message)") }
+            guard report.responseIsSuccess else { fail("PluginPool.handle: the plugin did not answer success") }
+        }
+        return samples
+    }
+    /// Runs `n` intents on each of `callers` threads at once; all latencies and the wall time.
+    func together(_ n: Int) -> ([UInt64], UInt64) {
+        let results = Mutex<[UInt64]>([])
+        let group = DispatchGroup()
+        let started = nowNs()
+        for _ in 0..<callers {
+            group.enter()
+            let thread = Thread {
+                let samples = run(n)
+                results.withLock { $0.append(contentsOf: samples) }
+                group.leave()
+            }
+            thread.start()
+        }
+        group.wait()
+        return (results.withLock { $0 }, nowNs() - started)
+    }
+    _ = together(warmup)
+    let memoryBefore = ownMemoryKB()
+    let (samples, elapsed) = together(max(1, count / callers))
+    let memoryAfter = ownMemoryKB()
+    struct Output: Encodable {
+        var kind = "parallel"
+        var variant: String
+        var callers: Int
+        var elapsedSeconds: Double
+        var intentsPerSecond: Double
+        var summary: Summary
+        var launches: Int
+        var reuses: Int
+        var rssBeforeKB: Int
+        var rssAfterKB: Int
+        var peakRSSKB: Int
+    }
+    let output = Output(
+        variant: name, callers: callers, elapsedSeconds: Double(elapsed) / 1e9, intentsPerSecond: Double(samples.count) / (Double(elapsed) / 1e9),
+        summary: Summary(samplesNs: samples), launches: pool.launches, reuses: pool.reuses,
+        rssBeforeKB: memoryBefore.rss, rssAfterKB: memoryAfter.rss, peakRSSKB: memoryAfter.hwm)
+    pool.close()
     FileHandle.standardOutput.write(try! encoder.encode(output))
     FileHandle.standardOutput.write(Data("\n".utf8))
 }
@@ -535,10 +611,11 @@ switch command {
 case "handle": handleOnce()
 case "dispatch": dispatch()
 case "warm": warm()
+case "parallel": parallel()
 case "store": store()
 case "exchange": exchange()
 case "json": json()
-default: fail("unknown command \(command) (dispatch, warm, store, exchange, handle or json)")
+default: fail("unknown command \(command) (dispatch, warm, parallel, store, exchange, handle or json)")
 }
 
 /// A host over a fresh temporary home (remove it afterwards) and the plugins in

@@ -126,7 +126,7 @@ public struct Host: Sendable {
                     details: ["field": "mode"])
             }
             let limits = try EffectiveLimits.resolve(
-                policy: policy, mode: mode, manifest: plugin.manifest.limits, manifestFile: plugin.manifestURL.path,
+                policy: policy, mode: mode, manifest: plugin.manifest.limits, manifestFile: plugin.manifestPath,
                 memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
             report.mode = mode
             report.limits = limits

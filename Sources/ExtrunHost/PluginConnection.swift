@@ -115,6 +115,9 @@ final class PluginConnection {
             outboundOffset = 0
         }
         outbound.append(contentsOf: Framing.frame(message.encoded()))
+        // Written at once where the pipe takes it (it is non-blocking); what is left,
+        // the loop writes when poll says the pipe has room.
+        writeOutbound()
     }
 
     private enum PumpResult {

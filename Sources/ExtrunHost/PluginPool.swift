@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import ExtrunStore
 import Foundation
+import Synchronization
 
 /// Handles many intents in one host process, keeping plugin processes warm
 /// between them (docs/protocol.md §15). Each intent is handled as `Host.handle`
@@ -13,11 +14,11 @@ import Foundation
 /// the home (store, keys, containers) at most once a second.
 ///
 /// What stays per intent: the checks of the intent against the manifest, the
-/// deadline (counted from the session's `initialize`; from the launch for a
-/// process's first session), the report. What is per process: the memory cap
-/// (the whole life counts), the sandbox, the scratch directory (HOME, TMPDIR).
-/// A crash, a timeout, a protocol violation or a forbidden system call ends the
-/// process and is reported for the intent in flight.
+/// deadline (counted from the session's `initialize`, or its `session` request;
+/// from the launch for a process's first session), the report. What is per
+/// process: the memory cap (the whole life counts), the sandbox, the scratch
+/// directory (HOME, TMPDIR). A crash, a timeout, a protocol violation or a
+/// forbidden system call ends the process and is reported for the intent in flight.
 ///
 /// ```swift
 /// let pool = PluginPool()
@@ -25,25 +26,36 @@ import Foundation
 /// pool.close()   // or let it go: idle processes are ended on deinit
 /// ```
 ///
-/// Not thread-safe: use one pool from one thread at a time (one pool per thread
-/// for parallel work).
-public final class PluginPool {
+/// Several threads may call `handle` at once: each intent in flight has a process
+/// of its own (a warm one when one is idle, else a new one), so N callers keep up
+/// to N processes of a plugin busy. A process runs one session at a time.
+public final class PluginPool: Sendable {
     public let host: Host
     /// The most idle processes kept; the least recently used one is ended beyond it.
     public let maxIdleProcesses: Int
     /// How many plugin processes were started, and how many sessions ran in an
     /// already running one.
-    public private(set) var launches = 0
-    public private(set) var reuses = 0
+    public var launches: Int { state.withLock { $0.launches } }
+    public var reuses: Int { state.withLock { $0.reuses } }
 
-    private var idle: [WarmProcess] = []
-    private var policy: (SandboxPolicy, String)?
-    /// The plugin catalog, discovered again when older than `catalogMaxAgeNs`: a
-    /// plugin installed or changed while the pool runs is seen within a second.
-    private var catalog: (PluginCatalog, discovered: UInt64)?
+    private struct State: @unchecked Sendable {
+        var launches = 0
+        var reuses = 0
+        /// Processes waiting for an intent, least recently used first. A process in use
+        /// is in no list: the thread running its session holds it.
+        var idle: [WarmProcess] = []
+        var policy: (SandboxPolicy, String)?
+        /// The plugin catalog, discovered again when older than `catalogMaxAgeNs`: a
+        /// plugin installed or changed while the pool runs is seen within a second.
+        var catalog: (PluginCatalog, discovered: UInt64)?
+        /// When the home's permissions were last found in order.
+        var homeChecked: UInt64?
+        /// The store donations are written to, opened on the pool's first donation.
+        var store: Store?
+    }
+
+    private let state = Mutex(State())
     static let catalogMaxAgeNs: UInt64 = 1_000_000_000
-    /// When the home's permissions were last found in order.
-    private var homeChecked: UInt64?
 
     public init(host: Host = Host(), maxIdleProcesses: Int = 4) {
         self.host = host
@@ -53,7 +65,7 @@ public final class PluginPool {
     deinit { close() }
 
     /// The number of processes waiting for another intent.
-    public var idleProcessCount: Int { idle.count }
+    public var idleProcessCount: Int { state.withLock { $0.idle.count } }
 
     /// Handles one intent, in a warm process when one fits. Never throws: every
     /// failure is in the report, as with `Host.handle`.
@@ -61,57 +73,86 @@ public final class PluginPool {
         var report = HandleReport(intent: invocation.intent)
         report.id = invocation.id ?? Host.newIdentifier()
         var options = options
-        if options.policy == nil {
-            // The policy file is read once per pool, not once per intent.
-            do {
-                if policy == nil {
-                    policy = try SandboxPolicy.load(home: host.paths.home)
-                    options.log?("[extrun] policy for this pool (read once): \(policy?.1 ?? "")")
-                }
-                options.policy = policy?.0
-            } catch {
-                report.error = error
-                return report
-            }
-        }
         let now = MonotonicClock.now()
-        if catalog == nil || now &- (catalog?.discovered ?? 0) > Self.catalogMaxAgeNs {
-            catalog = (host.catalog(), now)
+        // The policy file once per pool; the catalog and the home's permissions at most once a second.
+        let shared: Result<(policy: SandboxPolicy?, catalog: PluginCatalog, checkHome: Bool), HostError> = state.withLock { state in
+            var policy: SandboxPolicy?
+            if options.policy == nil {
+                do {
+                    if state.policy == nil {
+                        state.policy = try SandboxPolicy.load(home: host.paths.home)
+                        options.log?("[extrun] policy for this pool (read once): \(state.policy?.1 ?? "")")
+                    }
+                    policy = state.policy?.0
+                } catch let error as HostError {
+                    return .failure(error)
+                } catch {
+                    return .failure(HostError(.internalError, "\(error)"))
+                }
+            }
+            if state.catalog == nil || now &- (state.catalog?.discovered ?? 0) > Self.catalogMaxAgeNs {
+                state.catalog = (host.catalog(), now)
+            }
+            let checkHome = state.homeChecked.map { now &- $0 > Self.catalogMaxAgeNs } ?? true
+            return .success((policy, state.catalog?.0 ?? host.catalog(), checkHome))
         }
-        // The home's permissions (store, keys, containers: docs/sandbox.md) at most once a second, as the catalog.
-        let checkHome = homeChecked.map { now &- $0 > Self.catalogMaxAgeNs } ?? true
-        guard let (prepared, parameters) = host.prepare(invocation, options: options, report: &report, catalog: catalog?.0, checkHome: checkHome)
+        let catalog: PluginCatalog
+        let checkHome: Bool
+        switch shared {
+        case .failure(let error):
+            report.error = error
+            return report
+        case .success(let values):
+            if let policy = values.policy { options.policy = policy }
+            catalog = values.catalog
+            checkHome = values.checkHome
+        }
+        guard let (prepared, parameters) = host.prepare(invocation, options: options, report: &report, catalog: catalog, checkHome: checkHome)
         else {
-            if checkHome { homeChecked = nil }
+            if checkHome { state.withLock { $0.homeChecked = nil } }
             return report
         }
-        if checkHome { homeChecked = now }
+        if checkHome { state.withLock { $0.homeChecked = now } }
         var run = prepared
         // The pool's one store connection serves the plugins' requests and the donations.
         let home = host.paths.home
         run.services?.storeSource = { [weak self] in try self?.donationStore() ?? Store(home: home) }
         let key = WarmProcess.key(for: run)
-        let warm: WarmProcess
-        if let index = idle.lastIndex(where: { $0.key == key }) {
-            let candidate = idle.remove(at: index)
+        var warm: WarmProcess?
+        while warm == nil {
+            let candidate = state.withLock { state -> WarmProcess? in
+                guard let index = state.idle.lastIndex(where: { $0.key == key }) else { return nil }
+                return state.idle.remove(at: index)
+            }
+            guard let candidate else { break }
             if candidate.isAlive {
                 warm = candidate
-                reuses += 1
+                state.withLock { $0.reuses += 1 }
             } else {
                 // It ended between sessions (the plugin exited or was killed): start afresh.
                 options.log?("[extrun] \(run.id)'s warm process ended while idle; starting a new one")
                 candidate.close()
-                guard let fresh = launch(&run, report: &report) else { return report }
-                warm = fresh
             }
-        } else {
-            guard let fresh = launch(&run, report: &report) else { return report }
-            warm = fresh
         }
+        if warm == nil {
+            do throws(HostError) {
+                warm = try WarmProcess.launch(for: &run)
+                state.withLock { $0.launches += 1 }
+            } catch {
+                report.error = error
+                return report
+            }
+        }
+        guard let warm else { return report }
         warm.session(&run, .handle(parameters: parameters), into: &report)
         if warm.isReusable {
-            idle.append(warm)
-            while idle.count > maxIdleProcesses { idle.removeFirst().close() }
+            let surplus = state.withLock { state -> [WarmProcess] in
+                state.idle.append(warm)
+                let extra = max(0, state.idle.count - maxIdleProcesses)
+                defer { state.idle.removeFirst(extra) }
+                return Array(state.idle.prefix(extra))
+            }
+            for process in surplus { process.close() }
         }
         // As Host.handle: the app's step (a new process, not pooled) when the extension
         // asks for it, then the donation, through one store connection for the pool.
@@ -122,31 +163,21 @@ public final class PluginPool {
         return report
     }
 
-    /// The store donations are written to, opened on the pool's first donation.
-    private var store: Store?
-
     private func donationStore() throws -> Store {
-        if let store { return store }
-        let opened = try Store(home: host.paths.home)
-        store = opened
-        return opened
+        try state.withLock { state in
+            if let store = state.store { return store }
+            let opened = try Store(home: host.paths.home)
+            state.store = opened
+            return opened
+        }
     }
 
     /// Ends every idle process (closes its channel, waits its exit grace).
     public func close() {
-        let all = idle
-        idle.removeAll()
-        for warm in all { warm.close() }
-    }
-
-    private func launch(_ run: inout PluginRun, report: inout HandleReport) -> WarmProcess? {
-        do throws(HostError) {
-            let warm = try WarmProcess.launch(for: &run)
-            launches += 1
-            return warm
-        } catch {
-            report.error = error
-            return nil
+        let all = state.withLock { state in
+            defer { state.idle.removeAll() }
+            return state.idle
         }
+        for warm in all { warm.close() }
     }
 }

@@ -22,7 +22,13 @@ struct PluginRun {
     /// `$EXTRUN_HOME`, which the sandbox hides from the plugin.
     var home: URL?
     /// Where relative file paths typed at a prompt are taken from.
-    var baseDirectory = URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+    var baseDirectory: URL {
+        get { givenBaseDirectory ?? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) }
+        set { givenBaseDirectory = newValue }
+    }
+    /// Set by the caller (the intent file's folder); the working directory is looked up
+    /// only when needed (a URL for it costs a `getcwd` and a `stat` per intent in a pool).
+    private var givenBaseDirectory: URL?
     /// The parameters once every one was resolved (set by `handle`), for a later step.
     var resolved: [String: JSONValue]?
     /// Whether a person (or --yes) confirmed the intent in this run.
@@ -61,7 +67,7 @@ struct PluginRun {
         var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
         run.services = services
         run.home = home
-        run.baseDirectory = baseDirectory
+        run.givenBaseDirectory = givenBaseDirectory
         run.activityOnly = activityOnly
         return run
     }

@@ -25,40 +25,6 @@ final class PluginChannel: Sendable {
         fcntl(inputFD, F_GETFD) != -1 && fcntl(outputFD, F_GETFD) != -1
     }
 
-    /// Messages from the host, in order. The stream ends at end of file.
-    func messages() -> AsyncThrowingStream<Message, any Error> {
-        AsyncThrowingStream { continuation in
-            let fd = inputFD
-            let thread = Thread {
-                var decoder = FrameDecoder()
-                var buffer = [UInt8](repeating: 0, count: 64 << 10)
-                while true {
-                    let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                    if count < 0 {
-                        if errno == EINTR { continue }
-                        continuation.finish(throwing: MessageError("reading the protocol channel failed: \(String(cString: strerror(errno)))"))
-                        return
-                    }
-                    if count == 0 {
-                        continuation.finish()
-                        return
-                    }
-                    buffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-                    do {
-                        while let body = try decoder.nextFrame() {
-                            continuation.yield(try Message.decode(body))
-                        }
-                    } catch {
-                        continuation.finish(throwing: error)
-                        return
-                    }
-                }
-            }
-            thread.stackSize = 256 << 10
-            thread.start()
-        }
-    }
-
     func send(_ message: Message) {
         let frame = Framing.frame(message.encoded())
         writeLock.withLock { _ in

@@ -69,42 +69,55 @@ final class Server: Sendable {
         self.channel = channel
     }
 
+    /// Serves the protocol until the host closes the channel: the channel's loop reads
+    /// the messages and runs each request's task (`ChannelLoop`), and the calling task
+    /// waits for ever (the loop ends the process).
     func serve() async -> Never {
-        do {
-            for try await message in channel.messages() {
-                switch message {
-                case .request(let id, let method, let params):
-                    if method == Method.shutdown {
-                        channel.send(.response(id: id, result: .null))
-                        exit(0)
-                    }
-                    let task = Task {
-                        let result = await self.answer(method: method, params: params)
-                        self.running.withLock { state in
-                            if state.tasks.removeValue(forKey: id) == nil { state.finished.insert(id) }
-                        }
-                        switch result {
-                        case .success(let value): self.channel.send(.response(id: id, result: value))
-                        case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
-                        }
-                    }
-                    running.withLock { state in
-                        if state.finished.remove(id) == nil { state.tasks[id] = task }
-                    }
-                case .notification(let method, _):
-                    if method == Method.cancel {
-                        for task in running.withLock({ Array($0.tasks.values) }) { task.cancel() }
-                    }
-                case .response(let id, let result):
-                    channel.deliver(id: id, .success(result))
-                case .errorResponse(let id, let error):
-                    channel.deliver(id: id, .failure(error))
+        let loop = ChannelLoop(
+            inputFD: channel.inputFD,
+            onMessage: { [self] message in receive(message) },
+            onError: { [identity] error in
+                FileHandle.standardError.write(Data("\(identity.id): protocol error: \(error)\n".utf8))
+                exit(70)
+            })
+        self.loop.withLock { $0 = loop }
+        loop.start()
+        while true { try? await Task.sleep(for: .seconds(3600)) }
+    }
+
+    /// The loop the requests' tasks run on.
+    let loop = Mutex<ChannelLoop?>(nil)
+
+    /// One message from the host (on the loop's thread, in order).
+    func receive(_ message: Message) {
+        switch message {
+        case .request(let id, let method, let params):
+            if method == Method.shutdown {
+                channel.send(.response(id: id, result: .null))
+                exit(0)
+            }
+            let work: @Sendable () async -> Void = {
+                let result = await self.answer(method: method, params: params)
+                self.running.withLock { state in
+                    if state.tasks.removeValue(forKey: id) == nil { state.finished.insert(id) }
+                }
+                switch result {
+                case .success(let value): self.channel.send(.response(id: id, result: value))
+                case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
                 }
             }
-            exit(0)
-        } catch {
-            FileHandle.standardError.write(Data("\(identity.id): protocol error: \(error)\n".utf8))
-            exit(70)
+            let task = loop.withLock { $0 }.map { Task(executorPreference: $0, operation: work) } ?? Task(operation: work)
+            running.withLock { state in
+                if state.finished.remove(id) == nil { state.tasks[id] = task }
+            }
+        case .notification(let method, _):
+            if method == Method.cancel {
+                for task in running.withLock({ Array($0.tasks.values) }) { task.cancel() }
+            }
+        case .response(let id, let result):
+            channel.deliver(id: id, .success(result))
+        case .errorResponse(let id, let error):
+            channel.deliver(id: id, .failure(error))
         }
     }
 
