@@ -1,15 +1,19 @@
 import ExtrunSDK
 
 /// Sleep: waits `seconds`, then succeeds. It shows the deadline: 30 s is
-/// past the 10 s a plugin gets from launch.
+/// past the 10 s a plugin gets from launch. With `busy`, it computes instead of
+/// sleeping (it never suspends) and checks `Task.isCancelled`: the host's
+/// `cancel` reaches a handler that keeps its thread busy too.
 struct SleepHandler: IntentHandler {
     struct Parameters: Decodable, Sendable {
         var seconds: Double?
+        var busy: Bool?
     }
 
     static let intentName = "Sleep"
 
     func resolve(_ parameter: String, _ request: IntentRequest<Parameters>) async throws -> ResolutionResult {
+        guard parameter == "seconds" else { return request.parameters.busy.map { .success($0) } ?? .notRequired }
         guard let seconds = request.parameters.seconds else { return .needsValue(prompt: "How many seconds should I sleep?") }
         if seconds < 0 || !seconds.isFinite { return .unsupported(reason: "invalid", message: "Please enter a positive number of seconds") }
         return .success(seconds)
@@ -17,8 +21,15 @@ struct SleepHandler: IntentHandler {
 
     func handle(_ request: IntentRequest<Parameters>) async throws -> IntentResponse {
         let seconds = request.parameters.seconds ?? 0
-        // Task.sleep ends early with CancellationError when the host sends cancel.
-        try await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+        if request.parameters.busy == true {
+            let end = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+            while ContinuousClock.now < end {
+                if Task.isCancelled { throw CancellationError() }
+            }
+        } else {
+            // Task.sleep ends early with CancellationError when the host sends cancel.
+            try await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+        }
         return .success(["sleptSeconds": .double(seconds)], dialog: Dialog(full: "Slept \(seconds) seconds."))
     }
 }

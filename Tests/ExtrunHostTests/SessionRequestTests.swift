@@ -179,7 +179,7 @@ struct SessionRequestTests {
         ("goeson", #"lambda p: {"resolutions": [{"parameter": "text", "result": {"result": "needsValue"}}], "confirm": {"code": "ready"}, "handle": {"code": "success"}}"#,
          "its session answer goes on after resolving 'text' as needsValue"),
         ("stopsearly", #"lambda p: {"resolutions": [{"parameter": "text", "result": {"result": "success", "value": "x"}}]}"#,
-         "its session answer stops before confirm without a reason"),
+         "its session answer does not resolve 'loud' and stops without a reason"),
         ("handlesanyway", #"lambda p: dict(run_session(p), confirm={"code": "failure"}, handle={"code": "success"})"#,
          "its session answer handles the intent after confirm answered 'failure'"),
         ("nohandle", #"lambda p: {k: v for k, v in run_session(p).items() if k != "handle"}"#,

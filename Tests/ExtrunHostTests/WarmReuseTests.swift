@@ -228,3 +228,21 @@ struct WarmReuseTests {
         withExtendedLifetime(tmp) {}
     }
 }
+
+/// Cancellation reaches a Swift handler that never suspends: the SDK runs requests
+/// on its channel's thread, and its watchdog reads `cancel` while that thread computes.
+@Suite("Cancel reaches a busy handler")
+struct BusyHandlerCancelTests {
+    @Test("a handler computing past its deadline sees Task.isCancelled and ends within the cancel grace, not killed at its end")
+    func busyHandlerIsCancelled() throws {
+        let home = try TempDirectory("busy-home")
+        let host = ExtrunHost.Host(paths: HostPaths(home: home.url, pluginSearchPath: [try StagedPlugins.directory()]))
+        var options = HandleOptions()
+        options.deadlineMs = 1000
+        let report = host.handle(IntentInvocation(intent: "Sleep", parameters: ["seconds": 20, "busy": true], source: "test"), options: options)
+        #expect(report.error?.kind == .timeout, "\(String(describing: report.error))")
+        // The cancel grace is 500 ms: a plugin that did not see cancel is killed at its end.
+        let wall = try #require(report.metrics?.wallMs)
+        #expect(wall < 1000 + 400, "the busy handler was not cancelled: the run took \(wall) ms")
+    }
+}
