@@ -31,7 +31,7 @@ struct JSONFields {
 
     init(_ value: JSONValue, path: [any CodingKey] = []) throws {
         guard case .object(let object) = value else {
-            throw Self.mismatch([String: JSONValue].self, value, path: path)
+            throw Self.mismatch([String: Any].self, value, path: path)
         }
         self.object = object
         self.path = path
@@ -112,14 +112,14 @@ struct JSONFields {
     }
 
     func members(_ name: String) throws -> [String: JSONValue] {
-        let value = try required(name, [String: JSONValue].self)
-        guard case .object(let members) = value else { throw Self.mismatch([String: JSONValue].self, value, path: key(name)) }
+        let value = try required(name, [String: Any].self)
+        guard case .object(let members) = value else { throw Self.mismatch([String: Any].self, value, path: key(name)) }
         return members
     }
 
     func optionalMembers(_ name: String) throws -> [String: JSONValue]? {
         guard let value = optional(name) else { return nil }
-        guard case .object(let members) = value else { throw Self.mismatch([String: JSONValue].self, value, path: key(name)) }
+        guard case .object(let members) = value else { throw Self.mismatch([String: Any].self, value, path: key(name)) }
         return members
     }
 
@@ -130,7 +130,7 @@ struct JSONFields {
     }
 
     func requiredNested(_ name: String) throws -> JSONFields {
-        try JSONFields(try required(name, [String: JSONValue].self), path: key(name))
+        try JSONFields(try required(name, [String: Any].self), path: key(name))
     }
 
     func mode(_ name: String) throws -> Mode {

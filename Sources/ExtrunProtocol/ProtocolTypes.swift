@@ -428,7 +428,12 @@ public struct SessionParameter: Sendable, Hashable {
     /// `values` with `result` applied: a success's value set (null removes it); any other result leaves them.
     public static func apply(_ result: ResolutionResult, to parameter: String, values: inout [String: JSONValue]) {
         if case .success(let value) = result {
-            values[parameter] = value.isNull ? nil : value
+            // Not `value.isNull ? nil : value`: JSONValue is ExpressibleByNilLiteral, so that nil would be `.null`.
+            if value.isNull {
+                values.removeValue(forKey: parameter)
+            } else {
+                values[parameter] = value
+            }
         }
     }
 }
