@@ -28,6 +28,8 @@ final class WarmProcess {
     let connection: PluginConnection
     let scratch: URL
     let cgroup: CgroupRun?
+    /// How long a wait for a warm plugin's answer reads without sleeping first (PluginConnection.spinNs).
+    static let spinNs: UInt64 = 50_000
     /// Sessions run so far (the first one included).
     private(set) var sessions = 0
     /// Whether another session may start: the plugin declared `reusable` in its
@@ -80,6 +82,7 @@ final class WarmProcess {
         run.start = first ? launchStart : MonotonicClock.now()
         run.deadline.set(start: run.start, limits: run.limits)
         run.bind(connection)
+        connection.spinNs = Self.spinNs
         isReusable = false
         var launchMs: Double?
         var ended = false
