@@ -12,6 +12,7 @@ back to back, so a busy moment slows them alike) and then summarized by their
 median; [a–b] is the interquartile range of the per-round values, and "95% CI"
 is a bootstrap confidence interval of that median.
 """
+import glob
 import json
 import os
 import random
@@ -212,9 +213,9 @@ def main():
     warm_path = os.path.join(d, "warm.json")
     if os.path.exists(warm_path):
         warm = json.load(open(warm_path))
-        print("  Warm: PluginPool.handle in a loop; the plugin process is started once and runs every")
-        print("  intent as a new session (docs/protocol.md §15). Per intent: prepare, initialize, resolve,")
-        print("  confirm, handle: 4 request/answer exchanges over the pipes.")
+        print("  Warm: PluginPool.handle in a loop, one caller; the plugin process is started once and runs")
+        print("  every intent as a new session (docs/protocol.md §15): prepare, then one `session` request")
+        print("  (resolve, confirm, handle in one exchange over the pipes).")
         rows = []
         for variant, v in sorted(warm["variants"].items()):
             s = v["summary"]
@@ -227,6 +228,10 @@ def main():
         if os.path.exists(pinned_path):
             p = json.load(open(pinned_path))["variants"]["sandboxed"]
             print(f"  context: host and plugin pinned to one CPU (taskset -c 0; no cross-CPU wake-ups): "
+                  f"{p['intentsPerSecond']:,.0f} intents/s, p50 {p['summary']['p50Us']:.0f} µs, p99 {p['summary']['p99Us']:.0f} µs")
+        for parallel_path in sorted(glob.glob(os.path.join(d, "parallel-*.json"))):
+            p = json.load(open(parallel_path))
+            print(f"  context: one pool, {p['callers']} callers at once ({p['variant']}, {p['launches']} warm processes): "
                   f"{p['intentsPerSecond']:,.0f} intents/s, p50 {p['summary']['p50Us']:.0f} µs, p99 {p['summary']['p99Us']:.0f} µs")
         sandboxed = warm["variants"].get("sandboxed") or next(iter(warm["variants"].values()))
         verdicts.append((f"in-process dispatch with a warm plugin ≥ {TARGET_WARM_PER_SECOND:,} intents/s",
@@ -244,8 +249,9 @@ def main():
     print("  Framing + JSON encode/decode, both sides, no I/O (ExtrunBench exchange):")
     rows = []
     for name, s in [("one exchange (any method)", exchange["perExchange"]),
-                    ("one intent (4 exchanges)", exchange["perIntent"])] + \
-            [(f"  {m}", exchange["perMethod"][m]) for m in ("initialize", "resolve", "confirm", "handle") if m in exchange["perMethod"]]:
+                    ("one intent step by step (4 exchanges)", exchange["perIntent"])] + \
+            [(f"  {m}", exchange["perMethod"][m]) for m in ("initialize", "resolve", "confirm", "handle") if m in exchange["perMethod"]] + \
+            ([("one warm intent (1 session exchange)", exchange["perSession"])] if "perSession" in exchange else []):
         rows.append([name, s["count"], fmt(s["perSecond"], 0), fmt(s["p50Us"], 1), fmt(s["p90Us"], 1), fmt(s["p99Us"], 1)])
     print(table(["", "count", "per second", "p50 µs", "p90 µs", "p99 µs"], rows))
     print()

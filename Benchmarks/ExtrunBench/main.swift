@@ -481,7 +481,34 @@ struct Side {
         }),
     ]
 
-    for _ in 0..<warmup { for step in steps { step.1() } }
+    /// A later warm session: one `session` request and its answer (docs/protocol.md §15), as
+    /// PluginRun.requestSession and the SDK's Server.session convert them.
+    func session() {
+        do {
+            let id = RequestID.int(nextID)
+            nextID += 1
+            let params = SessionParams(intent: intent, parameters: values, resolve: [SessionParameter(parameter: "text", required: true)], handle: true)
+            let request = Side.send(.request(id: id, method: Method.session, params: params.jsonValue))
+            guard case .request(let gotID, _, let gotParams) = plugin.receive(request) else { fail("not a request") }
+            let decoded = try SessionParams(jsonValue: gotParams ?? .null)
+            let text = decoded.parameters["text"] ?? .null
+            let answer = SessionResult(
+                resolutions: [SessionResolution(parameter: "text", result: .success(text))], confirm: IntentResponse(code: ResponseCode.ready),
+                handle: IntentResponse(code: ResponseCode.success, properties: ["result": .string((text.stringValue ?? "").uppercased())]))
+            let response = Side.send(.response(id: gotID, result: answer.jsonValue))
+            guard case .response(_, let result) = host.receive(response) else { fail("not a response") }
+            precondition(try SessionResult(jsonValue: result).handle?.code == ResponseCode.success)
+        } catch {
+            fail("session exchange failed: \(error)")
+        }
+    }
+
+    for _ in 0..<warmup {
+        for step in steps { step.1() }
+        session()
+    }
+    var perSession: [UInt64] = []
+    perSession.reserveCapacity(count)
     var perStep: [String: [UInt64]] = [:]
     var perIntent: [UInt64] = []
     perIntent.reserveCapacity(count)
@@ -496,6 +523,9 @@ struct Side {
             perStep[step.0, default: []].append(nowNs() - t0)
         }
         perIntent.append(nowNs() - intentStart)
+        let sessionStart = nowNs()
+        session()
+        perSession.append(nowNs() - sessionStart)
         rounds += 1
     }
     let all = perStep.values.flatMap { $0 }
@@ -505,11 +535,12 @@ struct Side {
         var elapsedSeconds: Double
         var perExchange: Summary
         var perIntent: Summary
+        var perSession: Summary
         var perMethod: [String: Summary]
     }
     let output = Output(
         rounds: rounds, elapsedSeconds: Double(nowNs() - started) / 1e9, perExchange: Summary(samplesNs: all),
-        perIntent: Summary(samplesNs: perIntent), perMethod: perStep.mapValues { Summary(samplesNs: $0) })
+        perIntent: Summary(samplesNs: perIntent), perSession: Summary(samplesNs: perSession), perMethod: perStep.mapValues { Summary(samplesNs: $0) })
     FileHandle.standardOutput.write(try! encoder.encode(output))
     FileHandle.standardOutput.write(Data("\n".utf8))
 }
