@@ -497,7 +497,8 @@ struct Side {
                 handle: IntentResponse(code: ResponseCode.success, properties: ["result": .string((text.stringValue ?? "").uppercased())]))
             let response = Side.send(.response(id: gotID, result: answer.jsonValue))
             guard case .response(_, let result) = host.receive(response) else { fail("not a response") }
-            precondition(try SessionResult(jsonValue: result).handle?.code == ResponseCode.success)
+            let answered = try SessionResult(jsonValue: result)
+            precondition(answered.handle?.code == ResponseCode.success)
         } catch {
             fail("session exchange failed: \(error)")
         }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A type converted from and to `JSONValue` by hand, without Codable.
 ///
 /// The protocol's own messages (`initialize`, `resolve`, `confirm`, `handle`,
@@ -14,22 +16,23 @@ public protocol JSONValueConvertible {
 }
 
 /// A coding key for paths in errors: an object's field or an array's index.
-struct JSONPathKey: CodingKey {
-    var stringValue: String
-    var intValue: Int?
-    init(stringValue: String) { self.stringValue = stringValue }
-    init(intValue: Int) {
+public struct JSONPathKey: CodingKey {
+    public var stringValue: String
+    public var intValue: Int?
+    public init(stringValue: String) { self.stringValue = stringValue }
+    public init(intValue: Int) {
         self.stringValue = "Index \(intValue)"
         self.intValue = intValue
     }
 }
 
-/// Reads an object's fields as a keyed decoding container would, with its errors.
-struct JSONFields {
-    let object: [String: JSONValue]
-    let path: [any CodingKey]
+/// Reads an object's fields as a keyed decoding container would, with its errors
+/// (a `DecodingError` with the field's coding path, for `JSONCoding.describe`).
+public struct JSONFields {
+    public let object: [String: JSONValue]
+    public let path: [any CodingKey]
 
-    init(_ value: JSONValue, path: [any CodingKey] = []) throws {
+    public init(_ value: JSONValue, path: [any CodingKey] = []) throws {
         guard case .object(let object) = value else {
             throw Self.mismatch([String: Any].self, value, path: path)
         }
@@ -47,12 +50,12 @@ struct JSONFields {
     private func key(_ name: String) -> [any CodingKey] { path + [JSONPathKey(stringValue: name)] }
 
     /// The field's value; nil when absent or null.
-    func optional(_ name: String) -> JSONValue? {
+    public func optional(_ name: String) -> JSONValue? {
         guard let value = object[name], !value.isNull else { return nil }
         return value
     }
 
-    func required(_ name: String, _ type: Any.Type) throws -> JSONValue {
+    public func required(_ name: String, _ type: Any.Type) throws -> JSONValue {
         guard let value = object[name] else {
             throw DecodingError.keyNotFound(
                 JSONPathKey(stringValue: name), DecodingError.Context(codingPath: path, debugDescription: "No value associated with key \(name)."))
@@ -61,37 +64,37 @@ struct JSONFields {
         return value
     }
 
-    func string(_ name: String) throws -> String {
+    public func string(_ name: String) throws -> String {
         let value = try required(name, String.self)
         guard case .string(let text) = value else { throw Self.mismatch(String.self, value, path: key(name)) }
         return text
     }
 
-    func optionalString(_ name: String) throws -> String? {
+    public func optionalString(_ name: String) throws -> String? {
         guard let value = optional(name) else { return nil }
         guard case .string(let text) = value else { throw Self.mismatch(String.self, value, path: key(name)) }
         return text
     }
 
-    func int(_ name: String) throws -> Int {
+    public func int(_ name: String) throws -> Int {
         let value = try required(name, Int.self)
         guard case .int(let number) = value, let int = Int(exactly: number) else { throw Self.mismatch(Int.self, value, path: key(name)) }
         return int
     }
 
-    func optionalBool(_ name: String) throws -> Bool? {
+    public func optionalBool(_ name: String) throws -> Bool? {
         guard let value = optional(name) else { return nil }
         guard case .bool(let flag) = value else { throw Self.mismatch(Bool.self, value, path: key(name)) }
         return flag
     }
 
-    func optionalDouble(_ name: String) throws -> Double? {
+    public func optionalDouble(_ name: String) throws -> Double? {
         guard let value = optional(name) else { return nil }
         guard let number = value.doubleValue else { throw Self.mismatch(Double.self, value, path: key(name)) }
         return number
     }
 
-    func strings(_ name: String) throws -> [String] {
+    public func strings(_ name: String) throws -> [String] {
         let value = try required(name, [String].self)
         guard case .array(let items) = value else { throw Self.mismatch([String].self, value, path: key(name)) }
         var result: [String] = []
@@ -105,35 +108,35 @@ struct JSONFields {
         return result
     }
 
-    func array(_ name: String) throws -> [JSONValue] {
+    public func array(_ name: String) throws -> [JSONValue] {
         let value = try required(name, [JSONValue].self)
         guard case .array(let items) = value else { throw Self.mismatch([JSONValue].self, value, path: key(name)) }
         return items
     }
 
-    func members(_ name: String) throws -> [String: JSONValue] {
+    public func members(_ name: String) throws -> [String: JSONValue] {
         let value = try required(name, [String: Any].self)
         guard case .object(let members) = value else { throw Self.mismatch([String: Any].self, value, path: key(name)) }
         return members
     }
 
-    func optionalMembers(_ name: String) throws -> [String: JSONValue]? {
+    public func optionalMembers(_ name: String) throws -> [String: JSONValue]? {
         guard let value = optional(name) else { return nil }
         guard case .object(let members) = value else { throw Self.mismatch([String: Any].self, value, path: key(name)) }
         return members
     }
 
     /// A nested object's fields, for a nested type's own reading.
-    func nested(_ name: String) throws -> JSONFields? {
+    public func nested(_ name: String) throws -> JSONFields? {
         guard let value = optional(name) else { return nil }
         return try JSONFields(value, path: key(name))
     }
 
-    func requiredNested(_ name: String) throws -> JSONFields {
+    public func requiredNested(_ name: String) throws -> JSONFields {
         try JSONFields(try required(name, [String: Any].self), path: key(name))
     }
 
-    func mode(_ name: String) throws -> Mode {
+    public func mode(_ name: String) throws -> Mode {
         let text = try string(name)
         guard let mode = Mode(rawValue: text) else {
             throw DecodingError.dataCorrupted(
@@ -142,8 +145,24 @@ struct JSONFields {
         return mode
     }
 
-    func corrupted(_ name: String, _ description: String) -> DecodingError {
+    public func corrupted(_ name: String, _ description: String) -> DecodingError {
         .dataCorrupted(DecodingError.Context(codingPath: key(name), debugDescription: description))
+    }
+
+    /// Bytes written as base64 (as `JSONDecoder`'s `.base64` strategy reads them).
+    public func base64(_ name: String) throws -> Data {
+        let text = try string(name)
+        guard let data = Data(base64Encoded: text) else { throw corrupted(name, "Encountered Data is not valid Base64.") }
+        return data
+    }
+
+    /// A date written as ISO 8601 (as `JSONCoding.decoder()` reads it).
+    public func date(_ name: String) throws -> Date {
+        let text = try string(name)
+        guard let date = ISODate.parse(text) else {
+            throw corrupted(name, "'\(text)' is not an ISO 8601 date (e.g. 2026-11-22 or 2026-11-22T10:30:00Z)")
+        }
+        return date
     }
 }
 

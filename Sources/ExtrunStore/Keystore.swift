@@ -61,6 +61,25 @@ struct KeyFile: Codable {
     var agreementPublicKey: Data
 }
 
+extension KeyFile {
+    /// Reads a key file without Codable (its first use in a process costs about a
+    /// millisecond, and every `extrun handle` reads its owner's key for the donation);
+    /// the same checks and error paths as `JSONCoding.decode(KeyFile.self, fromJSON:)`.
+    init(json data: Data) throws {
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(data)
+        } catch {
+            throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
+        }
+        let fields = try JSONFields(value)
+        self.init(
+            format: try fields.string("format"), version: try fields.int("version"), owner: try fields.string("owner"),
+            created: try fields.date("created"), dataKey: try fields.base64("dataKey"),
+            agreementPrivateKey: try fields.base64("agreementPrivateKey"), agreementPublicKey: try fields.base64("agreementPublicKey"))
+    }
+}
+
 /// Owners' key files under `<home>/keys/`: one `<escaped owner>.key` each,
 /// mode 0600 in a 0700 folder, written atomically and never overwritten.
 struct Keystore: Sendable {
@@ -198,7 +217,7 @@ struct Keystore: Sendable {
         }
         let file: KeyFile
         do {
-            file = try JSONCoding.decode(KeyFile.self, fromJSON: data)
+            file = try KeyFile(json: data)
         } catch {
             throw StoreError(.invalidKeyFile, "key file \(path) is not a valid key file: \(JSONCoding.describe(error))", details: details)
         }

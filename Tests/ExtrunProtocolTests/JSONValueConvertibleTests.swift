@@ -200,3 +200,29 @@ struct JSONValueConvertibleTests {
         #expect(child.isShown(given: ["q": 1]) && !child.isShown(given: ["q": 2]) && !child.isShown(given: [:]))
     }
 }
+
+@Suite("ISO 8601 dates read without a format style")
+struct ISODateFastPathTests {
+    @Test("YYYY-MM-DDTHH:MM:SSZ reads as Foundation's ISO 8601 format style reads it")
+    func sameAsFormatStyle() throws {
+        var texts = ["1970-01-01T00:00:00Z", "2000-02-29T23:59:59Z", "1900-03-01T12:00:00Z", "2026-11-25T02:13:19Z", "0001-01-01T00:00:00Z",
+                     "2400-02-29T01:02:03Z", "9999-12-31T23:59:59Z"]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            let date = Date(timeIntervalSince1970: TimeInterval(Int64.random(in: -2_000_000_000...8_000_000_000, using: &generator)))
+            texts.append(ISODate.format(date))
+        }
+        for text in texts {
+            let expected = try Date(text, strategy: Date.ISO8601FormatStyle())
+            #expect(ISODate.parse(text) == expected, "\(text)")
+        }
+    }
+
+    @Test("out-of-range fields and early years are read as the format style reads them (it rolls them over)", arguments: [
+        "2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-10T00:00:00Z", "2026-04-31T00:00:00Z", "2026-01-01T24:00:00Z",
+        "2026-01-01T00:60:00Z", "2026-01-01T00:00:60Z", "2026-01-0xT00:00:00Z", "1900-02-29T00:00:00Z", "1582-10-10T00:00:00Z",
+    ])
+    func invalid(text: String) {
+        #expect(ISODate.parse(text) == (try? Date(text, strategy: Date.ISO8601FormatStyle())), "\(text)")
+    }
+}
