@@ -20,6 +20,12 @@ struct Batch: ParsableCommand {
             the text summaries separated by blank lines. Every intent is handled, even \
             after a failure, unless --stop-on-failure.
 
+            With --jobs N (N > 1), up to N intents are handled at once, each in a process \
+            of its own (so up to N warm processes of a plugin); the reports are still \
+            printed in the order of the files. Nothing is asked on the terminal then (as \
+            with --no-input), and --stop-on-failure stops starting intents after the first \
+            failure: the reports up to it are printed.
+
             Exit status: 0 when every intent succeeded; otherwise that of the first intent \
             that did not (the statuses of `extrun handle`), 64 for a bad command line.
             """)
@@ -42,29 +48,39 @@ struct Batch: ParsableCommand {
     @Flag(name: .shortAndLong, help: "Show on stderr what happens, the reuse of processes included.")
     var verbose = false
 
+    @Option(name: .shortAndLong, help: "How many intents to handle at once (each in a process of its own); more than 1 implies --no-input.")
+    var jobs = 1
+
     func validate() throws {
         if intentFiles.isEmpty { throw ValidationError("give at least one intent file") }
         if intentFiles.filter({ $0 == "-" }).count > 1 {
             throw ValidationError("standard input (-) can be read once only")
         }
+        if jobs < 1 || jobs > 64 { throw ValidationError("--jobs takes 1 to 64 (got \(jobs))") }
     }
 
     func run() throws {
         var options = HandleOptions()
         options.assumeYes = assumeYes
-        if !noInput { options.prompter = TerminalPrompter() }
+        if !noInput && jobs == 1 { options.prompter = TerminalPrompter() }
         if verbose { options.log = { line in Output.printError(line) } }
-        let pool = PluginPool()
+        let pool = PluginPool(maxIdleProcesses: max(4, jobs))
         defer { pool.close() }
-        var status: Int32 = 0
-        for (index, file) in intentFiles.enumerated() {
-            var report: HandleReport
-            do {
-                report = pool.handle(try IntentFileParser.read(path: file), options: options)
+        let files = intentFiles
+        let handleOptions = options
+        @Sendable func handle(_ file: String) -> HandleReport {
+            do throws(HostError) {
+                return pool.handle(try IntentFileParser.read(path: file), options: handleOptions)
             } catch {
-                report = HandleReport(intent: nil)
+                var report = HandleReport(intent: nil)
                 report.error = error
+                return report
             }
+        }
+        let reports = BatchReports(count: files.count, jobs: jobs, stopOnFailure: stopOnFailure, handle: { handle(files[$0]) })
+        var status: Int32 = 0
+        for index in files.indices {
+            guard let report = reports.next(index) else { break }
             switch format {
             case .json: Output.printLine(String(decoding: JSONWriter.bytes(report.json), as: UTF8.self))
             case .text: Output.printLine((index > 0 ? "\n" : "") + report.text)
@@ -76,5 +92,61 @@ struct Batch: ParsableCommand {
         }
         options.log?("[extrun] batch: \(intentFiles.count) intents, \(pool.launches) plugin processes started, \(pool.reuses) reused")
         if status != 0 { throw ExitCode(status) }
+    }
+}
+
+/// The reports of a batch, handled on `jobs` threads (or on the caller's, for one job)
+/// and handed out in the order of the files.
+final class BatchReports: Sendable {
+    private let count: Int
+    private let handle: @Sendable (Int) -> HandleReport
+    private let serial: Bool
+    private let stopOnFailure: Bool
+    private let state = NSCondition()
+    private nonisolated(unsafe) var done: [Int: HandleReport] = [:]
+    private nonisolated(unsafe) var nextToStart = 0
+    /// The first index that failed when --stop-on-failure stops the batch.
+    private nonisolated(unsafe) var stoppedAfter: Int?
+
+    init(count: Int, jobs: Int, stopOnFailure: Bool, handle: @escaping @Sendable (Int) -> HandleReport) {
+        self.count = count
+        self.handle = handle
+        self.serial = jobs == 1
+        self.stopOnFailure = stopOnFailure
+        guard !serial else { return }
+        for _ in 0..<min(jobs, count) {
+            Thread { [self] in work() }.start()
+        }
+    }
+
+    private func work() {
+        while true {
+            state.lock()
+            let index = nextToStart
+            if index >= count || stoppedAfter.map({ index > $0 }) == true {
+                state.unlock()
+                return
+            }
+            nextToStart += 1
+            state.unlock()
+            let report = handle(index)
+            state.lock()
+            done[index] = report
+            if stopOnFailure && report.exitCode != 0 { stoppedAfter = min(stoppedAfter ?? index, index) }
+            state.broadcast()
+            state.unlock()
+        }
+    }
+
+    /// The report of file `index` (waiting for it), or nil when the batch stopped before it.
+    func next(_ index: Int) -> HandleReport? {
+        if serial { return handle(index) }
+        state.lock()
+        defer { state.unlock() }
+        while done[index] == nil {
+            if let stop = stoppedAfter, index > stop { return nil }
+            state.wait()
+        }
+        return done.removeValue(forKey: index)
     }
 }

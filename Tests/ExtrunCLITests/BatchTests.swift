@@ -41,6 +41,39 @@ struct BatchTests {
         #expect(result.stderr.contains("session 3 in extension mode"), "\(result.stderr)")
     }
 
+    @Test("--jobs 3: the intents run at once in up to 3 warm processes; the reports come in the files' order")
+    func jobs() throws {
+        var files: [String] = []
+        for i in 0..<24 {
+            files.append(try intent("j\(i).json", #"{"id": "n\#(i)", "intent": "MakeUppercase", "parameters": {"text": "text \#(i)"}}"#))
+        }
+        let bad = try intent("bad.json", #"{"id": "bad", "intent": "NoSuchIntent", "parameters": {}}"#)
+        let result = try cli.run(["batch", "--jobs", "3", "--verbose"] + files[0..<12] + [bad] + files[12...])
+        #expect(result.status == 5, "\(result)")  // noHandler, the one failure
+        let reports = try lines(result)
+        #expect(reports.count == 25, "\(result)")
+        guard reports.count == 25 else { return }
+        for (index, report) in reports.enumerated() {
+            let i = index < 12 ? index : index - 1
+            if index == 12 {
+                #expect(report["id"] == "bad" && report["error"]?["kind"] == "noHandler")
+            } else {
+                #expect(report["id"] == .string("n\(i)"), "report \(index) is \(report)")
+                #expect(report["response"]?["properties"]?["result"] == .string("TEXT \(i)"))
+            }
+        }
+        // At most one process per job; the rest were warm sessions.
+        let summary = try #require(result.stderr.split(separator: "\n").first { $0.contains("batch: 25 intents") }, "\(result.stderr)")
+        let started = Int(summary.components(separatedBy: "intents, ").last?.components(separatedBy: " plugin").first ?? "") ?? 0
+        #expect((1...3).contains(started), "\(summary)")
+        #expect(summary.hasSuffix("\(24 - started) reused"), "\(summary)")
+
+        let stopped = try cli.run(["batch", "--jobs", "2", "--stop-on-failure"] + files[0..<3] + [bad] + files[3..<6])
+        #expect(stopped.status == 5, "\(stopped)")
+        #expect(try lines(stopped).count == 4, "\(stopped)")
+        #expect(try cli.run(["batch", "--jobs", "0", files[0]]).status == 64)
+    }
+
     @Test("--stop-on-failure stops after the first intent that does not succeed")
     func stopOnFailure() throws {
         let bad = try intent("bad.json", #"{"intent": "NoSuchIntent", "parameters": {}}"#)
