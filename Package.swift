@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "ExtrunProtocol"),
         .target(name: "ExtrunSDK", dependencies: ["ExtrunProtocol"]),
         .target(name: "CExtrunLinux", linkerSettings: [.linkedLibrary("seccomp")]),
-        .target(name: "CExtrunStoreShims"),
+        .target(name: "CExtrunStoreShims", linkerSettings: [.linkedLibrary("sqlite3")]),
         .target(
             name: "ExtrunStore",
             dependencies: [

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "CExtrunStoreShims.h"
 
+#include <sqlite3.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -20,4 +21,8 @@ int extrun_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 
 int extrun_statx(int dirfd, const char *path, int flags, unsigned int mask, void *buffer) {
     return statx(dirfd, path, flags, mask, (struct statx *)buffer);
+}
+
+int extrun_sqlite_no_checkpoint_on_close(void *db) {
+    return sqlite3_db_config((sqlite3 *)db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 }

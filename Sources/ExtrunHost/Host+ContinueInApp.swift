@@ -252,7 +252,8 @@ final class DonationLog: @unchecked Sendable {
         let log = DonationLog()
         Thread.detachNewThread {
             log.result = Result {
-                let store = try Store(home: home)
+                // One donation, then the process ends: no checkpoint at its close (docs/store.md).
+                let store = try Store(home: home, checkpointOnClose: false)
                 try store.donations(of: owner).prepare()
                 return store
             }

@@ -1,5 +1,11 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The one place that configures JSON coders, so that host, SDK and tests
 /// agree on dates (ISO 8601), data (base64) and key order.
 public enum JSONCoding {
@@ -184,7 +190,22 @@ public enum ISODate {
         return Date(timeIntervalSince1970: TimeInterval(days * 86400 + hour * 3600 + minute * 60 + second))
     }
 
+    /// `format`'s text, made without a format style for dates in years 1583 to 9999
+    /// (whole seconds, UTC); nil for others.
+    static func formatUTCSeconds(_ date: Date) -> String? {
+        let seconds = date.timeIntervalSince1970.rounded(.down)
+        guard seconds.isFinite, seconds > -12_212_553_600, seconds < 253_402_300_800 else { return nil }  // 1583-01-01 ..< 10000-01-01
+        var time = Int(seconds)
+        var parts = tm()
+        guard gmtime_r(&time, &parts) != nil else { return nil }
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let year = Int(parts.tm_year) + 1900
+        let yearText = String(repeating: "0", count: max(0, 4 - String(year).count)) + String(year)
+        return "\(yearText)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z"
+    }
+
     public static func format(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle())
+        if let text = formatUTCSeconds(date) { return text }
+        return date.formatted(Date.ISO8601FormatStyle())
     }
 }

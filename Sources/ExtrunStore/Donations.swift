@@ -51,6 +51,40 @@ public struct Donation: Sendable, Equatable {
 struct SealedDonation: Codable {
     var parameters: [String: JSONValue]
     var response: IntentResponse?
+
+    /// The sealed plaintext: compact JSON with sorted keys, written without Codable (an
+    /// `extrun handle` donates once per process, where JSONEncoder's first use costs
+    /// about a millisecond). Refuses what JSON cannot carry, as JSONEncoder does.
+    func json() throws -> Data {
+        var object: [String: JSONValue] = ["parameters": .object(parameters)]
+        if let response { object["response"] = response.jsonValue }
+        let value = JSONValue.object(object)
+        if let problem = value.nonFiniteNumberPath() {
+            throw EncodingError.invalidValue(
+                problem, EncodingError.Context(codingPath: [], debugDescription: "Unable to encode the number at \(problem) directly in JSON."))
+        }
+        return Data(JSONWriter.bytes(value))
+    }
+}
+
+extension JSONValue {
+    /// The path of the first number that is not finite (JSON has no NaN or infinity), if any.
+    func nonFiniteNumberPath(_ path: String = "") -> String? {
+        switch self {
+        case .double(let number): return number.isFinite ? nil : (path.isEmpty ? "the top level" : path)
+        case .array(let items):
+            for (index, item) in items.enumerated() {
+                if let found = item.nonFiniteNumberPath("\(path)[\(index)]") { return found }
+            }
+            return nil
+        case .object(let members):
+            for (key, member) in members {
+                if let found = member.nonFiniteNumberPath(path.isEmpty ? key : "\(path).\(key)") { return found }
+            }
+            return nil
+        default: return nil
+        }
+    }
 }
 
 /// One owner's donation log. Get it from `Store.donations(of:)`.
@@ -81,7 +115,7 @@ public struct Donations: Sendable {
         if let group = donation.groupIdentifier { try NameRules.validateName(group, kind: .donation) }
         let plaintext: Data
         do {
-            plaintext = try JSONCoding.encoder().encode(SealedDonation(parameters: donation.parameters, response: donation.response))
+            plaintext = try SealedDonation(parameters: donation.parameters, response: donation.response).json()
         } catch {
             throw StoreError(
                 .invalidValue, "donation '\(donation.identifier)' cannot be stored as JSON (numbers must be finite): \(error)",

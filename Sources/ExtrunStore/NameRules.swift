@@ -42,7 +42,8 @@ enum NameRules {
         {
             throw StoreError(.invalidName, "\(what) '\(name)' must not start or end with whitespace", details: details)
         }
-        if !name.utf8.elementsEqual(name.precomposedStringWithCanonicalMapping.utf8) {
+        // ASCII is always NFC: only other names pay for the normalization (ICU's, costly on first use).
+        if !name.utf8.allSatisfy({ $0 < 0x80 }) && !name.utf8.elementsEqual(name.precomposedStringWithCanonicalMapping.utf8) {
             throw StoreError(.invalidName, "\(what) '\(name)' is not in Unicode NFC (composed) form; normalize it first", details: details)
         }
     }

@@ -34,7 +34,13 @@ public final class Store: Sendable {
     /// Opens the store under `home`, creating `home` (0700), `keys/` (0700) and
     /// `store.sqlite` (0600) when they do not exist. Never recreates a
     /// store that existed: see `StoreErrorKind.storeMissing`.
-    public init(home: URL) throws {
+    ///
+    /// - Parameter checkpointOnClose: false leaves the write-ahead log as it is when
+    ///   this store is closed, for a later connection's checkpoint, instead of folding
+    ///   it into `store.sqlite` and syncing the disk then (what `extrun handle` does
+    ///   for its one donation: the checkpoint cost every run milliseconds; nothing
+    ///   committed is less durable for it). docs/store.md.
+    public init(home: URL, checkpointOnClose: Bool = true) throws {
         var path = home.standardizedFileURL.path
         while path.count > 1, path.hasSuffix("/") { path.removeLast() }
         self.home = URL(fileURLWithPath: path, isDirectory: true)
@@ -47,7 +53,7 @@ public final class Store: Sendable {
         try StorePermissions.checkHomeAndKeys(home: path)
         keystore = Keystore(home: path)
         try keystore.prepareDirectory()
-        database = try StoreDatabase.open(home: path, keystore: keystore)
+        database = try StoreDatabase.open(home: path, keystore: keystore, checkpointOnClose: checkpointOnClose)
         try StorePermissions.checkDatabase(home: path)
     }
 

@@ -1,5 +1,6 @@
 import ExtrunProtocol
 import Foundation
+import CExtrunStoreShims
 import GRDB
 
 #if canImport(Glibc)
@@ -37,7 +38,7 @@ final class StoreDatabase: Sendable {
     // MARK: - Opening
 
     /// Opens the store under `home`, creating it only when there is no sign that one existed.
-    static func open(home: String, keystore: Keystore) throws -> StoreDatabase {
+    static func open(home: String, keystore: Keystore, checkpointOnClose: Bool = true) throws -> StoreDatabase {
         let path = home + "/store.sqlite"
         var info = stat()
         if stat(path, &info) != 0 {
@@ -62,7 +63,7 @@ final class StoreDatabase: Sendable {
         let queue: DatabaseQueue
         do {
             try checkHeader(path, fd: fd)
-            queue = try DatabaseQueue(path: path, configuration: configuration())
+            queue = try DatabaseQueue(path: path, configuration: configuration(checkpointOnClose: checkpointOnClose))
         } catch {
             StoreFileDescriptors.release(file)
             throw StoreDatabase.storeError(error, path: path)
@@ -72,11 +73,18 @@ final class StoreDatabase: Sendable {
         return database
     }
 
-    private static func configuration() -> Configuration {
+    private static func configuration(checkpointOnClose: Bool = true) -> Configuration {
         var configuration = Configuration()
         configuration.label = "ExtrunStore"
         configuration.busyMode = .timeout(StoreLimits.busyTimeoutSeconds)
         configuration.foreignKeysEnabled = true
+        if !checkpointOnClose {
+            configuration.prepareDatabase { db in
+                guard let connection = db.sqliteConnection else { return }
+                let code = extrun_sqlite_no_checkpoint_on_close(UnsafeMutableRawPointer(connection))
+                if code != 0 { throw StoreError(.databaseError, "SQLite refused SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE (result code \(code))") }
+            }
+        }
         return configuration
     }
 

@@ -218,6 +218,19 @@ struct ISODateFastPathTests {
         }
     }
 
+    @Test("format writes what Foundation's ISO 8601 format style writes")
+    func formatSameAsFormatStyle() {
+        var generator = SystemRandomNumberGenerator()
+        var dates = [Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: -1), Date(timeIntervalSince1970: 951_782_399.75),
+                     Date(timeIntervalSince1970: -12_212_553_600), Date(timeIntervalSince1970: -12_212_553_601), Date(timeIntervalSince1970: 253_402_300_799)]
+        for _ in 0..<500 {
+            dates.append(Date(timeIntervalSince1970: Double.random(in: -13_000_000_000...260_000_000_000, using: &generator)))
+        }
+        for date in dates {
+            #expect(ISODate.format(date) == date.formatted(Date.ISO8601FormatStyle()), "\(date.timeIntervalSince1970)")
+        }
+    }
+
     @Test("out-of-range fields and early years are read as the format style reads them (it rolls them over)", arguments: [
         "2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-00-10T00:00:00Z", "2026-04-31T00:00:00Z", "2026-01-01T24:00:00Z",
         "2026-01-01T00:60:00Z", "2026-01-01T00:00:60Z", "2026-01-0xT00:00:00Z", "1900-02-29T00:00:00Z", "1582-10-10T00:00:00Z",

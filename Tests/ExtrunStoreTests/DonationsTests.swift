@@ -31,6 +31,23 @@ import Testing
         #expect(sealed.map { String(decoding: $0, as: UTF8.self).contains("leek") } == false)
     }
 
+    @Test func theSealedPlaintextIsWhatCodableReadsAndNonFiniteNumbersAreRefused() throws {
+        let response = IntentResponse(
+            code: "success", properties: ["total": 4.5, "n": 3, "list": [1, "x", nil], "nested": ["a": ["b": true]]],
+            dialog: Dialog(full: "Done ✓"), userActivity: UserActivity(activityType: "t", userInfo: ["k": "v"]), progress: 0.25)
+        let sealed = SealedDonation(parameters: ["soup": "tomato", "count": 2, "weights": [0.5, 1e-9]], response: response)
+        let decoded = try JSONCoding.decoder().decode(SealedDonation.self, from: try sealed.json())
+        #expect(decoded.parameters == sealed.parameters && decoded.response == response)
+        let withoutResponse = try JSONCoding.decoder().decode(SealedDonation.self, from: try SealedDonation(parameters: [:], response: nil).json())
+        #expect(withoutResponse.parameters.isEmpty && withoutResponse.response == nil)
+        let test = try TestStore()
+        var bad = donation("inf")
+        bad.parameters = ["weights": [1, .double(.infinity)]]
+        let error = #expect(throws: StoreError.self) { try test.store.donations(of: "TEAM").donate(bad) }
+        #expect(error?.kind == .invalidValue)
+        #expect(error?.message.contains("weights[1]") == true, "\(String(describing: error?.message))")
+    }
+
     @Test func donatingTheSameIdentifierAgainReplacesIt() throws {
         let test = try TestStore()
         let log = try test.store.donations(of: "TEAM")

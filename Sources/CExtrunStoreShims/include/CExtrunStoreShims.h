@@ -14,4 +14,9 @@ int extrun_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 /// statx(2) into a 256-byte `struct statx`; glibc declares it only under _GNU_SOURCE.
 int extrun_statx(int dirfd, const char *path, int flags, unsigned int mask, void *buffer);
 
+/// sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1): closing this connection
+/// leaves the write-ahead log for a later checkpoint instead of folding it into the
+/// database and syncing (sqlite3_db_config is variadic). Returns SQLite's result code.
+int extrun_sqlite_no_checkpoint_on_close(void *db);
+
 #endif
