@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import ExtrunStore
 import Foundation
+import Synchronization
 
 /// Handling an intent in steps, as on Apple platforms: the extension first; when it
 /// answers `continueInApp` or `failureRequiringAppLaunch` (or goes over its memory cap
@@ -252,8 +253,7 @@ final class DonationLog: @unchecked Sendable {
         let log = DonationLog()
         Thread.detachNewThread {
             log.result = Result {
-                // One donation, then the process ends: no checkpoint at its close (docs/store.md).
-                let store = try Store(home: home, checkpointOnClose: false)
+                let store = try OpenStores.store(home: home)
                 try store.donations(of: owner).prepare()
                 return store
             }
@@ -267,5 +267,45 @@ final class DonationLog: @unchecked Sendable {
         done.wait()
         done.signal()
         return try result.get()
+    }
+}
+
+/// The stores `Host.handle` opened, one per home, kept open for the process's life:
+/// the next `Host.handle` of the process reuses the connection, and none is closed
+/// on the way out (a close cost `extrun handle` a checkpoint, an fsync and Foundation's
+/// notification machinery: milliseconds per run). A store whose file was replaced
+/// (another inode) is opened again. Opened without a checkpoint at close, for when one is
+/// replaced: the write-ahead log is left for a later connection (docs/store.md).
+enum OpenStores {
+    private static let cache = Mutex<[String: (store: Store, device: UInt64, inode: UInt64, used: UInt64)]>([:])
+    /// The most homes kept open (a test process goes through hundreds of homes; a host, one).
+    static let maxOpen = 4
+
+    static func store(home: URL) throws -> Store {
+        let key = home.path
+        let identity = fileIdentity(key + "/store.sqlite")
+        let now = MonotonicClock.now()
+        let hit = cache.withLock { cache -> Store? in
+            guard let identity, var cached = cache[key], cached.device == identity.device, cached.inode == identity.inode else { return nil }
+            cached.used = now
+            cache[key] = cached
+            return cached.store
+        }
+        if let hit { return hit }
+        let store = try Store(home: home, checkpointOnClose: false)
+        if let opened = fileIdentity(store.databasePath) {
+            cache.withLock { cache in
+                cache[key] = (store, opened.device, opened.inode, now)
+                // The least recently used beyond the limit: closed once its last user lets go.
+                while cache.count > maxOpen, let oldest = cache.min(by: { $0.value.used < $1.value.used })?.key { cache[oldest] = nil }
+            }
+        }
+        return store
+    }
+
+    private static func fileIdentity(_ path: String) -> (device: UInt64, inode: UInt64)? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 }
