@@ -59,9 +59,38 @@ public enum CgroupSupport: Sendable, Equatable {
     private static let detected = Mutex<[String: CgroupSupport]>([:])
 
     static func detectUncached(configured: String?) -> CgroupSupport {
-        let mountInfo = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        let mountInfo = cgroup2MountLines()
         let directory = configured ?? ProcessInfo.processInfo.environment["EXTRUN_CGROUP"]
         return detect(directory: directory, mountInfo: mountInfo)
+    }
+
+    /// The lines of /proc/self/mountinfo that mention cgroup2 (all `detect` looks at),
+    /// read and picked with plain reads and byte comparisons: Foundation's
+    /// `String(contentsOfFile:)` and a split of every line cost a cold run ~0.2 ms.
+    static func cgroup2MountLines() -> String {
+        let fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return "" }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 << 10)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
+        let needle = Array("cgroup2".utf8)
+        var lines: [String] = []
+        var start = 0
+        while start < bytes.count {
+            let end = bytes[start...].firstIndex(of: 0x0A) ?? bytes.count
+            let line = bytes[start..<end]
+            if line.count >= needle.count, line.indices.dropLast(needle.count - 1).contains(where: { i in line[i..<(i + needle.count)].elementsEqual(needle) }) {
+                lines.append(String(decoding: line, as: UTF8.self))
+            }
+            start = end + 1
+        }
+        return lines.joined(separator: "\n")
     }
 
     public var description: String {

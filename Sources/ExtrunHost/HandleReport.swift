@@ -43,8 +43,8 @@ public struct StepReport: Sendable, Equatable {
         var object: [String: JSONValue] = [:]
         if let mode { object["mode"] = .string(mode.rawValue) }
         if let reason { object["reason"] = .string(reason) }
-        if let activity { object["activity"] = (try? JSONCoding.value(of: activity)) ?? .null }
-        if let response { object["response"] = (try? JSONCoding.value(of: response)) ?? .null }
+        if let activity { object["activity"] = activity.jsonValue }
+        if let response { object["response"] = response.jsonValue }
         if let error { object["error"] = error.json }
         if let metrics { object["metrics"] = metrics.json }
         if let limits { object["limits"] = limits.json }
@@ -116,12 +116,12 @@ public struct HandleReport: Sendable, Equatable {
         if let intent { object["intent"] = .string(intent) }
         if let plugin { object["plugin"] = .string(plugin) }
         if let mode { object["mode"] = .string(mode.rawValue) }
-        if let response { object["response"] = (try? JSONCoding.value(of: response)) ?? .null }
+        if let response { object["response"] = response.jsonValue }
         if let options { object["options"] = (try? JSONCoding.value(of: options)) ?? .null }
         if let error { object["error"] = error.json }
         if let metrics { object["metrics"] = metrics.json }
         if let limits { object["limits"] = limits.json }
-        if let activity { object["activity"] = (try? JSONCoding.value(of: activity)) ?? .null }
+        if let activity { object["activity"] = activity.jsonValue }
         if !steps.isEmpty { object["steps"] = .array(steps.map(\.json)) }
         if let appLaunch { object["appLaunch"] = .string(appLaunch) }
         if let donation { object["donation"] = donation.json }

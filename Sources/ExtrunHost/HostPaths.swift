@@ -16,16 +16,26 @@ public struct HostPaths: Sendable, Equatable {
         self.pluginSearchPath = pluginSearchPath
     }
 
-    public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) -> HostPaths {
+    /// The paths from this process's environment (read with `getenv`: building
+    /// `ProcessInfo`'s dictionary of every variable costs a cold run for nothing).
+    public static func fromEnvironment() -> HostPaths {
+        fromEnvironment { name in getenv(name).map { String(cString: $0) } }
+    }
+
+    public static func fromEnvironment(_ environment: [String: String]) -> HostPaths {
+        fromEnvironment { environment[$0] }
+    }
+
+    private static func fromEnvironment(_ variable: (String) -> String?) -> HostPaths {
         let home: URL
-        if let value = environment["EXTRUN_HOME"], !value.isEmpty {
+        if let value = variable("EXTRUN_HOME"), !value.isEmpty {
             home = URL(fileURLWithPath: value, isDirectory: true)
         } else {
-            let userHome = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+            let userHome = variable("HOME").flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
             home = URL(fileURLWithPath: userHome, isDirectory: true).appendingPathComponent(".local/share/extrun", isDirectory: true)
         }
         var search: [URL] = []
-        if let value = environment["EXTRUN_PLUGIN_PATH"] {
+        if let value = variable("EXTRUN_PLUGIN_PATH") {
             for entry in value.split(separator: ":") where !entry.isEmpty {
                 search.append(URL(fileURLWithPath: String(entry), isDirectory: true))
             }

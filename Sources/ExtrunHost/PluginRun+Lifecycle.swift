@@ -10,10 +10,10 @@ extension PluginRun {
     mutating func initialize(_ connection: PluginConnection) throws -> InitializeResult {
         phase = .launch
         let params = InitializeParams(hostVersion: Host.version, mode: mode, intent: activityOnly ? nil : definition.name)
-        let value = try call(connection, Method.initialize, try JSONCoding.value(of: params))
+        let value = try call(connection, Method.initialize, params.jsonValue)
         let result: InitializeResult
         do {
-            result = try JSONCoding.decode(InitializeResult.self, from: value)
+            result = try InitializeResult(jsonValue: value)
         } catch {
             throw CallFailure.protocolViolation("its initialize result is malformed: \(JSONCoding.describe(error))")
         }
@@ -64,7 +64,7 @@ extension PluginRun {
         let value = try call(connection, Method.continue, try JSONCoding.value(of: params))
         let response: IntentResponse
         do {
-            response = try JSONCoding.decode(IntentResponse.self, from: value)
+            response = try IntentResponse(jsonValue: value)
         } catch {
             throw CallFailure.protocolViolation("its continue response is malformed: \(JSONCoding.describe(error))")
         }
@@ -156,7 +156,7 @@ extension PluginRun {
         func unresolved(_ message: String, _ extra: [String: JSONValue] = [:]) -> HostError {
             var details = extra
             details["parameter"] = .string(parameter.name)
-            details["resolution"] = (try? JSONCoding.value(of: resolution)) ?? .null
+            details["resolution"] = resolution.jsonValue
             return HostError(.parameterUnresolved, message, details: details)
         }
         let prompter = canAsk ? options.prompter : nil

@@ -182,10 +182,10 @@ struct PluginRun {
             connection.onOutputLine = nil
         }
         connection.onNotification = { [log = options.log, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
-            if method == Method.log, let params, let entry = try? JSONCoding.decode(LogParams.self, from: params) {
+            if method == Method.log, let params, let entry = try? LogParams(jsonValue: params) {
                 log?("[\(id) log \(entry.level)] \(entry.message)")
             } else if method == Method.progress {
-                let progress = params.flatMap { try? JSONCoding.decode(ProgressParams.self, from: $0) }
+                let progress = params.flatMap { try? ProgressParams(jsonValue: $0) }
                 if mode == .extension, deadline.extend() {
                     log?("[extrun] \(id) reported progress \(progress?.fraction.map { "\($0)" } ?? "") \(progress?.message ?? ""): deadline now \(deadline.currentMs) ms from launch")
                 }
@@ -230,7 +230,7 @@ struct PluginRun {
         switch error {
         case let failure as CallFailure:
             if case .deadlineExpired = failure {
-                connection.notify(Method.cancel, try? JSONCoding.value(of: CancelParams(reason: "timeout")))
+                connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)
                 let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
                 connection.flushOutbound(deadline: grace)
                 _ = connection.closeAndWait(deadline: grace)

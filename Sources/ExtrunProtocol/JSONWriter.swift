@@ -43,6 +43,61 @@ public enum JSONWriter {
         }
     }
 
+    /// Pretty JSON exactly as `JSONCoding.encoder(pretty: true)` writes it (Foundation's
+    /// layout: two-space indents, `"key" : value`, sorted keys, empty containers as
+    /// `[\n\n]`, a double that is a whole number without its `.0`), without Codable:
+    /// `extrun handle` prints its report this way, and JSONEncoder's first use in a
+    /// process costs a few hundred microseconds.
+    public static func prettyBytes(_ value: JSONValue) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(1024)
+        writePretty(value, indent: 0, into: &out)
+        return out
+    }
+
+    static func writePretty(_ value: JSONValue, indent: Int, into out: inout [UInt8]) {
+        func newline(_ level: Int) {
+            out.append(0x0A)
+            out.append(contentsOf: repeatElement(UInt8(ascii: " "), count: level * 2))
+        }
+        switch value {
+        case .double(let d):
+            guard d.isFinite else {
+                out.append(contentsOf: "null".utf8)
+                return
+            }
+            var text = d.description
+            if text.hasSuffix(".0") { text.removeLast(2) }
+            out.append(contentsOf: text.utf8)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            if items.isEmpty { out.append(0x0A) }
+            for (index, item) in items.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                newline(indent + 1)
+                writePretty(item, indent: indent + 1, into: &out)
+            }
+            newline(indent)
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            if members.isEmpty { out.append(0x0A) }
+            var first = true
+            for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
+                newline(indent + 1)
+                writeString(key, into: &out)
+                out.append(contentsOf: " : ".utf8)
+                if let member = members[key] { writePretty(member, indent: indent + 1, into: &out) }
+            }
+            newline(indent)
+            out.append(UInt8(ascii: "}"))
+        default:
+            write(value, into: &out)
+        }
+    }
+
     static func writeDouble(_ d: Double, into out: inout [UInt8]) {
         guard d.isFinite else {
             out.append(contentsOf: "null".utf8)

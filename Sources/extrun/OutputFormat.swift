@@ -15,7 +15,7 @@ enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
 /// from the first write on, and what could not be written is dropped.
 enum Output {
     static func printJSON(_ value: JSONValue) {
-        var data = (try? JSONCoding.encoder(pretty: true).encode(value)) ?? Data("{}".utf8)
+        var data = Data(JSONWriter.prettyBytes(value))
         data.append(0x0A)
         write(data, to: STDOUT_FILENO)
     }

@@ -239,3 +239,39 @@ struct ISODateFastPathTests {
         #expect(ISODate.parse(text) == (try? Date(text, strategy: Date.ISO8601FormatStyle())), "\(text)")
     }
 }
+
+@Suite("Pretty JSON without Codable")
+struct PrettyJSONTests {
+    static func foundation(_ value: JSONValue) throws -> String {
+        String(decoding: try JSONCoding.encoder(pretty: true).encode(value), as: UTF8.self)
+    }
+
+    static func random(_ depth: Int, _ generator: inout some RandomNumberGenerator) -> JSONValue {
+        let scalars: [JSONValue] = [
+            .null, true, false, 0, -1, .int(Int64.max), .int(Int64.min), 0.5, 1.0, -0.0, 1e-7, 5e20, 123456789.123, 1.7976931348623157e308,
+            4.9e-324, 100.0, .double(0.1 + 0.2), "", "a/b", "é ✓ \u{1F600}", "quote \" backslash \\ nl \n tab \t cr \r bs \u{8} ff \u{C} nul \u{0} del \u{7F} \u{1F} \u{2028}",
+        ]
+        if depth == 0 || Int.random(in: 0..<3, using: &generator) == 0 {
+            return scalars[Int.random(in: 0..<scalars.count, using: &generator)]
+        }
+        let count = Int.random(in: 0..<4, using: &generator)
+        if Bool.random(using: &generator) {
+            return .array((0..<count).map { _ in random(depth - 1, &generator) })
+        }
+        var object: [String: JSONValue] = [:]
+        for i in 0..<count { object[["b", "a", "é", "A", "key \(i)", "_", "1"][Int.random(in: 0..<7, using: &generator)] + "\(i)"] = random(depth - 1, &generator) }
+        return .object(object)
+    }
+
+    @Test("the same text as JSONEncoder's pretty printing, over many random values")
+    func sameAsFoundation() throws {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let value = Self.random(4, &generator)
+            let ours = String(decoding: JSONWriter.prettyBytes(value), as: UTF8.self)
+            let theirs = try Self.foundation(value)
+            #expect(ours == theirs, "\(value)")
+            if ours != theirs { return }
+        }
+    }
+}
