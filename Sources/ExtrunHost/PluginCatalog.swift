@@ -213,7 +213,7 @@ public enum ManifestLoader {
         }
         let manifest: PluginManifest
         do {
-            manifest = try JSONCoding.decode(PluginManifest.self, fromJSON: data)
+            manifest = try PluginManifest(json: data)
         } catch {
             throw LoadError(message: "invalid manifest: \(JSONCoding.describe(error))")
         }

@@ -36,7 +36,7 @@ public enum JSONCoding {
     public static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws -> T {
         if let same = value as? T { return same }
         // The protocol's own types convert by hand (JSONValueConvertible), with the same errors.
-        if let convertible = T.self as? any JSONValueConvertible.Type, let typed = try convertible.init(jsonValue: value) as? T {
+        if let convertible = T.self as? any JSONValueDecodable.Type, let typed = try convertible.init(jsonValue: value) as? T {
             return typed
         }
         // JSONWriter's bytes, not JSONEncoder's: no Codable walk over the JSONValue.
@@ -107,6 +107,15 @@ public enum JSONCoding {
                 throw DecodingError.dataCorrupted(
                     DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
             }
+        }
+        if let readable = T.self as? any JSONValueDecodable.Type {
+            let value: JSONValue
+            do throws(JSONParseError) {
+                value = try JSONParser.parse(data)
+            } catch {
+                throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
+            }
+            if let typed = try readable.init(jsonValue: value) as? T { return typed }
         }
         do {
             return try decoder().decode(type, from: data)

@@ -10,9 +10,14 @@ import Foundation
 /// out, the same values in, and the same errors (a `DecodingError` with the same
 /// coding path, so `JSONCoding.describe` says the same). `JSONCoding.decode` and
 /// `JSONCoding.value(of:)` take this way whenever the type offers it.
-public protocol JSONValueConvertible {
-    init(jsonValue: JSONValue) throws
+public protocol JSONValueConvertible: JSONValueDecodable {
     var jsonValue: JSONValue { get }
+}
+
+/// A type read from `JSONValue` by hand (`JSONValueConvertible` also writes it).
+/// `PluginManifest` is one: read on every `extrun handle`, written only by tools.
+public protocol JSONValueDecodable {
+    init(jsonValue: JSONValue) throws
 }
 
 /// A coding key for paths in errors: an object's field or an array's index.
@@ -94,9 +99,69 @@ public struct JSONFields {
         return number
     }
 
+    public func optionalStrings(_ name: String) throws -> [String]? {
+        guard optional(name) != nil else { return nil }
+        return try strings(name)
+    }
+
+    public func optionalInt(_ name: String) throws -> Int? {
+        guard optional(name) != nil else { return nil }
+        return try int(name)
+    }
+
+    public func optionalInt64(_ name: String) throws -> Int64? {
+        guard let value = optional(name) else { return nil }
+        guard case .int(let number) = value else { throw Self.mismatch(Int64.self, value, path: key(name)) }
+        return number
+    }
+
+    /// Each element of an array of objects, read by `read` with the element's path.
+    public func objects<T>(_ name: String, _ read: (JSONFields) throws -> T) throws -> [T] {
+        try array(name).enumerated().map { index, item in try read(JSONFields(item, path: key(name) + [JSONPathKey(intValue: index)])) }
+    }
+
+    public func optionalObjects<T>(_ name: String, _ read: (JSONFields) throws -> T) throws -> [T]? {
+        guard optional(name) != nil else { return nil }
+        return try objects(name, read)
+    }
+
+    /// A string that must be one of an enum's raw values, with Codable's error otherwise.
+    public func rawValue<T: RawRepresentable<String>>(_ name: String, _ type: T.Type) throws -> T {
+        let text = try string(name)
+        guard let value = T(rawValue: text) else {
+            throw corrupted(name, "Cannot initialize \(T.self) from invalid String value \(text)")
+        }
+        return value
+    }
+
+    /// An array of strings that must be an enum's raw values.
+    public func optionalRawValues<T: RawRepresentable<String>>(_ name: String, _ type: T.Type) throws -> [T]? {
+        guard let texts = try optionalStrings(name) else { return nil }
+        return try texts.enumerated().map { index, text in
+            guard let value = T(rawValue: text) else {
+                throw DecodingError.dataCorrupted(
+                    DecodingError.Context(
+                        codingPath: key(name) + [JSONPathKey(intValue: index)], debugDescription: "Cannot initialize \(T.self) from invalid String value \(text)"))
+            }
+            return value
+        }
+    }
+
+    public func optionalStringMap(_ name: String) throws -> [String: String]? {
+        guard let members = try optionalMembers(name) else { return nil }
+        var result: [String: String] = [:]
+        for (member, value) in members {
+            guard case .string(let text) = value else {
+                throw Self.mismatch(String.self, value, path: key(name) + [JSONPathKey(stringValue: member)])
+            }
+            result[member] = text
+        }
+        return result
+    }
+
     public func strings(_ name: String) throws -> [String] {
-        let value = try required(name, [String].self)
-        guard case .array(let items) = value else { throw Self.mismatch([String].self, value, path: key(name)) }
+        let value = try required(name, [Any].self)
+        guard case .array(let items) = value else { throw Self.mismatch([Any].self, value, path: key(name)) }
         var result: [String] = []
         result.reserveCapacity(items.count)
         for (index, item) in items.enumerated() {
@@ -109,8 +174,8 @@ public struct JSONFields {
     }
 
     public func array(_ name: String) throws -> [JSONValue] {
-        let value = try required(name, [JSONValue].self)
-        guard case .array(let items) = value else { throw Self.mismatch([JSONValue].self, value, path: key(name)) }
+        let value = try required(name, [Any].self)
+        guard case .array(let items) = value else { throw Self.mismatch([Any].self, value, path: key(name)) }
         return items
     }
 
