@@ -208,7 +208,10 @@ extension Host {
             groupIdentifier: invocation.groupIdentifier, source: "handle",
             parameters: (run.resolved ?? [:]).mapValues(Self.withoutFileData), response: report.response)
         do {
-            try donations().donate(donation, durable: false)
+            let log = try donations()
+            try log.donate(donation, durable: false)
+            // The log of a store never closed at checkpoint stays short (docs/store.md).
+            log.store.checkpointIfLogExceeds(OpenStores.maxLogBytes)
             options.log?("[extrun] donated the interaction \(donation.identifier) to \(manifest.owner)'s donation log")
             return DonationOutcome(donated: true)
         } catch let error as StoreError {
@@ -280,6 +283,8 @@ enum OpenStores {
     private static let cache = Mutex<[String: (store: Store, device: UInt64, inode: UInt64, used: UInt64)]>([:])
     /// The most homes kept open (a test process goes through hundreds of homes; a host, one).
     static let maxOpen = 4
+    /// Past this, a donation folds the write-ahead log back into the store (a passive checkpoint).
+    static let maxLogBytes = 256 << 10
 
     static func store(home: URL) throws -> Store {
         let key = home.path
