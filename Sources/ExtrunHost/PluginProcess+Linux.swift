@@ -181,29 +181,31 @@ final class PluginProcess {
         let argv = [spec.executable.path] + spec.arguments
         let envp = spec.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         var result = extrun_sandbox_result()
-        // The path's C string must be the very pointer the seccomp filter allows execve with.
-        let path = strdup(spec.executable.path)
+        // The path's C string must be the very pointer the seccomp filter allows execve with:
+        // with seccomp, the one the filters were built for (kept for the process's life).
+        var path = strdup(spec.executable.path)
         defer { free(path) }
+        var launchPath: UnsafeMutablePointer<CChar>?
         var filter: UnsafeMutableRawPointer?
         var filterLength: Int32 = 0
         // Without a pid namespace, the supervisor checks every signal the plugin sends:
         // that filter is the only one when none is asked for, the fallback otherwise.
         var checkingFilter: UnsafeMutableRawPointer?
         var checkingFilterLength: Int32 = 0
-        defer {
-            free(filter)
-            free(checkingFilter)
-        }
         if sandbox.seccomp {
-            let notify: Int32 = sandbox.seccompNotify ? 1 : 0
             let wantsPidNamespace = sandbox.namespaces & Int32(EXTRUN_NS_PID) != 0
-            filterLength = extrun_seccomp_build(path, notify, wantsPidNamespace ? 0 : notify, &filter)
-            if wantsPidNamespace && sandbox.seccompNotify && filterLength > 0 {
-                checkingFilterLength = extrun_seccomp_build(path, 1, 1, &checkingFilter)
-            }
-            guard filterLength > 0, checkingFilterLength >= 0 else {
+            switch SeccompFilters.programs(path: spec.executable.path, notify: sandbox.seccompNotify, pidNamespace: wantsPidNamespace) {
+            case .success(let programs):
+                free(path)
+                path = nil
+                filter = programs.main.bytes
+                filterLength = programs.main.length
+                checkingFilter = programs.checking?.bytes
+                checkingFilterLength = programs.checking?.length ?? 0
+                launchPath = programs.path
+            case .failure(let error):
                 for fd in [input.write, output.read, out.read, err.read] { close(fd) }
-                throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(min(filterLength, checkingFilterLength)))")
+                throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(error.code))")
             }
         }
         if !sandbox.identity.dropsPrivileges {
@@ -222,7 +224,7 @@ final class PluginProcess {
                     mappings.withUnsafeBufferPointer { fds in
                       writable.withUnsafeBufferPointer { writablePointer in
                         var request = extrun_sandbox_request()
-                        request.path = UnsafePointer(path)
+                        request.path = UnsafePointer(launchPath ?? path)
                         request.argv = argvPointer
                         request.envp = envpPointer
                         request.cwd = cwd

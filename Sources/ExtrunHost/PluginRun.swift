@@ -136,6 +136,10 @@ struct PluginRun {
     /// ones included. The deadline counts from here.
     mutating func launch() throws(HostError) -> LaunchedPlugin {
         let capabilities = SandboxCapabilities.current
+        if policy.seccomp, let program = try? launchProgram().executable.path {
+            // The filters are built on another thread while the launch is prepared.
+            SeccompFilters.prebuild(path: program, notify: capabilities.seccompNotify, pidNamespace: policy.namespaces.pid)
+        }
         let identity = try PluginIdentity.resolve(policy: policy)
         try identity.checkAccess(
             toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: id)
@@ -300,7 +304,7 @@ struct PluginRun {
 
     func launchSpec(scratch: URL) throws(HostError) -> LaunchSpec {
         var environment: [String: String] = [
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PATH": Self.pluginSearchPath,
             "HOME": scratch.path,
             "TMPDIR": scratch.path,
             ProtocolChannels.environmentVariable: "\(ProtocolChannels.hostToPlugin),\(ProtocolChannels.pluginToHost)",
@@ -315,11 +319,17 @@ struct PluginRun {
         // The file itself, links resolved: a staged plugin's executable links into the build's
         // products (through further links, such as .build/debug); in the plugin's mount
         // namespace only that file is bound back where it is covered, not the links to it.
-        let executable = SandboxSettings.resolved(plugin.executableURL.path).map { URL(fileURLWithPath: $0) } ?? plugin.executableURL
-        let (program, arguments) = try Shebang.resolve(
-            executable: executable, arguments: plugin.manifest.arguments, searchPath: environment["PATH"] ?? "")
+        let (program, arguments) = try launchProgram(searchPath: environment["PATH"] ?? "")
         return LaunchSpec(executable: program, arguments: arguments, environment: environment, workingDirectory: scratch)
     }
+
+    /// What is exec'd: the executable, links resolved, or the interpreter of a script.
+    func launchProgram(searchPath: String = Self.pluginSearchPath) throws(HostError) -> (executable: URL, arguments: [String]) {
+        let executable = SandboxSettings.resolved(plugin.executableURL.path).map { URL(fileURLWithPath: $0) } ?? plugin.executableURL
+        return try Shebang.resolve(executable: executable, arguments: plugin.manifest.arguments, searchPath: searchPath)
+    }
+
+    static let pluginSearchPath = "/usr/local/bin:/usr/bin:/bin"
 
     // MARK: Reporting
 
