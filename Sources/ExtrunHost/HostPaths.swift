@@ -42,12 +42,17 @@ public struct HostPaths: Sendable, Equatable {
         }
         search.append(home.appendingPathComponent("plugins", isDirectory: true))
         if let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            let bundled = URL(fileURLWithPath: executable).deletingLastPathComponent().deletingLastPathComponent()
-                .appendingPathComponent("share/extrun/plugins", isDirectory: true)
-            if bundled.standardizedFileURL != search.last?.standardizedFileURL,
-                FileManager.default.fileExists(atPath: bundled.path)
-            {
-                search.append(bundled)
+            // PREFIX/bin/extrun → PREFIX/share/extrun/plugins, with string operations (URL's
+            // would stat and standardize on every start); compared only when it exists.
+            var prefix = Substring(executable)
+            for _ in 0..<2 {
+                if let slash = prefix.lastIndex(of: "/") { prefix = prefix[..<slash] }
+            }
+            let bundledPath = (prefix.isEmpty ? "" : String(prefix)) + "/share/extrun/plugins"
+            var info = stat()
+            if stat(bundledPath, &info) == 0, info.st_mode & S_IFMT == S_IFDIR {
+                let bundled = URL(fileURLWithPath: bundledPath, isDirectory: true)
+                if bundled.standardizedFileURL != search.last?.standardizedFileURL { search.append(bundled) }
             }
         }
         return HostPaths(home: home, pluginSearchPath: search)

@@ -153,7 +153,8 @@ public struct PluginManifest: Codable, Sendable, Hashable {
                 }
             }
             for (j, phrase) in (intent.phrases ?? []).enumerated() {
-                if let appName, !phrase.localizedCaseInsensitiveContains(appName) {
+                // Case-insensitive without a locale (Foundation's localized search loads ICU's locale data).
+                if let appName, phrase.lowercased().firstRange(of: appName.lowercased()) == nil {
                     problems.append("\(path).phrases[\(j)]: '\(phrase)' does not contain the app's name '\(appName)'")
                 }
                 let slots = Phrase.slots(in: phrase)
@@ -554,7 +555,7 @@ public enum Phrase {
     public static func slots(in template: String) -> [String] {
         var names: [String] = []
         var rest = template[...]
-        while let open = rest.range(of: "${") {
+        while let open = rest.firstRange(of: "${") {
             guard let close = rest[open.upperBound...].firstIndex(of: "}") else { break }
             names.append(String(rest[open.upperBound..<close]))
             rest = rest[rest.index(after: close)...]
@@ -567,7 +568,7 @@ public enum Phrase {
     public static func fill(_ template: String, with values: [String: JSONValue]) -> String {
         var result = ""
         var rest = template[...]
-        while let open = rest.range(of: "${"), let close = rest[open.upperBound...].firstIndex(of: "}") {
+        while let open = rest.firstRange(of: "${"), let close = rest[open.upperBound...].firstIndex(of: "}") {
             result += rest[..<open.lowerBound]
             let name = String(rest[open.upperBound..<close])
             result += text(for: values[name], name: name)
