@@ -49,11 +49,11 @@ final class WarmProcess {
         self.launchStart = launchStart
     }
 
-    static func key(for run: PluginRun) -> Key {
+    static func key(for run: PluginRun, identity: (String) -> FileIdentity? = { FileIdentity(path: $0) }) -> Key {
         Key(
             manifestPath: run.plugin.manifestPath, pluginID: run.id, limits: run.limits, policy: run.policy,
-            owner: run.plugin.manifest.owner, manifest: FileIdentity(path: run.plugin.manifestPath),
-            executable: FileIdentity(path: run.plugin.executablePath))
+            owner: run.plugin.manifest.owner, manifest: identity(run.plugin.manifestPath),
+            executable: identity(run.plugin.executablePath))
     }
 
     /// Starts the plugin for `run` in its sandbox, with `PluginRun.launch`, as every run does.
