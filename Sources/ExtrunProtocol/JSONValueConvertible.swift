@@ -436,12 +436,7 @@ extension SessionParameter: JSONValueConvertible {
 extension SessionParams: JSONValueConvertible {
     public init(jsonValue: JSONValue) throws {
         let fields = try JSONFields(jsonValue)
-        let entries = try fields.array("resolve")
-        var resolve: [SessionParameter] = []
-        resolve.reserveCapacity(entries.count)
-        for (index, entry) in entries.enumerated() {
-            resolve.append(try SessionParameter(fields: JSONFields(entry, path: [JSONPathKey(stringValue: "resolve"), JSONPathKey(intValue: index)])))
-        }
+        let resolve = try fields.objects("resolve", SessionParameter.init(fields:))
         let handle = try fields.optionalBool("handle")
         guard let handle else { throw DecodingError.keyNotFound(JSONPathKey(stringValue: "handle"), DecodingError.Context(codingPath: [], debugDescription: "")) }
         self.init(intent: try fields.string("intent"), parameters: try fields.members("parameters"), resolve: resolve, handle: handle)
@@ -456,13 +451,8 @@ extension SessionParams: JSONValueConvertible {
 extension SessionResult: JSONValueConvertible {
     public init(jsonValue: JSONValue) throws {
         let fields = try JSONFields(jsonValue)
-        let entries = try fields.array("resolutions")
-        var resolutions: [SessionResolution] = []
-        resolutions.reserveCapacity(entries.count)
-        for (index, entry) in entries.enumerated() {
-            let item = try JSONFields(entry, path: [JSONPathKey(stringValue: "resolutions"), JSONPathKey(intValue: index)])
-            let result = try ResolutionResult(fields: item.requiredNested("result"))
-            resolutions.append(SessionResolution(parameter: try item.string("parameter"), result: result))
+        let resolutions = try fields.objects("resolutions") { item in
+            SessionResolution(parameter: try item.string("parameter"), result: try ResolutionResult(fields: item.requiredNested("result")))
         }
         self.init(
             resolutions: resolutions, confirm: try fields.nested("confirm").map(IntentResponse.init(fields:)),
