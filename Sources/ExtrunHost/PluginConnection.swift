@@ -141,7 +141,7 @@ final class PluginConnection {
             if !spun, process.fromPlugin >= 0 {
                 spun = true
                 let until = MonotonicClock.now() &+ spinNs
-                while !readProtocol() && MonotonicClock.now() < until { sched_yield() }
+                while process.fromPlugin >= 0 && !readProtocol() && MonotonicClock.now() < until { sched_yield() }
                 continue
             }
             if let exit = process.exit {
