@@ -80,17 +80,8 @@ public enum CgroupSupport: Sendable, Equatable {
             bytes.append(contentsOf: chunk[0..<count])
         }
         let needle = Array("cgroup2".utf8)
-        var lines: [String] = []
-        var start = 0
-        while start < bytes.count {
-            let end = bytes[start...].firstIndex(of: 0x0A) ?? bytes.count
-            let line = bytes[start..<end]
-            if line.count >= needle.count, line.indices.dropLast(needle.count - 1).contains(where: { i in line[i..<(i + needle.count)].elementsEqual(needle) }) {
-                lines.append(String(decoding: line, as: UTF8.self))
-            }
-            start = end + 1
-        }
-        return lines.joined(separator: "\n")
+        return bytes.split(separator: 0x0A).filter { $0.firstRange(of: needle) != nil }
+            .map { String(decoding: $0, as: UTF8.self) }.joined(separator: "\n")
     }
 
     public var description: String {

@@ -19,4 +19,9 @@ struct FileIdentity: Equatable {
         modifiedSeconds = info.st_mtim.tv_sec
         modifiedNanoseconds = info.st_mtim.tv_nsec
     }
+
+    /// The same file (device and inode), whatever was written to it since.
+    func isSameFile(as other: FileIdentity) -> Bool {
+        device == other.device && inode == other.inode
+    }
 }

@@ -208,10 +208,7 @@ extension Host {
             groupIdentifier: invocation.groupIdentifier, source: "handle",
             parameters: (run.resolved ?? [:]).mapValues(Self.withoutFileData), response: report.response)
         do {
-            let log = try donations()
-            try log.donate(donation, durable: false)
-            // The log of a store never closed at checkpoint stays short (docs/store.md).
-            log.store.checkpointIfLogExceeds(OpenStores.maxLogBytes)
+            try donations().donate(donation, durable: false)
             options.log?("[extrun] donated the interaction \(donation.identifier) to \(manifest.owner)'s donation log")
             return DonationOutcome(donated: true)
         } catch let error as StoreError {
@@ -280,37 +277,29 @@ final class DonationLog: @unchecked Sendable {
 /// (another inode) is opened again. Opened without a checkpoint at close, for when one is
 /// replaced: the write-ahead log is left for a later connection (docs/store.md).
 enum OpenStores {
-    private static let cache = Mutex<[String: (store: Store, device: UInt64, inode: UInt64, used: UInt64)]>([:])
+    private static let cache = Mutex<[String: (store: Store, file: FileIdentity, used: UInt64)]>([:])
     /// The most homes kept open (a test process goes through hundreds of homes; a host, one).
     static let maxOpen = 4
-    /// Past this, a donation folds the write-ahead log back into the store (a passive checkpoint).
-    static let maxLogBytes = 256 << 10
 
     static func store(home: URL) throws -> Store {
         let key = home.path
-        let identity = fileIdentity(key + "/store.sqlite")
+        let identity = FileIdentity(path: key + "/store.sqlite")
         let now = MonotonicClock.now()
         let hit = cache.withLock { cache -> Store? in
-            guard let identity, var cached = cache[key], cached.device == identity.device, cached.inode == identity.inode else { return nil }
+            guard let identity, var cached = cache[key], cached.file.isSameFile(as: identity) else { return nil }
             cached.used = now
             cache[key] = cached
             return cached.store
         }
         if let hit { return hit }
         let store = try Store(home: home, checkpointOnClose: false)
-        if let opened = fileIdentity(store.databasePath) {
+        if let opened = FileIdentity(path: store.databasePath) {
             cache.withLock { cache in
-                cache[key] = (store, opened.device, opened.inode, now)
+                cache[key] = (store, opened, now)
                 // The least recently used beyond the limit: closed once its last user lets go.
                 while cache.count > maxOpen, let oldest = cache.min(by: { $0.value.used < $1.value.used })?.key { cache[oldest] = nil }
             }
         }
         return store
-    }
-
-    private static func fileIdentity(_ path: String) -> (device: UInt64, inode: UInt64)? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 }

@@ -93,11 +93,15 @@ public final class PluginPool: Sendable {
                     return .failure(HostError(.internalError, "\(error)"))
                 }
             }
-            if state.catalog == nil || now &- (state.catalog?.discovered ?? 0) > Self.catalogMaxAgeNs {
-                state.catalog = (host.catalog(), now)
+            let catalog: PluginCatalog
+            if let known = state.catalog, now &- known.discovered <= Self.catalogMaxAgeNs {
+                catalog = known.0
+            } else {
+                catalog = host.catalog()
+                state.catalog = (catalog, now)
             }
             let checkHome = state.homeChecked.map { now &- $0 > Self.catalogMaxAgeNs } ?? true
-            return .success((policy, state.catalog?.0 ?? host.catalog(), checkHome))
+            return .success((policy, catalog, checkHome))
         }
         let catalog: PluginCatalog
         let checkHome: Bool

@@ -183,31 +183,18 @@ final class PluginProcess {
         var result = extrun_sandbox_result()
         // The path's C string must be the very pointer the seccomp filter allows execve with:
         // with seccomp, the one the filters were built for (kept for the process's life).
-        var path = strdup(spec.executable.path)
-        defer { free(path) }
-        var launchPath: UnsafeMutablePointer<CChar>?
-        var filter: UnsafeMutableRawPointer?
-        var filterLength: Int32 = 0
-        // Without a pid namespace, the supervisor checks every signal the plugin sends:
-        // that filter is the only one when none is asked for, the fallback otherwise.
-        var checkingFilter: UnsafeMutableRawPointer?
-        var checkingFilterLength: Int32 = 0
+        var programs: SeccompFilters.Set?
         if sandbox.seccomp {
             let wantsPidNamespace = sandbox.namespaces & Int32(EXTRUN_NS_PID) != 0
             switch SeccompFilters.programs(path: spec.executable.path, notify: sandbox.seccompNotify, pidNamespace: wantsPidNamespace) {
-            case .success(let programs):
-                free(path)
-                path = nil
-                filter = programs.main.bytes
-                filterLength = programs.main.length
-                checkingFilter = programs.checking?.bytes
-                checkingFilterLength = programs.checking?.length ?? 0
-                launchPath = programs.path
+            case .success(let built): programs = built
             case .failure(let error):
                 for fd in [input.write, output.read, out.read, err.read] { close(fd) }
                 throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(error.code))")
             }
         }
+        let ownPath = programs == nil ? strdup(spec.executable.path) : nil
+        defer { free(ownPath) }
         if !sandbox.identity.dropsPrivileges {
             // The plugin shares the host's uid: the host must not be readable through
             // /proc/<host>/mem or /environ should the plugin see the host's pid.
@@ -224,15 +211,15 @@ final class PluginProcess {
                     mappings.withUnsafeBufferPointer { fds in
                       writable.withUnsafeBufferPointer { writablePointer in
                         var request = extrun_sandbox_request()
-                        request.path = UnsafePointer(launchPath ?? path)
+                        request.path = UnsafePointer(programs?.path ?? ownPath)
                         request.argv = argvPointer
                         request.envp = envpPointer
                         request.cwd = cwd
                         request.fds = fds.baseAddress
                         request.fd_count = Int32(fds.count)
                         request.limits = sandbox.limits
-                        request.filter = UnsafeRawPointer(filter)
-                        request.filter_length = UInt16(filterLength)
+                        request.filter = UnsafeRawPointer(programs?.main.bytes)
+                        request.filter_length = UInt16(programs?.main.length ?? 0)
                         request.filter_uses_notify = sandbox.seccompNotify ? 1 : 0
                         request.namespaces = sandbox.namespaces
                         request.pid_max = Int32(sandbox.pidMax)
@@ -246,8 +233,10 @@ final class PluginProcess {
                         request.reveal_targets = UnsafeRawPointer(targetPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
                         request.reveal_writable = writablePointer.baseAddress
                         request.reveal_count = Int32(sandbox.reveals.count)
-                        request.filter_no_pid_ns = UnsafeRawPointer(checkingFilter)
-                        request.filter_no_pid_ns_length = UInt16(max(checkingFilterLength, 0))
+                        // Without a pid namespace, the supervisor checks every signal the plugin sends:
+                        // that filter is the only one when none is asked for, the fallback otherwise.
+                        request.filter_no_pid_ns = UnsafeRawPointer(programs?.checking?.bytes)
+                        request.filter_no_pid_ns_length = UInt16(programs?.checking?.length ?? 0)
                         extrun_sandbox_spawn(&request, &result)
                       }
                     }

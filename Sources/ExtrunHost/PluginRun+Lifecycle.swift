@@ -39,7 +39,7 @@ extension PluginRun {
         self.resolved = resolved
         phase = .confirm
         let confirmation = try intentResponse(connection, Method.confirm, parameters: resolved)
-        guard confirmation.code == ResponseCode.ready || confirmation.code == ResponseCode.success else {
+        guard confirmation.letsHandlingProceed else {
             report.response = confirmation
             report.responseIsSuccess = definition.isSuccessCode(confirmation.code)
             return

@@ -58,7 +58,7 @@ extension PluginRun {
             // plugin must have stopped, and what follows is asked step by step.
             if state.next < resolutions.count || state.result.confirm != nil || state.result.handle != nil {
                 throw CallFailure.protocolViolation(
-                    "its session answer goes on after resolving '\(parameter.name)' as \(Self.kind(of: entry.result)), where the session stops for the host")
+                    "its session answer goes on after resolving '\(parameter.name)' as \(entry.result.kind), where the session stops for the host")
             }
             replay = nil
         }
@@ -77,7 +77,7 @@ extension PluginRun {
             guard let confirm = state.result.confirm else {
                 throw CallFailure.protocolViolation("its session answer stops before confirm without a reason")
             }
-            let proceeds = confirm.code == ResponseCode.ready || confirm.code == ResponseCode.success
+            let proceeds = confirm.letsHandlingProceed
             if state.result.handle != nil && !(proceeds && state.handleRequested) {
                 throw CallFailure.protocolViolation(
                     proceeds
@@ -93,16 +93,5 @@ extension PluginRun {
             throw CallFailure.protocolViolation("its session answer stops after confirm without handling the intent")
         }
         return handle
-    }
-
-    static func kind(of result: ResolutionResult) -> String {
-        switch result {
-        case .success: "success"
-        case .needsValue: "needsValue"
-        case .disambiguation: "disambiguation"
-        case .confirmationRequired: "confirmationRequired"
-        case .unsupported: "unsupported"
-        case .notRequired: "notRequired"
-        }
     }
 }

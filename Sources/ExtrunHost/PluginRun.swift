@@ -136,9 +136,11 @@ struct PluginRun {
     /// ones included. The deadline counts from here.
     mutating func launch() throws(HostError) -> LaunchedPlugin {
         let capabilities = SandboxCapabilities.current
-        if policy.seccomp, let program = try? launchProgram().executable.path {
-            // The filters are built on another thread while the launch is prepared.
-            SeccompFilters.prebuild(path: program, notify: capabilities.seccompNotify, pidNamespace: policy.namespaces.pid)
+        // What is exec'd, known first: its seccomp filters are built on another thread
+        // while the launch is prepared. (Its error, if any, is thrown where it was before.)
+        let program = Result { () throws(HostError) in try launchProgram() }
+        if policy.seccomp, case .success(let resolved) = program {
+            SeccompFilters.prebuild(path: resolved.executable.path, notify: capabilities.seccompNotify, pidNamespace: policy.namespaces.pid)
         }
         let identity = try PluginIdentity.resolve(policy: policy)
         try identity.checkAccess(
@@ -157,7 +159,7 @@ struct PluginRun {
         deadline.set(start: start, limits: limits)
         let process: PluginProcess
         do throws(HostError) {
-            process = try PluginProcess.launch(try launchSpec(scratch: scratch), sandbox: sandbox)
+            process = try PluginProcess.launch(try launchSpec(scratch: scratch, program: program.get()), sandbox: sandbox)
         } catch {
             cgroup?.remove()
             ScratchDirectory.remove(scratch)
@@ -302,7 +304,7 @@ struct PluginRun {
             details: details)
     }
 
-    func launchSpec(scratch: URL) throws(HostError) -> LaunchSpec {
+    func launchSpec(scratch: URL, program: (executable: URL, arguments: [String])) -> LaunchSpec {
         var environment: [String: String] = [
             "PATH": Self.pluginSearchPath,
             "HOME": scratch.path,
@@ -316,17 +318,17 @@ struct PluginRun {
         ]
         let inherited = ProcessInfo.processInfo.environment
         for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
-        // The file itself, links resolved: a staged plugin's executable links into the build's
-        // products (through further links, such as .build/debug); in the plugin's mount
-        // namespace only that file is bound back where it is covered, not the links to it.
-        let (program, arguments) = try launchProgram(searchPath: environment["PATH"] ?? "")
-        return LaunchSpec(executable: program, arguments: arguments, environment: environment, workingDirectory: scratch)
+        return LaunchSpec(executable: program.executable, arguments: program.arguments, environment: environment, workingDirectory: scratch)
     }
 
-    /// What is exec'd: the executable, links resolved, or the interpreter of a script.
-    func launchProgram(searchPath: String = Self.pluginSearchPath) throws(HostError) -> (executable: URL, arguments: [String]) {
+    /// What is exec'd: the executable, links resolved, or the interpreter of a script
+    /// (found on the plugin's PATH). The file itself, links resolved: a staged plugin's
+    /// executable links into the build's products (through further links, such as
+    /// .build/debug); in the plugin's mount namespace only that file is bound back where
+    /// it is covered, not the links to it.
+    func launchProgram() throws(HostError) -> (executable: URL, arguments: [String]) {
         let executable = SandboxSettings.resolved(plugin.executableURL.path).map { URL(fileURLWithPath: $0) } ?? plugin.executableURL
-        return try Shebang.resolve(executable: executable, arguments: plugin.manifest.arguments, searchPath: searchPath)
+        return try Shebang.resolve(executable: executable, arguments: plugin.manifest.arguments, searchPath: Self.pluginSearchPath)
     }
 
     static let pluginSearchPath = "/usr/local/bin:/usr/bin:/bin"

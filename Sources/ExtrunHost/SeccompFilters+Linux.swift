@@ -36,14 +36,18 @@ enum SeccompFilters {
         var pidNamespace: Bool
     }
 
-    private static let built = Mutex<[Key: Set]>([:])
-    /// Paths interned as C strings: the pointer the programs name. Never freed.
-    private static let paths = Mutex<[String: UnsafeMutablePointer<CChar>]>([:])
+    private struct State: @unchecked Sendable {
+        var built: [Key: Set] = [:]
+        /// Paths interned as C strings: the pointer the programs name. Never freed.
+        var paths: [String: UnsafeMutablePointer<CChar>] = [:]
+    }
+
+    private static let state = Mutex(State())
 
     /// Starts building the programs for `path` on another thread, if they are not built yet.
     static func prebuild(path: String, notify: Bool, pidNamespace: Bool) {
         let key = Key(path: path, notify: notify, pidNamespace: pidNamespace)
-        guard built.withLock({ $0[key] }) == nil else { return }
+        guard state.withLock({ $0.built[key] }) == nil else { return }
         DispatchQueue.global().async { _ = programs(path: path, notify: notify, pidNamespace: pidNamespace) }
     }
 
@@ -51,14 +55,10 @@ enum SeccompFilters {
     static func programs(path: String, notify: Bool, pidNamespace: Bool) -> Result<Set, BuildError> {
         let key = Key(path: path, notify: notify, pidNamespace: pidNamespace)
         // Built under the lock: a launch that needs the programs the prebuild is making waits for them.
-        return built.withLock { built -> Result<Set, BuildError> in
-            if let known = built[key] { return .success(known) }
-            let pointer = paths.withLock { paths in
-                if let known = paths[path] { return known }
-                let made = strdup(path)!
-                paths[path] = made
-                return made
-            }
+        return state.withLock { state -> Result<Set, BuildError> in
+            if let known = state.built[key] { return .success(known) }
+            let pointer = state.paths[path] ?? strdup(path)!
+            state.paths[path] = pointer
             var main: UnsafeMutableRawPointer?
             let mainLength = extrun_seccomp_build(pointer, notify ? 1 : 0, pidNamespace ? 0 : (notify ? 1 : 0), &main)
             guard mainLength > 0 else {
@@ -77,7 +77,7 @@ enum SeccompFilters {
                 checking = Program(bytes: bytes, length: length)
             }
             let set = Set(path: pointer, main: Program(bytes: main, length: mainLength), checking: checking)
-            built[key] = set
+            state.built[key] = set
             return .success(set)
         }
     }

@@ -100,23 +100,8 @@ public enum JSONCoding {
 
     /// Decodes `type` from JSON bytes; a syntax error says where it is (line and column).
     public static func decode<T: Decodable>(_ type: T.Type, fromJSON data: Data) throws -> T {
-        if type == JSONValue.self {
-            do throws(JSONParseError) {
-                if let value = try JSONParser.parse(data) as? T { return value }
-            } catch {
-                throw DecodingError.dataCorrupted(
-                    DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
-            }
-        }
-        if let readable = T.self as? any JSONValueDecodable.Type {
-            let value: JSONValue
-            do throws(JSONParseError) {
-                value = try JSONParser.parse(data)
-            } catch {
-                throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
-            }
-            if let typed = try readable.init(jsonValue: value) as? T { return typed }
-        }
+        if type == JSONValue.self, let value = try parse(json: data) as? T { return value }
+        if let readable = T.self as? any JSONValueDecodable.Type, let typed = try readable.init(json: data) as? T { return typed }
         do {
             return try decoder().decode(type, from: data)
         } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
@@ -125,6 +110,16 @@ public enum JSONCoding {
                     DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(syntax)"))
             }
             throw DecodingError.dataCorrupted(context)
+        }
+    }
+
+    /// JSON bytes as a `JSONValue`; a syntax error is a `DecodingError` that says where
+    /// it is ("not valid JSON: ... line 3, column 8"), as `decode(_:fromJSON:)` reports it.
+    public static func parse(json data: some Collection<UInt8>) throws -> JSONValue {
+        do throws(JSONParseError) {
+            return try JSONParser.parse(data)
+        } catch {
+            throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
         }
     }
 

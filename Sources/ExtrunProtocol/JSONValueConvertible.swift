@@ -20,6 +20,13 @@ public protocol JSONValueDecodable {
     init(jsonValue: JSONValue) throws
 }
 
+extension JSONValueDecodable {
+    /// Reads JSON bytes: a syntax error says where it is (`JSONCoding.parse(json:)`).
+    public init(json data: some Collection<UInt8>) throws {
+        try self.init(jsonValue: JSONCoding.parse(json: data))
+    }
+}
+
 /// A coding key for paths in errors: an object's field or an array's index.
 public struct JSONPathKey: CodingKey {
     public var stringValue: String
@@ -201,15 +208,6 @@ public struct JSONFields {
         try JSONFields(try required(name, [String: Any].self), path: key(name))
     }
 
-    public func mode(_ name: String) throws -> Mode {
-        let text = try string(name)
-        guard let mode = Mode(rawValue: text) else {
-            throw DecodingError.dataCorrupted(
-                DecodingError.Context(codingPath: key(name), debugDescription: "Cannot initialize Mode from invalid String value \(text)"))
-        }
-        return mode
-    }
-
     public func corrupted(_ name: String, _ description: String) -> DecodingError {
         .dataCorrupted(DecodingError.Context(codingPath: key(name), debugDescription: description))
     }
@@ -245,7 +243,7 @@ extension InitializeParams: JSONValueConvertible {
     public init(jsonValue: JSONValue) throws {
         let fields = try JSONFields(jsonValue)
         self.init(
-            protocolVersion: try fields.int("protocolVersion"), hostVersion: try fields.string("hostVersion"), mode: try fields.mode("mode"),
+            protocolVersion: try fields.int("protocolVersion"), hostVersion: try fields.string("hostVersion"), mode: try fields.rawValue("mode", Mode.self),
             intent: try fields.optionalString("intent"))
     }
     public var jsonValue: JSONValue {
@@ -311,29 +309,24 @@ extension ResolutionResult: JSONValueConvertible {
         }
     }
     public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = [:]
+        var object: [String: JSONValue] = ["result": .string(kind)]
         func put(_ key: String, _ text: String?) { if let text { object[key] = .string(text) } }
         switch self {
         case .success(let value):
-            object["result"] = "success"
             object["value"] = value
         case .needsValue(let prompt):
-            object["result"] = "needsValue"
             put("prompt", prompt)
         case .disambiguation(let options, let prompt):
-            object["result"] = "disambiguation"
             object["options"] = .array(options)
             put("prompt", prompt)
         case .confirmationRequired(let value, let prompt):
-            object["result"] = "confirmationRequired"
             object["value"] = value
             put("prompt", prompt)
         case .unsupported(let reason, let message):
-            object["result"] = "unsupported"
             put("reason", reason)
             put("message", message)
         case .notRequired:
-            object["result"] = "notRequired"
+            break
         }
         return .object(object)
     }

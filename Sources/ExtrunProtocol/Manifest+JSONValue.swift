@@ -15,17 +15,6 @@ extension PluginManifest: JSONValueDecodable {
             appName: try f.optionalString("appName"), types: try f.optionalObjects("types", CustomTypeDefinition.init(fields:)) ?? [],
             activityTypes: try f.optionalStrings("activityTypes") ?? [], retryInAppOnMemoryLimit: try f.optionalBool("retryInAppOnMemoryLimit") ?? false)
     }
-
-    /// Reads manifest bytes: a syntax error says where it is, as `JSONCoding.decode(_:fromJSON:)` does.
-    public init(json data: some Collection<UInt8>) throws {
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(Array(data))
-        } catch {
-            throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
-        }
-        try self.init(jsonValue: value)
-    }
 }
 
 extension IntentDefinition {

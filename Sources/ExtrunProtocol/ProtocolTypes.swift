@@ -127,6 +127,18 @@ public enum ResolutionResult: Sendable, Hashable {
     case unsupported(reason: String?, message: String?)
     /// The parameter is not needed for this intent.
     case notRequired
+
+    /// Its name on the wire (the `result` field): `success`, `needsValue`...
+    public var kind: String {
+        switch self {
+        case .success: "success"
+        case .needsValue: "needsValue"
+        case .disambiguation: "disambiguation"
+        case .confirmationRequired: "confirmationRequired"
+        case .unsupported: "unsupported"
+        case .notRequired: "notRequired"
+        }
+    }
 }
 
 extension ResolutionResult: Codable {
@@ -227,6 +239,9 @@ public struct IntentResponse: Codable, Sendable, Hashable {
     public var userActivity: UserActivity?
     /// With `inProgress`: how far along the work is, 0...1.
     public var progress: Double?
+
+    /// Whether, as a confirmation, it lets the intent be handled: `ready` or `success`.
+    public var letsHandlingProceed: Bool { code == ResponseCode.ready || code == ResponseCode.success }
 
     public init(
         code: String, properties: [String: JSONValue] = [:], dialog: Dialog? = nil, userActivity: UserActivity? = nil,

@@ -33,7 +33,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     private let input: Mutex<FrameDecoder>
     /// What `read` fills (used under `input`'s lock only).
     private nonisolated(unsafe) var readBuffer = [UInt8](repeating: 0, count: 64 << 10)
-    private let onMessage: @Sendable (Message) -> Void
+    private let onMessage: @Sendable (Message, ChannelLoop) -> Void
     private let onError: @Sendable (any Error) -> Never
     /// When the loop started the job it is running (monotonic ns), or 0.
     private let busySince = Atomic<UInt64>(0)
@@ -41,10 +41,11 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     private let lastInput = Atomic<UInt64>(0)
 
     /// - Parameters:
-    ///   - onMessage: called with each message, in order, on the loop's thread (or the
-    ///     watchdog's, while the loop is busy); never concurrently.
+    ///   - onMessage: called with each message and this loop (the executor for its task),
+    ///     in order, on the loop's thread (or the watchdog's, while the loop is busy);
+    ///     never concurrently.
     ///   - onError: a framing or message error; must end the process.
-    init(inputFD: Int32, onMessage: @escaping @Sendable (Message) -> Void, onError: @escaping @Sendable (any Error) -> Never) {
+    init(inputFD: Int32, onMessage: @escaping @Sendable (Message, ChannelLoop) -> Void, onError: @escaping @Sendable (any Error) -> Never) {
         self.inputFD = inputFD
         self.onMessage = onMessage
         self.onError = onError
@@ -176,7 +177,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
                 lastInput.store(Self.now(), ordering: .relaxed)
                 readBuffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
                 do {
-                    while let body = try decoder.nextFrame() { onMessage(try Message.decode(body)) }
+                    while let body = try decoder.nextFrame() { onMessage(try Message.decode(body), self) }
                 } catch {
                     onError(error)
                 }

@@ -75,28 +75,24 @@ final class Server: Sendable {
     func serve() async -> Never {
         let loop = ChannelLoop(
             inputFD: channel.inputFD,
-            onMessage: { [self] message in receive(message) },
+            onMessage: { [self] message, loop in receive(message, on: loop) },
             onError: { [identity] error in
                 FileHandle.standardError.write(Data("\(identity.id): protocol error: \(error)\n".utf8))
                 exit(70)
             })
-        self.loop.withLock { $0 = loop }
         loop.start()
         while true { try? await Task.sleep(for: .seconds(3600)) }
     }
 
-    /// The loop the requests' tasks run on.
-    let loop = Mutex<ChannelLoop?>(nil)
-
-    /// One message from the host (on the loop's thread, in order).
-    func receive(_ message: Message) {
+    /// One message from the host (in order; requests' tasks run on `loop`).
+    func receive(_ message: Message, on loop: ChannelLoop) {
         switch message {
         case .request(let id, let method, let params):
             if method == Method.shutdown {
                 channel.send(.response(id: id, result: .null))
                 exit(0)
             }
-            let work: @Sendable () async -> Void = {
+            let task = Task(executorPreference: loop) {
                 let result = await self.answer(method: method, params: params)
                 self.running.withLock { state in
                     if state.tasks.removeValue(forKey: id) == nil { state.finished.insert(id) }
@@ -106,7 +102,6 @@ final class Server: Sendable {
                 case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
                 }
             }
-            let task = loop.withLock { $0 }.map { Task(executorPreference: $0, operation: work) } ?? Task(operation: work)
             running.withLock { state in
                 if state.finished.remove(id) == nil { state.tasks[id] = task }
             }
@@ -125,7 +120,7 @@ final class Server: Sendable {
         do {
             switch method {
             case Method.initialize:
-                let p = try convertParams(InitializeParams.self, params)
+                let p = try readParams(params, InitializeParams.init(jsonValue:))
                 mode.withLock { $0 = p.mode }
                 // A later session's initialize is answered the same way: the server keeps no
                 // state between sessions but the mode, which each initialize sets again.
@@ -133,25 +128,25 @@ final class Server: Sendable {
                     plugin: identity, intents: handlers.keys.sorted(), reusable: reusable ? true : nil, session: reusable ? true : nil)
                 return .success(result.jsonValue)
             case Method.resolve:
-                let p = try convertParams(ResolveParams.self, params)
+                let p = try readParams(params, ResolveParams.init(jsonValue:))
                 let handler = try handler(for: p.intent)
                 let result = try await resolve(handler, parameter: p.parameter, intent: p.intent, values: p.parameters)
                 return .success(result.jsonValue)
             case Method.options:
-                let p = try decodeParams(OptionsParams.self, params)
+                let p = try readParams(params) { try JSONCoding.decode(OptionsParams.self, from: $0) }
                 let handler = try handler(for: p.intent)
                 let result = try await options(handler, parameter: p.parameter, intent: p.intent, values: p.parameters, search: p.search)
                 return .success(try JSONCoding.value(of: result))
             case Method.confirm, Method.handle:
-                let p = try convertParams(IntentParams.self, params)
+                let p = try readParams(params, IntentParams.init(jsonValue:))
                 let handler = try handler(for: p.intent)
                 let response = try await run(handler, confirm: method == Method.confirm, intent: p.intent, values: p.parameters)
                 return .success(response.jsonValue)
             case Method.session:
-                let p = try convertParams(SessionParams.self, params)
+                let p = try readParams(params, SessionParams.init(jsonValue:))
                 return .success(try await session(try handler(for: p.intent), p).jsonValue)
             case Method.continue:
-                let p = try decodeParams(ContinueParams.self, params)
+                let p = try readParams(params) { try JSONCoding.decode(ContinueParams.self, from: $0) }
                 let response = try await continueActivity(p.activity, interaction: p.interaction)
                 return .success(try JSONCoding.value(of: response))
             default:
@@ -198,17 +193,10 @@ final class Server: Sendable {
         return handler
     }
 
-    private func decodeParams<T: Decodable>(_ type: T.Type, _ params: JSONValue?) throws -> T {
+    /// The request's params as `read` makes them; what it refuses is `invalidParams`.
+    private func readParams<T>(_ params: JSONValue?, _ read: (JSONValue) throws -> T) throws -> T {
         do {
-            return try JSONCoding.decode(type, from: params ?? .null)
-        } catch {
-            throw RPCError(code: RPCError.invalidParams, message: "invalid params: \(JSONCoding.describe(error))")
-        }
-    }
-
-    private func convertParams<T: JSONValueConvertible>(_ type: T.Type, _ params: JSONValue?) throws -> T {
-        do {
-            return try T(jsonValue: params ?? .null)
+            return try read(params ?? .null)
         } catch {
             throw RPCError(code: RPCError.invalidParams, message: "invalid params: \(JSONCoding.describe(error))")
         }
@@ -264,7 +252,7 @@ final class Server: Sendable {
         }
         let confirmation = try await handler.confirm(request())
         result.confirm = confirmation
-        guard p.handle, confirmation.code == ResponseCode.ready || confirmation.code == ResponseCode.success else { return result }
+        guard p.handle, confirmation.letsHandlingProceed else { return result }
         result.handle = try await handler.handle(request())
         return result
     }

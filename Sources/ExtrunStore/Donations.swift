@@ -90,7 +90,7 @@ extension JSONValue {
 /// One owner's donation log. Get it from `Store.donations(of:)`.
 public struct Donations: Sendable {
     public let owner: String
-    public let store: Store
+    let store: Store
 
     init(store: Store, owner: String) {
         self.store = store

@@ -61,18 +61,12 @@ struct KeyFile: Codable {
     var agreementPublicKey: Data
 }
 
-extension KeyFile {
+extension KeyFile: JSONValueDecodable {
     /// Reads a key file without Codable (its first use in a process costs about a
     /// millisecond, and every `extrun handle` reads its owner's key for the donation);
-    /// the same checks and error paths as `JSONCoding.decode(KeyFile.self, fromJSON:)`.
-    init(json data: Data) throws {
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(data)
-        } catch {
-            throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: [], debugDescription: "not valid JSON: \(error)"))
-        }
-        let fields = try JSONFields(value)
+    /// the same checks and error paths as the Codable conformance. `KeyFile(json:)` reads the bytes.
+    init(jsonValue: JSONValue) throws {
+        let fields = try JSONFields(jsonValue)
         self.init(
             format: try fields.string("format"), version: try fields.int("version"), owner: try fields.string("owner"),
             created: try fields.date("created"), dataKey: try fields.base64("dataKey"),

@@ -1,4 +1,3 @@
-import CExtrunStoreShims
 import ExtrunProtocol
 import Foundation
 import GRDB
@@ -40,7 +39,8 @@ public final class Store: Sendable {
     ///   this store is closed, for a later connection's checkpoint, instead of folding
     ///   it into `store.sqlite` and syncing the disk then (what `extrun handle` does
     ///   for its one donation: the checkpoint cost every run milliseconds; nothing
-    ///   committed is less durable for it). docs/store.md.
+    ///   committed is less durable for it). Its writes then keep the log under
+    ///   `StoreLimits.maxLogBytes` themselves. docs/store.md.
     public init(home: URL, checkpointOnClose: Bool = true) throws {
         var path = home.standardizedFileURL.path
         while path.count > 1, path.hasSuffix("/") { path.removeLast() }
@@ -56,20 +56,6 @@ public final class Store: Sendable {
         try keystore.prepareDirectory()
         database = try StoreDatabase.open(home: path, keystore: keystore, checkpointOnClose: checkpointOnClose)
         try StorePermissions.checkDatabase(home: path)
-    }
-
-    /// Copies the write-ahead log into `store.sqlite` and empties it when it has grown
-    /// past `bytes`, waiting at most 50 ms for other connections (busy: a later call
-    /// does it). For stores left open or closed without a checkpoint: the next process
-    /// to open the store rebuilds its index of the log by reading all of it, so the
-    /// log must stay short (docs/store.md).
-    public func checkpointIfLogExceeds(_ bytes: Int) {
-        var info = stat()
-        guard stat(databasePath + "-wal", &info) == 0, info.st_size > bytes else { return }
-        _ = try? database.withoutTransaction { db in
-            guard let connection = db.sqliteConnection else { return }
-            _ = extrun_sqlite_checkpoint_truncate(UnsafeMutableRawPointer(connection), 50, Int32(StoreLimits.busyTimeoutSeconds * 1000))
-        }
     }
 
     /// The owner's globals. Throws `invalidName` for a bad owner name.

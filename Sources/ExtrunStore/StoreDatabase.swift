@@ -18,14 +18,18 @@ final class StoreDatabase: Sendable {
     let queue: DatabaseQueue
     /// The file the header was checked through (StoreFileDescriptors).
     private let headerFile: StoreFileDescriptors.FileKey
+    /// Whether closing the connection folds the write-ahead log into the file (SQLite's
+    /// default). When not, every write keeps the log short itself (`keepLogShort`).
+    let checkpointsOnClose: Bool
 
     /// `PRAGMA application_id` of an extrun store: "EXTR".
     static let applicationID: UInt32 = 0x4558_5452
 
-    private init(path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey) {
+    private init(path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey, checkpointsOnClose: Bool) {
         self.path = path
         self.queue = queue
         self.headerFile = headerFile
+        self.checkpointsOnClose = checkpointsOnClose
     }
 
     deinit {
@@ -68,7 +72,7 @@ final class StoreDatabase: Sendable {
             StoreFileDescriptors.release(file)
             throw StoreDatabase.storeError(error, path: path)
         }
-        let database = StoreDatabase(path: path, queue: queue, headerFile: file)
+        let database = StoreDatabase(path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose)
         try database.migrateIfNeeded()
         return database
     }
@@ -307,6 +311,7 @@ final class StoreDatabase: Sendable {
     /// to the busy timeout), so a read-modify-write never fails half-way on
     /// a stale snapshot.
     func write<T>(_ body: (Database) throws -> T) throws -> T {
+        defer { keepLogShort() }
         do {
             return try queue.write(body)
         } catch {
@@ -316,10 +321,26 @@ final class StoreDatabase: Sendable {
 
     /// Outside any transaction (pragmas).
     func withoutTransaction<T>(_ body: (Database) throws -> T) throws -> T {
+        defer { keepLogShort() }
         do {
             return try queue.writeWithoutTransaction(body)
         } catch {
             throw StoreDatabase.storeError(error, path: path)
+        }
+    }
+
+    /// For a connection that does not checkpoint when it closes: copies the write-ahead
+    /// log into the file and empties it once it is over `StoreLimits.maxLogBytes`,
+    /// waiting at most 50 ms for other connections (busy: a later write does it). The
+    /// next process to open the store rebuilds its index of the log by reading all of
+    /// it, so the log must stay short (docs/store.md).
+    private func keepLogShort() {
+        guard !checkpointsOnClose else { return }
+        var info = stat()
+        guard stat(path + "-wal", &info) == 0, info.st_size > StoreLimits.maxLogBytes else { return }
+        _ = try? queue.writeWithoutTransaction { db in
+            guard let connection = db.sqliteConnection else { return }
+            _ = extrun_sqlite_checkpoint_truncate(UnsafeMutableRawPointer(connection), 50, Int32(StoreLimits.busyTimeoutSeconds * 1000))
         }
     }
 

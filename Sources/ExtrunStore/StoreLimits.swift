@@ -3,6 +3,9 @@ public enum StoreLimits {
     /// Owner names: UTF-8 bytes. Short enough that the escaped key file name
     /// (at most three bytes per byte, plus `.key`) stays under NAME_MAX.
     public static let maxOwnerNameBytes = 64
+    /// The write-ahead log of a store opened without a checkpoint at close
+    /// (`Store(home:checkpointOnClose: false)`): past this, a write folds it back.
+    public static let maxLogBytes = 256 << 10
     /// Global and bookmark names: UTF-8 bytes.
     public static let maxNameBytes = 256
     /// A global's value, serialized as compact JSON: 4 MiB.
