@@ -53,7 +53,7 @@ final class StoreDatabase: Sendable {
             if FileManager.default.fileExists(atPath: path + "-wal") || keystore.hasAnyKey() {
                 throw StoreError(
                     .storeMissing,
-                    "\(path) is missing, but \(keystore.directory) holds owners' keys (or \(path)-wal exists), so a store existed: it was moved or deleted. Restore it from a backup; extrun does not start an empty store in its place. To start over on purpose, move \(keystore.directory) aside as well.",
+                    "\(path) is missing, but \(keystore.directory) holds owners' keys (or \(path)-wal exists), so a store existed: it was moved or deleted. Restore it from a backup (with its -wal file if there was one); extrun changes nothing and never starts an empty store in its place.",
                     details: ["file": .string(path)])
             }
             try create(path: path, home: home)
@@ -65,12 +65,22 @@ final class StoreDatabase: Sendable {
             throw StoreError(.ioError, "cannot open \(path): \(error.reason)", details: ["file": .string(path)])
         }
         let queue: DatabaseQueue
+        var sizeNote: String?
         do {
-            try checkHeader(path, fd: fd)
+            sizeNote = try checkHeader(path, fd: fd)
+            try checkLog(path)
             queue = try DatabaseQueue(path: path, configuration: configuration(checkpointOnClose: checkpointOnClose))
+            // The file's size disagrees with its header: normal while the log holds pages a
+            // checkpoint has not finished copying (a crash, a full disk, another process
+            // checkpointing now). SQLite, which reads the log, judges.
+            if sizeNote != nil { try confirmIntact(queue, path: path) }
         } catch {
             StoreFileDescriptors.release(file)
-            throw StoreDatabase.storeError(error, path: path)
+            var failure = StoreDatabase.storeError(error, path: path)
+            if failure.kind == .corruptStore, let sizeNote {
+                failure.message += " (\(sizeNote), and the write-ahead log does not hold the rest: it was truncated)"
+            }
+            throw failure
         }
         let database = StoreDatabase(path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose)
         try database.migrateIfNeeded()
@@ -95,7 +105,7 @@ final class StoreDatabase: Sendable {
     /// Creates the store as a temporary file (mode 0600, schema applied, WAL
     /// mode set) and renames it into place, so `store.sqlite` never exists
     /// half-made: an empty or truncated `store.sqlite` is always damage.
-    private static func create(path: String, home: String) throws {
+    static func create(path: String, home: String) throws {
         let temporary = home + "/" + FileOps.temporaryName("store.sqlite-creating")
         var renamed = false
         defer {
@@ -148,18 +158,31 @@ final class StoreDatabase: Sendable {
         }
     }
 
-    /// Reads the 100-byte SQLite header and the file size: catches an empty,
-    /// truncated or overwritten file, or a foreign SQLite file, before SQLite
-    /// opens (and might write to) it.
-    static func checkHeader(_ path: String, fd: Int32) throws {
+    /// What to do with a store SQLite finds damaged. Never: delete it, reset it, or start
+    /// an empty one (that loses every owner's data).
+    static func damageAdvice(_ path: String) -> String {
+        "extrun changes nothing in it. Keep a copy first (store.sqlite with its -wal and -shm files if present, copied while no extrun runs); `extrun store check` lists what SQLite finds; `extrun store recover NEW-FILE` copies every readable row into a new store file and leaves this one as it is; a backup restores what cannot be read"
+    }
+
+    /// Reads the 100-byte SQLite header before SQLite opens (and might write to) the
+    /// file: catches an empty or overwritten file, and another program's SQLite file.
+    ///
+    /// Returns a note when the file's size disagrees with its header (not a whole number
+    /// of pages, or fewer pages than the header counts). That alone is not damage: a
+    /// checkpoint writes page 1 (the header) first, then the other pages from the
+    /// write-ahead log, so a checkpoint that was killed, ran out of disk, or is running
+    /// in another process right now leaves exactly that, with the log holding the rest.
+    /// The caller lets SQLite judge (`confirmIntact`).
+    static func checkHeader(_ path: String, fd: Int32) throws -> String? {
         let details: [String: JSONValue] = ["file": .string(path)]
-        let advice = "extrun will not repair, reset or recreate it; restore it from a backup, or move it aside to start an empty store"
         let header: Data
         let size: Int64
         do {
             let info = try FileOps.fstat(fd)
             guard info.isRegularFile else {
-                throw StoreError(.corruptStore, "\(path) is not a regular file; \(advice)", details: details)
+                throw StoreError(
+                    .corruptStore, "\(path) is not a regular file: extrun opens only a regular file there and changes nothing; if the store was moved, put it back",
+                    details: details)
             }
             size = Int64(info.st_size)
             var bytes = [UInt8](repeating: 0, count: 100)
@@ -169,12 +192,17 @@ final class StoreDatabase: Sendable {
         } catch let error as SystemCallError {
             throw StoreError(.ioError, "cannot read \(path): \(error.reason)", details: details)
         }
+        // store.sqlite is created complete and renamed into place, and no checkpoint empties it.
         if size == 0 {
-            throw StoreError(.corruptStore, "\(path) is empty (0 bytes): it was truncated; \(advice)", details: details)
+            throw StoreError(
+                .corruptStore,
+                "\(path) is empty (0 bytes): it was truncated, and nothing in it can be read. extrun changes nothing and never starts an empty store in its place; restore it from a backup (with its -wal file if there was one)",
+                details: details)
         }
         guard header.count == 100, header.prefix(16).elementsEqual(Array("SQLite format 3".utf8) + [0]) else {
             throw StoreError(
-                .corruptStore, "\(path) is not a SQLite database (its first bytes are not the SQLite header): it was overwritten or damaged; \(advice)",
+                .corruptStore,
+                "\(path) is not a SQLite database (its first bytes are not the SQLite header): it was overwritten or damaged; \(damageAdvice(path))",
                 details: details)
         }
         func uint32(_ offset: Int) -> UInt32 {
@@ -183,29 +211,78 @@ final class StoreDatabase: Sendable {
         let rawPageSize = Int(header[16]) << 8 | Int(header[17])
         let pageSize = rawPageSize == 1 ? 65536 : rawPageSize
         guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
-            throw StoreError(.corruptStore, "\(path) has a damaged header (page size \(rawPageSize)); \(advice)", details: details)
+            throw StoreError(.corruptStore, "\(path) has a damaged header (page size \(rawPageSize)); \(damageAdvice(path))", details: details)
         }
         let applicationID = uint32(68)
         guard applicationID == StoreDatabase.applicationID else {
             throw StoreError(
                 .incompatibleStore,
-                "\(path) is a SQLite database but not an extrun store (application_id 0x\(String(applicationID, radix: 16)), expected 0x\(String(StoreDatabase.applicationID, radix: 16))); move it aside",
+                "\(path) is a SQLite database but not an extrun store (application_id 0x\(String(applicationID, radix: 16)), expected 0x\(String(StoreDatabase.applicationID, radix: 16))): EXTRUN_HOME names another program's folder, or the file was replaced. extrun changes nothing in it; point EXTRUN_HOME at the extrun home",
                 details: details)
         }
         if size % Int64(pageSize) != 0 {
-            throw StoreError(
-                .corruptStore, "\(path) is \(size) bytes, not a whole number of \(pageSize)-byte pages: it was truncated or damaged; \(advice)",
-                details: details)
+            return "it is \(size) bytes, not a whole number of \(pageSize)-byte pages"
         }
         // The in-header page count is valid when "version-valid-for" matches the change counter.
-        if uint32(92) == uint32(24) {
-            let expected = Int64(uint32(28)) * Int64(pageSize)
-            if size < expected {
-                throw StoreError(
-                    .corruptStore,
-                    "\(path) is truncated: its header says \(uint32(28)) pages (\(expected) bytes) but the file has \(size) bytes; \(advice)",
-                    details: details.merging(["expectedBytes": .int(expected), "actualBytes": .int(size)]) { a, _ in a })
+        if uint32(92) == uint32(24), size < Int64(uint32(28)) * Int64(pageSize) {
+            return "its header says \(uint32(28)) pages (\(Int64(uint32(28)) * Int64(pageSize)) bytes) but the file has \(size) bytes"
+        }
+        return nil
+    }
+
+    /// SQLite's verdict on a file whose size disagrees with its header: it opens the file
+    /// with its write-ahead log and reads every page (`PRAGMA quick_check`).
+    private static func confirmIntact(_ queue: DatabaseQueue, path: String) throws {
+        let findings = try queue.read { db in try String.fetchAll(db, sql: "PRAGMA quick_check(20)") }
+        guard findings == ["ok"] else {
+            throw StoreError(
+                .corruptStore,
+                "\(path) is damaged (SQLite's quick_check: \(findings.prefix(5).joined(separator: "; "))); \(damageAdvice(path))",
+                details: ["file": .string(path), "findings": .array(findings.map(JSONValue.string))])
+        }
+    }
+
+    /// Refuses a store whose write-ahead log vanished while its index (`-shm`) records
+    /// committed pages in it that store.sqlite does not have yet: SQLite would open the
+    /// file without them, silently undoing those writes (a connection that does not
+    /// checkpoint at close, as `extrun handle`'s, leaves its writes there; docs/store.md).
+    /// Costs one stat(2) when the log is there.
+    static func checkLog(_ path: String) throws {
+        let log = path + "-wal"
+        func logSize() -> Int64? {
+            var info = stat()
+            return stat(log, &info) == 0 ? Int64(info.st_size) : nil
+        }
+        if let size = logSize(), size >= 32 { return }
+        let fd = Glibc.open(path + "-shm", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        func index() -> [UInt8]? {
+            var bytes = [UInt8](repeating: 0, count: 100)
+            let count = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 100, 0) }
+            return count == 100 ? bytes : nil
+        }
+        // Another process may be writing the log and its index meanwhile: judge only an
+        // index that stayed the same across the look at the log.
+        for _ in 0..<20 {
+            guard let before = index() else { return }
+            let size = logSize()
+            guard let after = index() else { return }
+            if before != after { continue }
+            func native32(_ offset: Int) -> UInt32 {
+                before[offset..<offset + 4].reversed().reduce(0) { $0 << 8 | UInt32($1) }
             }
+            let isInitialized = before[12] != 0
+            let frames = native32(16)
+            let copied = native32(96)
+            guard isInitialized, frames > copied else { return }
+            let rawPageSize = Int(before[14]) | Int(before[15]) << 8
+            let pageSize = Int64(rawPageSize == 1 ? 65536 : rawPageSize)
+            if let size, size >= 32 + Int64(frames) * (24 + pageSize) { return }
+            throw StoreError(
+                .corruptStore,
+                "\(log), the store's write-ahead log, is \(size.map { "cut to \($0) bytes" } ?? "missing"), but \(path)-shm records \(frames - copied) committed pages in it that \(path) does not hold yet: the log was deleted, moved or truncated. Opening the store now would silently undo those writes, so extrun refuses and changes nothing. Put the -wal file back (from where it went, or from the backup that holds this store.sqlite). If it is lost for good, `extrun store recover NEW-FILE` copies what \(path) holds without it into a new store file",
+                details: ["file": .string(path), "log": .string(log), "pagesMissing": .int(Int64(frames - copied))])
         }
     }
 
@@ -356,7 +433,7 @@ final class StoreDatabase: Sendable {
         case .SQLITE_CORRUPT, .SQLITE_NOTADB:
             return StoreError(
                 .corruptStore,
-                "\(path) is damaged (SQLite: \(reason)); extrun will not repair, reset or recreate it; restore it from a backup",
+                "\(path) is damaged (SQLite: \(reason)); \(damageAdvice(path))",
                 details: details)
         case .SQLITE_BUSY, .SQLITE_LOCKED:
             return StoreError(

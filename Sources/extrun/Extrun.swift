@@ -25,7 +25,7 @@ struct Extrun: ParsableCommand {
         version: Host.version,
         subcommands: [
             Handle.self, ContinueCommand.self, Batch.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self,
-            GlobalsCommand.self, BookmarksCommand.self, DonationsCommand.self, Migrate.self,
+            GlobalsCommand.self, BookmarksCommand.self, DonationsCommand.self, Migrate.self, StoreCommand.self,
         ]
     )
 
