@@ -175,12 +175,13 @@ struct ContainerCopier {
         }
     }
 
-    /// Temporary files of a run that was killed while copying into `folder`.
+    /// A new temporary name, naming this process.
+    static func temporaryName() -> String { ProcessTemporaries.name("extrun-migrate") }
+
+    /// Temporary files of a run that was killed while copying into `folder`; those of a
+    /// migration still running (another pair's, or another home's) are left alone.
     private func removeStrayTemporaries(in folder: String) {
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return }
-        for entry in entries where entry.hasPrefix(Self.temporaryPrefix) && entry.hasSuffix(".tmp") {
-            unlink(folder + "/" + entry)
-        }
+        ProcessTemporaries.removeStale(in: folder, prefix: "extrun-migrate")
     }
 
     private mutating func copyFile(_ source: String, _ destination: String, mode: mode_t, size: Int64) throws {
@@ -200,7 +201,7 @@ struct ContainerCopier {
         let dirfd: Int32
         do { dirfd = try FileOps.open(folder, O_RDONLY | O_DIRECTORY) } catch { throw Self.ioError(folder, error) }
         defer { close(dirfd) }
-        let temporary = Self.temporaryPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16) + ".tmp"
+        let temporary = Self.temporaryName()
         let output: Int32
         do { output = try FileOps.openat(dirfd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600) } catch {
             throw Self.ioError(destination, error)
@@ -284,7 +285,7 @@ struct ContainerCopier {
             return
         }
         let folder = (destination as NSString).deletingLastPathComponent
-        let temporary = folder + "/" + Self.temporaryPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16) + ".tmp"
+        let temporary = folder + "/" + Self.temporaryName()
         guard symlink(target, temporary) == 0 else { throw Self.ioError(destination, SystemCallError(call: "symlink", code: errno)) }
         do {
             try SystemCalls.renameat2(AT_FDCWD, temporary, AT_FDCWD, destination, flags: LinuxABI.RENAME_NOREPLACE)

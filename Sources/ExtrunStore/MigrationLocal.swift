@@ -24,6 +24,9 @@ extension Store {
                 .notFound, "owner '\(from)' has nothing to migrate: no key file \(keystore.path(for: from)) and nothing in \(databasePath)",
                 details: ["owner": .string(from)])
         }
+        let lock = options.dryRun ? nil : try MigrationLock.acquire(home: homePath, from: from, to: to)
+        defer { withExtendedLifetime(lock) {} }
+        try database.verifyBeforeBulkWork("migrating '\(from)' to '\(to)'")
         let run = MigrationRun(
             store: self, from: from, to: to, origin: "local", options: options, containers: .local(store: self, from: from, to: to),
             copiesFiles: true, progress: progress)

@@ -406,6 +406,19 @@ final class StoreDatabase: Sendable {
         }
     }
 
+    /// SQLite's `quick_check` of the whole file (every page read, its structure checked),
+    /// run before bulk work (`migrate`, `migrate export`) so that damage anywhere stops it
+    /// before anything is written, rather than after thousands of items (issue 17, item 5).
+    func verifyBeforeBulkWork(_ what: String) throws {
+        let findings = try read { db in try String.fetchAll(db, sql: "PRAGMA quick_check(20)") }
+        guard findings == ["ok"] else {
+            throw StoreError(
+                .corruptStore,
+                "\(path) is damaged (SQLite's quick_check, run before \(what): \(findings.prefix(5).joined(separator: "; "))); nothing was written. \(StoreDatabase.damageAdvice(path))",
+                details: ["file": .string(path), "findings": .array(findings.map(JSONValue.string))])
+        }
+    }
+
     /// For a connection that does not checkpoint when it closes: copies the write-ahead
     /// log into the file and empties it once it is over `StoreLimits.maxLogBytes`,
     /// waiting at most 50 ms for other connections (busy: a later write does it). The

@@ -215,6 +215,7 @@ extension Store {
         if lstat(output, &info) == 0 {
             throw StoreError(.alreadyExists, "\(output) already exists; the bundle is never written over a file", details: details)
         }
+        try database.verifyBeforeBulkWork("exporting '\(from)'")
         let folder = (output as NSString).deletingLastPathComponent.isEmpty ? "." : (output as NSString).deletingLastPathComponent
         let name = (output as NSString).lastPathComponent
         let dirfd: Int32
@@ -222,7 +223,9 @@ extension Store {
             throw StoreError(.ioError, "cannot write in \(folder): \(error.reason)", details: details)
         }
         defer { close(dirfd) }
-        let temporary = FileOps.temporaryName("extrun-bundle")
+        // Those of exports that were killed (up to a whole bundle each) go now.
+        ProcessTemporaries.removeStale(in: folder, prefix: "extrun-bundle")
+        let temporary = ProcessTemporaries.name("extrun-bundle")
         let fd: Int32
         do { fd = try FileOps.openat(dirfd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600) } catch {
             throw StoreError(.ioError, "cannot create a file in \(folder): \(error.reason)", details: details)

@@ -28,6 +28,8 @@ extension Store {
         let containers = ContainerMap(
             sourceLiteral: header.sourceContainer, sourceRoots: [header.sourceContainer, header.sourceContainerCanonical], sourceReadRoot: nil,
             targetRoot: containerDirectory(of: to), targetCanonicalRoot: ContainerMap.canonicalContainer(home: homePath, owner: to))
+        let lock = options.dryRun ? nil : try MigrationLock.acquire(home: homePath, from: header.source, to: to)
+        defer { withExtendedLifetime(lock) {} }
         let run = MigrationRun(
             store: self, from: header.source, to: to, origin: "bundle \(header.bundle)", options: options, containers: containers,
             copiesFiles: false, progress: progress)

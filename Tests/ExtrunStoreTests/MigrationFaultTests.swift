@@ -1,0 +1,97 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+import Testing
+
+@_spi(Benchmark) @testable import ExtrunStore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The id of a process that has ended (a `true` started and waited for).
+private func deadProcessID() throws -> pid_t {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/true")
+    try process.run()
+    process.waitUntilExit()
+    return process.processIdentifier
+}
+
+/// Temporaries of a killed run (`dead`), of an older extrun (`legacy`) and of a run still
+/// going (this process, `live`) in `folder`; returns their names.
+private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead: String, legacy: String, live: String) {
+    let names = (
+        dead: ".\(prefix)-\(try deadProcessID())-1a2b.tmp", legacy: ".\(prefix)-deadbeef.tmp", live: ".\(prefix)-\(getpid())-3c4d.tmp"
+    )
+    for name in [names.dead, names.legacy, names.live] {
+        #expect(FileManager.default.createFile(atPath: folder + "/" + name, contents: Data("partial".utf8)))
+    }
+    return names
+}
+
+@Suite struct MigrationFaultTests {
+    /// Two migrations of one pair at once (issue 17, item 3): the second says so and writes nothing.
+    @Test func aSecondMigrationOfThePairSaysOneIsRunningAndWritesNothing() throws {
+        let fixture = try MigrationFixture()
+        let running = try MigrationLock.acquire(home: fixture.test.home, from: "OLD", to: "NEW")
+        let error = expectStoreError(.storeBusy) { try fixture.store.migrate(from: "OLD", to: "NEW") }
+        #expect(error?.message.contains("already running") == true && error?.message.contains("\(getpid())") == true, "\(error?.message ?? "")")
+        #expect(try fixture.store.globals(of: "NEW").list().isEmpty)
+        // Another pair is not held up; a dry run needs no lock.
+        #expect(try fixture.store.migrate(from: "OLD", to: "OTHER").isClean)
+        #expect(try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(dryRun: true)).isClean)
+        withExtendedLifetime(running) {}
+        _ = consume running
+        #expect(try fixture.store.migrate(from: "OLD", to: "NEW").isClean)
+    }
+
+    /// A migration removes the temporaries of killed runs in the folders it copies into, and
+    /// leaves those of a run still going (issue 17, item 3).
+    @Test func onlyTheTemporariesOfKilledRunsAreRemoved() throws {
+        let fixture = try MigrationFixture()
+        let docs = fixture.store.containerDirectory(of: "NEW") + "/docs"
+        try FileManager.default.createDirectory(atPath: docs, withIntermediateDirectories: true)
+        let names = try plantTemporaries(docs, prefix: "extrun-migrate")
+        #expect(try fixture.store.migrate(from: "OLD", to: "NEW").isClean)
+        #expect(!FileManager.default.fileExists(atPath: docs + "/" + names.dead))
+        #expect(!FileManager.default.fileExists(atPath: docs + "/" + names.legacy))
+        #expect(FileManager.default.fileExists(atPath: docs + "/" + names.live), "a running migration's file is left alone")
+        #expect(FileManager.default.fileExists(atPath: docs + "/sub/b.txt"))
+    }
+
+    /// An export removes the bundles that killed exports left half-written in its folder (issue 17, item 8).
+    @Test func anExportRemovesTheTemporariesOfKilledExports() throws {
+        let fixture = try MigrationFixture()
+        let folder = try fixture.test.directory.makeFolder("out")
+        let names = try plantTemporaries(folder, prefix: "extrun-bundle")
+        let recipient = try fixture.store.publicKey(of: "NEW")
+        _ = try fixture.store.exportTransfer(from: "OLD", recipient: recipient, to: folder + "/transfer.bundle")
+        let left = try FileManager.default.contentsOfDirectory(atPath: folder).sorted()
+        #expect(left == [names.live, "transfer.bundle"].sorted(), "\(left)")
+    }
+
+    /// Damage in the middle of the file, in rows the migration does not read (issue 17,
+    /// item 5): migrate and export stop before writing anything.
+    @Test func damageAnywhereStopsMigrateAndExportBeforeTheyWrite() throws {
+        let fixture = try MigrationFixture()
+        try fixture.store.populateForBenchmark(owner: "BULK", BulkFill(globals: 400, valueBytes: 1_000))
+        let database = fixture.test.databasePath
+        _ = try fixture.test.reopen()  // a checkpoint: everything in store.sqlite
+        let size = try #require(fileBytes(database)).count
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: database))
+        try handle.seek(toOffset: UInt64(size / 4096 * 3 / 5 * 4096))
+        try handle.write(contentsOf: Data((0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }))
+        try handle.close()
+
+        let store = try Store(home: URL(fileURLWithPath: fixture.test.home))
+        let error = expectStoreError(.corruptStore) { try store.migrate(from: "OLD", to: "NEW") }
+        #expect(error?.message.contains("quick_check") == true && error?.message.contains("nothing was written") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("store recover") == true)
+        let records = try? store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ownerMigration") }
+        #expect(records == 0 || records == nil)
+        let bundle = fixture.test.directory.sub("transfer.bundle")
+        expectStoreError(.corruptStore) { try store.exportTransfer(from: "OLD", recipient: try store.publicKey(of: "NEW"), to: bundle) }
+        #expect(!FileManager.default.fileExists(atPath: bundle))
+    }
+}
