@@ -150,6 +150,29 @@ public struct Bookmarks: Sendable {
         }
     }
 
+    /// Every bookmark that opens, and an error naming each one that does not (a broken
+    /// seal, a damaged record): one damaged bookmark hides none of the others.
+    public func listReadable() throws -> (entries: [BookmarkEntry], damaged: [StoreError]) {
+        guard let key = try store.readKey(owner) else { return ([], []) }
+        let rows = try store.database.read { db in
+            try Row.fetchAll(db, sql: "SELECT name, sealed FROM bookmark WHERE owner = ? ORDER BY name", arguments: [owner])
+        }
+        var entries: [BookmarkEntry] = []
+        var damaged: [StoreError] = []
+        for row in rows {
+            let name: String = row["name"]
+            do {
+                let record = try open(row["sealed"], name: name, key: key)
+                entries.append(BookmarkEntry(bookmark: bookmark(name, record), status: Bookmarks.status(of: record)))
+            } catch let error as StoreError {
+                var error = error
+                error.details["name"] = .string(name)
+                damaged.append(error)
+            }
+        }
+        return (entries, damaged)
+    }
+
     /// One bookmark with its status; `notFound` if there is none by that name.
     public func show(_ name: String) throws -> BookmarkEntry {
         let record = try load(name)

@@ -57,6 +57,8 @@ struct LocalMigration {
             run.targetKey = try store.readKey(run.to)
             let conflicts = try findConflicts()
             if conflicts > 0 {
+                run.dryCounts.global = run.dryCounts.global.nothingWritten
+                run.dryCounts.bookmark = run.dryCounts.bookmark.nothingWritten
                 return try run.summary(
                     stoppedBecause: "\(conflicts) item(s) of '\(run.from)' conflict with the new owner's under --on-conflict fail; nothing was written")
             }

@@ -96,6 +96,18 @@ public struct MigrationCounts: Codable, Sendable, Equatable {
 
     public init() {}
 
+    /// What a `fail` migration that stopped on conflicts reports: nothing was written, so
+    /// nothing is counted as migrated or copied; the items looked at, the conflicts and the
+    /// unreadable items stay (issue 17, item 8).
+    var nothingWritten: MigrationCounts {
+        var counts = MigrationCounts()
+        counts.total = total
+        counts.conflicting = conflicting
+        counts.skipped = skipped
+        counts.failed = failed
+        return counts
+    }
+
     var json: JSONValue {
         var object: [String: JSONValue] = [
             "total": .int(Int64(total)), "migrated": .int(Int64(migrated)), "alreadyPresent": .int(Int64(alreadyPresent)),

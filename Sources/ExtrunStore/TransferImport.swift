@@ -136,6 +136,8 @@ struct TransferImport {
             if conflicts > 0 {
                 run.dryItems = run.dryItems.filter { $0.outcome == "conflict" }
                 run.dryItemCount = conflicts
+                run.dryCounts.global = run.dryCounts.global.nothingWritten
+                run.dryCounts.bookmark = run.dryCounts.bookmark.nothingWritten
                 return try run.summary(
                     stoppedBecause: "\(conflicts) item(s) of the bundle conflict with the new owner's under --on-conflict fail; nothing was written")
             }

@@ -76,12 +76,18 @@ struct OwnersList: ParsableCommand {
     func run() throws {
         try StoreExit.run { store in
             let owners = try store.owners()
-            if format == .json { return Output.printJSON(.array(owners.map(\.json))) }
+            if format == .json {
+                Output.printJSON(.array(owners.map(\.json)))
+                if let problem = owners.lazy.compactMap(\.problem).first { throw problem }
+                return
+            }
             if owners.isEmpty { Output.printLine("No owners yet (\(store.keysDirectory) is empty).") }
             for info in owners {
                 let state = info.problem.map { "PROBLEM: \($0.kind.rawValue)" } ?? "ok"
                 Output.printLine("\(info.owner)  \(info.globalCount) globals, \(info.bookmarkCount) bookmarks  \(state)")
             }
+            // A listing that shows a problem says so in its status too.
+            if let problem = owners.lazy.compactMap(\.problem).first { throw problem }
         }
     }
 }
@@ -388,9 +394,16 @@ struct BookmarksList: ParsableCommand {
     @Option(help: "Output format: text or json.") var format: OutputFormat = .text
 
     func run() throws {
+        var damaged: [StoreError] = []
         try StoreExit.run { store in
-            let entries = try store.bookmarks(of: owner.owner).list()
-            if format == .json { return Output.printJSON(.array(entries.map(\.json))) }
+            let entries: [BookmarkEntry]
+            (entries, damaged) = try store.bookmarks(of: owner.owner).listReadable()
+            if format == .json {
+                let named = damaged.map { error -> JSONValue in
+                    .object(["name": error.details["name"] ?? .null, "status": "damaged", "error": error.json])
+                }
+                return Output.printJSON(.array(entries.map(\.json) + named))
+            }
             for entry in entries {
                 let state: String
                 switch entry.status {
@@ -399,7 +412,11 @@ struct BookmarksList: ParsableCommand {
                 }
                 Output.printLine("\(entry.bookmark.name)  \(entry.bookmark.kind.rawValue)\(entry.bookmark.readOnly ? " read-only" : "")  \(entry.bookmark.path)\(state)")
             }
+            for error in damaged { Output.printLine("\(error.details["name"]?.stringValue ?? "?")  DAMAGED (\(error.kind.rawValue))") }
         }
+        // Every readable one was printed; each damaged one is named, and the status says so.
+        for error in damaged { Output.printError("extrun: \(error.kind.rawValue): \(error.message)") }
+        if let first = damaged.first { throw ExitCode(StoreExit.code(for: first.kind)) }
     }
 }
 

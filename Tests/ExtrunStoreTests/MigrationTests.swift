@@ -137,6 +137,9 @@ struct MigrationFixture {
                 #expect(summary.items.map(\.name) == ["text"])
                 #expect(try host.list().count == 2, "nothing was written")
                 #expect(try fixture.store.bookmarks(of: "NEW").list().isEmpty)
+                // And the summary says so (issue 17, item 8): nothing counted as migrated or copied.
+                #expect(summary.globals.migrated == 0 && summary.globals.alreadyPresent == 0 && summary.bookmarks.migrated == 0, "\(summary.json)")
+                #expect(summary.bookmarks.filesCopied == 0 && summary.globals.skipped == 1, "\(summary.json)")
             case .skip:
                 #expect(summary.isClean && summary.globals.skipped == 1)
                 #expect(try host.get("text")?.value == "NEW's own")
