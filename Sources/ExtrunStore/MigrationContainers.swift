@@ -188,6 +188,10 @@ struct ContainerCopier {
         var info = stat()
         if lstat(destination, &info) == 0 {
             try expectSameFile(source, destination, info)
+            // Most likely copied by a run that was killed before its batch committed: counted
+            // here, so that the summary of the migration counts every file it brought.
+            files += 1
+            bytes += Int64(info.st_size)
             return
         }
         let folder = (destination as NSString).deletingLastPathComponent

@@ -294,6 +294,23 @@ final class MigrationRun {
             case .success:
                 break
             }
+            if kind == .global, origin == "local",
+                try MigrationRecord.carriedChange(
+                    db, source: from, target: to, name: item.name,
+                    targetVersion: try Int64.fetchOne(db, sql: "SELECT version FROM global WHERE owner = ? AND name = ?", arguments: [to, item.name]))
+            {
+                // Changed in the old owner during an earlier --remove-source run; the new owner's
+                // value is still the copy that run wrote: carry the change, whatever the policy.
+                plan.counts.conflicting += 1
+                plan.counts.migrated += 1
+                plan.counts.overwritten += 1
+                plan.reports.append(MigrationItemReport(
+                    kind: kind.rawValue, name: item.name, outcome: "overwritten",
+                    message: "it changed in the old owner during an earlier migration, and the new owner's value was still that migration's copy: the change was carried"))
+                plan.actions.append(.update)
+                written[item.name] = item
+                continue
+            }
             plan.counts.conflicting += 1
             switch options.onConflict {
             case .fail, .skip:

@@ -290,7 +290,7 @@ struct LocalMigration {
             if prepared.plaintext == plaintext { return .verified }
             if let targetVersion = target.version, let copied = record.targetCopiedVersion, targetVersion > copied { return .verified }
             if let version = row.version, version > record.sourceStartVersion {
-                return .keep("it changed in the old owner during the migration; run the migration again to carry the change")
+                return .keep(MigrationRecord.changedDuringMigration)
             }
             return .keep("the new owner's value of '\(targetName)' differs")
         }

@@ -190,6 +190,31 @@ enum MigrationRecord {
             arguments: [migration, kind.rawValue, item.name, item.outcome, item.targetName, item.errorKind, item.message, item.kept])
     }
 
+    /// Why a global changed in the old owner during a `--remove-source` migration was kept.
+    /// Running the same command again carries the change (`carriedChange`).
+    static let changedDuringMigration =
+        "it changed in the old owner during the migration; run the same command again to carry the change (the new owner's value is replaced only while it is still the copy this migration wrote)"
+
+    /// Whether the new owner's global `name` is still the copy that an earlier finished
+    /// migration of this pair wrote, in a migration that kept the old owner's global because
+    /// it changed meanwhile: its version is not above the versions that migration had
+    /// written when its copying ended. Then the change may replace it without losing any
+    /// write of the new owner (issue 17, item 4).
+    static func carriedChange(_ db: Database, source: String, target: String, name: String, targetVersion: Int64?) throws -> Bool {
+        guard let targetVersion else { return false }
+        let copied = try Int64.fetchOne(
+            db,
+            sql: """
+                SELECT m.targetCopiedVersion FROM ownerMigrationItem i JOIN ownerMigration m ON m.id = i.migration
+                WHERE m.source = ? AND m.target = ? AND m.origin = 'local' AND m.finished IS NOT NULL
+                  AND i.kind = 'global' AND i.name = ? AND i.targetName IS NULL AND i.kept = ?
+                ORDER BY m.id DESC LIMIT 1
+                """,
+            arguments: [source, target, name, changedDuringMigration])
+        guard let copied else { return false }
+        return targetVersion <= copied
+    }
+
     static func markKept(_ db: Database, migration: Int64, kind: SealKind, name: String, reason: String) throws {
         try db.execute(
             sql: """

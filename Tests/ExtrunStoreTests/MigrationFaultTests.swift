@@ -94,4 +94,62 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
         expectStoreError(.corruptStore) { try store.exportTransfer(from: "OLD", recipient: try store.publicKey(of: "NEW"), to: bundle) }
         #expect(!FileManager.default.fileExists(atPath: bundle))
     }
+
+    /// A global changed in OLD during a --remove-source migration is kept there; running the
+    /// same command again carries it, under the default `fail`, as long as NEW's value is still
+    /// the migration's copy, and never over a write NEW made since (issue 17, item 4).
+    @Test func rerunningRemoveSourceCarriesChangesButNotOverNewWrites() throws {
+        for newWritesMeanwhile in [false, true] {
+            let fixture = try MigrationFixture()
+            let changed = ChangeOnce {
+                try? fixture.test.reopen().globals(of: "OLD").set("text", to: "changed during the migration")
+            }
+            let options = MigrationOptions(removeSource: true)
+            let first = try fixture.store.migrate(from: "OLD", to: "NEW", options: options) { progress in
+                if progress.phase == "verify" { changed.run() }
+            }
+            #expect(first.globals.kept == 1 && first.items.contains { $0.name == "text" }, "\(first.json)")
+            let new = try fixture.test.reopen().globals(of: "NEW")
+            #expect(try new.get("text")?.value == "clam chowder")
+            if newWritesMeanwhile { try new.set("text", to: "NEW's own") }
+
+            let again = try fixture.store.migrate(from: "OLD", to: "NEW", options: options)
+            let old = try fixture.test.reopen().globals(of: "OLD")
+            if newWritesMeanwhile {
+                #expect(!again.isClean && again.globals.migrated == 0, "a conflict under fail: \(again.json)")
+                #expect(try new.get("text")?.value == "NEW's own", "NEW's own write is never replaced")
+                #expect(try old.get("text")?.value == "changed during the migration", "and OLD's change is kept")
+            } else {
+                #expect(again.isClean && again.globals.overwritten == 1 && again.globals.removed == 1, "\(again.json)")
+                #expect(try new.get("text")?.value == "changed during the migration")
+                #expect(try old.list().isEmpty)
+            }
+        }
+    }
+}
+
+extension MigrationFaultTests {
+    /// Files a killed run copied before its batch committed are counted by the run that
+    /// finishes the migration (issue 17, item 8).
+    @Test func filesAKilledRunCopiedAreCounted() throws {
+        let fixture = try MigrationFixture()
+        let old = fixture.store.containerDirectory(of: "OLD")
+        let new = fixture.store.containerDirectory(of: "NEW")
+        try FileManager.default.createDirectory(atPath: new + "/docs/sub", withIntermediateDirectories: true)
+        for file in ["docs/a.txt", "docs/sub/b.txt"] { try FileManager.default.copyItem(atPath: old + "/" + file, toPath: new + "/" + file) }
+        let summary = try fixture.store.migrate(from: "OLD", to: "NEW")
+        #expect(summary.isClean && summary.bookmarks.filesCopied == 3 && summary.bookmarks.bytesCopied == 6, "\(summary.json)")
+    }
+}
+
+/// Runs its body once, from whichever callback comes first.
+final class ChangeOnce: @unchecked Sendable {
+    private var done = false
+    private let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+    func run() {
+        guard !done else { return }
+        done = true
+        body()
+    }
 }
