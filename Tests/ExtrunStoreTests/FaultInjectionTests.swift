@@ -44,9 +44,9 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
 }
 
 @Suite(.serialized) struct FaultInjectionTests {
-    /// A writer process (this test binary again, `killedWriter`) that leaves its writes in the
-    /// log as `extrun handle` does and checkpoints often, killed with SIGKILL at random moments:
-    /// many kills land inside a checkpoint, leaving a file shorter than its header says.
+    /// A writer process (this test binary again, `killedWriter`) that writes and checkpoints,
+    /// killed with SIGKILL at random moments, half of them just after it starts a checkpoint:
+    /// those can leave a file shorter than its header says, the log holding the rest.
     @Test func writersKilledDuringCheckpointsLoseNoAcknowledgedWrite() throws {
         let directory = try TemporaryDirectory()
         let home = directory.sub("home")
@@ -56,7 +56,7 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
         var acknowledged: [String] = []
         var killedWhileRunning = 0
         var shortFiles = 0
-        let count = rounds(12)
+        let count = rounds(8)
         for round in 0..<count {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: executable)
@@ -69,15 +69,18 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice
             try process.run()
-            // Wait for the first acknowledged write, then kill at a random moment after it.
+            // Every other round: at a random moment after the first acknowledged write; the
+            // others: within 3 ms of the writer saying it starts a checkpoint.
             let reader = output.fileHandleForReading
             var received = Data()
-            while !received.contains(UInt8(ascii: "\n")) {
+            let targeted = round % 2 == 1
+            let marker = Data((targeted ? "CKPT\n" : "\n").utf8)
+            while received.range(of: marker) == nil {
                 let chunk = reader.availableData
                 if chunk.isEmpty { break }
                 received += chunk
             }
-            usleep(useconds_t(generator.next() % 150_000))
+            usleep(useconds_t(targeted ? generator.next() % 3_000 : generator.next() % 150_000))
             kill(process.processIdentifier, SIGKILL)
             received += reader.readDataToEndOfFile()
             process.waitUntilExit()
@@ -93,7 +96,7 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
             try expectIntact(home, acknowledged: acknowledged)
         }
         #expect(killedWhileRunning >= count / 2, "most kills cut a writer short")
-        print("writers: \(count) runs, \(killedWhileRunning) killed while writing, \(shortFiles) left store.sqlite shorter than its header, \(acknowledged.count) acknowledged writes all present")
+        print("writers: \(count) runs (half killed within 3 ms of a checkpoint's start), \(killedWhileRunning) killed while writing, \(shortFiles) left store.sqlite shorter than its header, \(acknowledged.count) acknowledged writes all present")
     }
 
     /// The writer half of `writersKilledDuringCheckpointsLoseNoAcknowledgedWrite`; runs only in its child processes.
@@ -102,13 +105,16 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
         let environment = ProcessInfo.processInfo.environment
         let home = try #require(environment[writerHomeVariable])
         let prefix = try #require(environment[writerPrefixVariable])
-        let store = try Store(home: URL(fileURLWithPath: home), checkpointOnClose: false)
+        // SQLite's own checkpoints (every 1,000 pages of log) and one every 300 writes: each
+        // copies a few MB, so a kill lands inside one often.
+        let store = try Store(home: URL(fileURLWithPath: home))
         let globals = try store.globals(of: "TEAM")
         for index in 0..<100_000 {
             let name = "\(prefix)-\(index)"
             try globals.set(name, to: value(of: name))
             FileHandle.standardOutput.write(Data("ACK \(name)\n".utf8))
-            if index % 20 == 19 {
+            if index % 300 == 299 {
+                FileHandle.standardOutput.write(Data("CKPT\n".utf8))
                 _ = try? store.database.withoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(PASSIVE)") }
             }
         }
@@ -136,7 +142,7 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
         let full = Date().timeIntervalSince(start)
         var generator = SplitMix(seed: 1_717)
         var outcomes: [String] = []
-        for _ in 0..<rounds(6) {
+        for _ in 0..<rounds(4) {
             let delay = full * (0.1 + Double(generator.next() % 1000) / 1000)
             let run = try runExtrun(["globals", "import", file, "--owner", "TEAM", "--mode", "replace"], home: home, killAfter: delay)
             let names = Set(try Store(home: URL(fileURLWithPath: home)).globals(of: "TEAM").list().map(\.name))
@@ -151,6 +157,41 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
         let last = try runExtrun(["globals", "import", file, "--owner", "TEAM", "--mode", "merge"], home: home)
         #expect(last.status == 0)
         print("globals import kills (a whole run: \(Int(full * 1000)) ms): " + outcomes.joined(separator: "; "))
+    }
+
+    /// `extrun migrate import` killed at random moments, then run again: it finishes with
+    /// every global of the bundle in NEW, once, with its value.
+    @Test func migrateImportKilledThenRunAgainLosesNothing() throws {
+        let machines = try TwoMachines(extraGlobals: 4_000)
+        let senderFile = machines.old.test.directory.sub("old.pub")
+        try machines.sender.encoded().write(to: URL(fileURLWithPath: senderFile))
+        let arguments = ["migrate", "import", machines.bundle, "--to", "NEW", "--sender", senderFile, "--batch-size", "200"]
+        // One uninterrupted run into a home of its own: the kills spread over 5–95% of it.
+        let calibration = try TemporaryDirectory()
+        try FileManager.default.copyItem(atPath: machines.new.home, toPath: calibration.sub("home"))
+        let start = Date()
+        let whole = try runExtrun(arguments, home: calibration.sub("home"))
+        let full = Date().timeIntervalSince(start)
+        #expect(whole.status == 0 || whole.status == 18, "the calibration run finished")
+        var generator = SplitMix(seed: 4_242)
+        var outcomes: [String] = []
+        for _ in 0..<rounds(4) {
+            let delay = full * (0.05 + 0.9 * Double(generator.next() % 1000) / 1000)
+            let run = try runExtrun(arguments, home: machines.new.home, killAfter: delay)
+            let names = try Store(home: URL(fileURLWithPath: machines.new.home)).globals(of: "NEW").list().map(\.name)
+            #expect(Set(names).count == names.count)
+            outcomes.append("\(Int(delay * 1000)) ms: \(run.killed ? "killed" : "exit \(run.status)"), \(names.count) in NEW")
+        }
+        let last = try runExtrun(arguments, home: machines.new.home)
+        #expect(last.status == 0 || last.status == 18, "\(String(decoding: last.stdout, as: UTF8.self))")
+        let old = try machines.old.store.globals(of: "OLD")
+        let new = try Store(home: URL(fileURLWithPath: machines.new.home)).globals(of: "NEW")
+        let oldNames = try old.list().map(\.name)
+        #expect(try new.list().map(\.name) == oldNames)
+        for name in oldNames.filter({ _ in generator.next() % 20 == 0 }) + ["text", "count"] {
+            #expect(try new.get(name)?.value == old.get(name)?.value, "\(name)")
+        }
+        print("migrate import kills (a whole run: \(Int(full * 1000)) ms): " + outcomes.joined(separator: "; "))
     }
 
     /// A full disk at several fill levels (root: a small tmpfs): every write either succeeds
