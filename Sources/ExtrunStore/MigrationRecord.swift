@@ -191,7 +191,8 @@ enum MigrationRecord {
     }
 
     /// Why a global changed in the old owner during a `--remove-source` migration was kept.
-    /// Running the same command again carries the change (`carriedChange`).
+    /// Running the same command again carries the change (`carriedChange`, which also
+    /// recognizes the wording of earlier extruns: the same first clause).
     static let changedDuringMigration =
         "it changed in the old owner during the migration; run the same command again to carry the change (the new owner's value is replaced only while it is still the copy this migration wrote)"
 
@@ -207,10 +208,11 @@ enum MigrationRecord {
             sql: """
                 SELECT m.targetCopiedVersion FROM ownerMigrationItem i JOIN ownerMigration m ON m.id = i.migration
                 WHERE m.source = ? AND m.target = ? AND m.origin = 'local' AND m.finished IS NOT NULL
-                  AND i.kind = 'global' AND i.name = ? AND i.targetName IS NULL AND i.kept = ?
+                  AND i.kind = 'global' AND i.name = ? AND i.targetName IS NULL
+                  AND i.kept LIKE 'it changed in the old owner during the migration;%'
                 ORDER BY m.id DESC LIMIT 1
                 """,
-            arguments: [source, target, name, changedDuringMigration])
+            arguments: [source, target, name])
         guard let copied else { return false }
         return targetVersion <= copied
     }
