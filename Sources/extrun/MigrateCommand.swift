@@ -50,6 +50,12 @@ struct Migrate: ParsableCommand {
             bookmarks, and the items that need a look). Exit status: 0 all migrated; 18 finished \
             or stopped with items left behind (see the summary); store errors as for the other \
             store commands. docs/migration.md is the step-by-step guide.
+
+            One migration of a pair runs at a time: a second one stops at once (exit 17), saying \
+            which process runs it. Before writing, migrate and export check the whole store with \
+            SQLite's quick_check (exit 16 if damaged: see `extrun store check`). A global changed \
+            in OLD during a --remove-source run is kept there; running the same command again \
+            carries it, unless NEW changed that global since.
             """,
         subcommands: [MigrateRun.self, MigrateExport.self, MigrateImport.self, MigratePopulate.self],
         defaultSubcommand: MigrateRun.self

@@ -56,6 +56,8 @@ private func openRecovered(_ file: String, keysFrom home: String, in directory: 
         let recovered = directory.sub("recovered.sqlite")
         let summary = try StoreMaintenance.recover(home: URL(fileURLWithPath: home), into: recovered)
         #expect(summary.complete && summary.copied["global"] == 40 && summary.destinationCheck == ["ok"], "\(summary.json)")
+        let left = try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted()
+        #expect(left == ["home", "recovered.sqlite"], "no temporary file is left: \(left)")
         #expect(unchanged(before, home), "the store's files were not written")
         let globals = try openRecovered(recovered, keysFrom: home, in: directory).globals(of: "TEAM")
         for (name, value) in values { #expect(try globals.get(name)?.value == value) }
