@@ -21,9 +21,9 @@ enum StoreExit {
         case .notFound: 2
         case .versionConflict: 13
         case .invalidName, .invalidValue, .tooLarge, .invalidPath, .pathEscape, .wrongType, .alreadyExists, .readOnly, .staleBookmark,
-            .invalidDocument, .notYours:
+            .invalidDocument, .notYours, .quotaExceeded:
             14
-        case .keyMissing, .wrongKey, .invalidKeyFile, .insecurePermissions: 15
+        case .keyMissing, .wrongKey, .invalidKeyFile, .insecurePermissions, .unsignedPlugin, .untrustedSigner: 15
         case .sealBroken, .corruptStore, .storeMissing, .incompatibleStore: 16
         case .storeBusy, .ioError, .databaseError: 17
         }
