@@ -23,7 +23,7 @@ public struct OwnerQuota: Sendable, Equatable {
 
     public static let fieldNames = ["bytes", "globals", "bookmarks", "donations"]
 
-    subscript(field: String) -> Int64 {
+    public subscript(field: String) -> Int64 {
         get {
             switch field {
             case "bytes": bytes
@@ -61,7 +61,7 @@ public struct OwnerUsage: Sendable, Equatable {
         self.donations = donations
     }
 
-    subscript(field: String) -> Int64 {
+    public subscript(field: String) -> Int64 {
         switch field {
         case "bytes": bytes
         case "globals": globals
