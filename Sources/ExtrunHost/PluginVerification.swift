@@ -116,3 +116,15 @@ extension Host {
         }
     }
 }
+
+extension Host {
+    /// Signs the plugin in `directory` for its manifest's owner with that owner's signing key
+    /// in this host's home (made on first need), as `extrun plugins sign` does.
+    @discardableResult
+    public func sign(pluginIn directory: URL, store: Store? = nil) throws -> PluginSignature {
+        let plugin = try PluginCatalog.plugin(in: directory)
+        return try PluginSignature.sign(
+            directory: plugin.directory.path, owner: plugin.manifest.owner, plugin: plugin.manifest.id, executable: plugin.executablePath,
+            store: store ?? Store(home: paths.home))
+    }
+}

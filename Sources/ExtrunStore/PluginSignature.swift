@@ -190,7 +190,13 @@ public enum PluginFiles {
         var info = stat()
         guard stat(path, &info) == 0 else { throw .fileChanged(path: path, reason: "it is missing") }
         let identity = Identity(info)
-        if let known = memory.withLock({ $0[path] }), known.0 == identity { return (known.1, identity.size, false) }
+        if let known = memory.withLock({ $0[path] }), known.0 == identity {
+            if let cache, cache.entries[path]?.0 != identity {
+                cache.entries[path] = known
+                cache.changed = true
+            }
+            return (known.1, identity.size, false)
+        }
         if let known = cache?.entries[path], known.0 == identity {
             memory.withLock { $0[path] = known }
             return (known.1, identity.size, false)

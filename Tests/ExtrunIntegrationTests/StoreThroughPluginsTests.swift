@@ -13,6 +13,7 @@ import Testing
     init() throws {
         home = try Fixture.temporaryDirectory("home")
         host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [try Fixture.stagedPlugins()]))
+        try Fixture.trustStagedExamples(home: home)
     }
 
     func handle(_ intent: String, _ parameters: [String: JSONValue], host: ExtrunHost.Host? = nil) -> HandleReport {
@@ -111,6 +112,13 @@ enum Fixture {
             FileManager.default.fileExists(atPath: directory.appendingPathComponent("GlobalVariables/manifest.json").path),
             "the example plugins are not staged in \(directory.path): run Scripts/test")
         return directory
+    }
+
+    /// Makes the home's EXAMPLETEAM trust the key Scripts/stage-plugins signed the examples with.
+    static func trustStagedExamples(home: URL) throws {
+        let file = try stagedPlugins().appendingPathComponent("EXAMPLETEAM.pub")
+        let key = try #require(try OwnerPublicKey.decode(Data(contentsOf: file), file: file.path).signingKey)
+        try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
     }
 
     static func temporaryDirectory(_ name: String) throws -> URL {
