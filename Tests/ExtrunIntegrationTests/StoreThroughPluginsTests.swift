@@ -39,7 +39,7 @@ import Testing
 
     @Test func anotherOwnersPluginSeesNoneOfIt() throws {
         _ = handle("SetGlobalVariable", ["name": "secret", "value": "for EXAMPLETEAM only"])
-        let other = try Fixture.pluginCopy(named: "GlobalVariables", owner: "OTHERTEAM")
+        let other = try Fixture.pluginCopy(named: "GlobalVariables", owner: "OTHERTEAM", signedIn: home)
         let otherHost = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [other]))
         let report = handle("GetGlobalVariable", ["name": "secret"], host: otherHost)
         #expect(report.response?.code == "notSet", "\(String(describing: report.response))")
@@ -69,7 +69,7 @@ import Testing
             #expect(escape.response?.properties["reason"] == "pathEscape", "\(path)")
         }
 
-        let other = try Fixture.pluginCopy(named: "Bookmarks", owner: "OTHERTEAM")
+        let other = try Fixture.pluginCopy(named: "Bookmarks", owner: "OTHERTEAM", signedIn: home)
         let otherHost = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [other]))
         let foreign = handle("ReadBookmarkFile", ["bookmark": "docs", "path": "a.txt"], host: otherHost)
         #expect(foreign.response?.properties["reason"] == "notFound")
@@ -127,8 +127,9 @@ enum Fixture {
         return url
     }
 
-    /// A copy of a staged example plugin's directory with another owner in its manifest.
-    static func pluginCopy(named name: String, owner: String) throws -> URL {
+    /// A copy of a staged example plugin's directory with another owner in its manifest,
+    /// signed for that owner with its key in `home`.
+    static func pluginCopy(named name: String, owner: String, signedIn home: URL) throws -> URL {
         let source = try stagedPlugins().appendingPathComponent(name)
         let root = try temporaryDirectory("plugins")
         let target = root.appendingPathComponent(name)
@@ -137,6 +138,7 @@ enum Fixture {
         manifest.owner = owner
         manifest.executable = source.appendingPathComponent(manifest.executable).resolvingSymlinksInPath().path
         try JSONCoding.encoder().encode(manifest).write(to: target.appendingPathComponent("manifest.json"))
+        try ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [])).sign(pluginIn: target)
         return root
     }
 
