@@ -45,7 +45,12 @@ final class StoreServices {
             return .failure(error)
         } catch let error as StoreError {
             log?("[extrun] \(method) refused: \(error.message)")
-            return .failure(RPCError(code: RPCError.serviceError, message: error.message, data: ["kind": .string(error.kind.rawValue)]))
+            var data: [String: JSONValue] = ["kind": .string(error.kind.rawValue)]
+            if error.kind == .quotaExceeded {
+                // The numbers, so that a plugin can say how far over it is (no paths: those are the host's).
+                for field in ["quota", "limit", "usage", "adding"] { data[field] = error.details[field] }
+            }
+            return .failure(RPCError(code: RPCError.serviceError, message: error.message, data: .object(data)))
         } catch {
             return .failure(RPCError(code: RPCError.internalError, message: "\(error)"))
         }

@@ -100,10 +100,12 @@ public struct OwnerQuotaReport: Sendable, Equatable {
 enum Quotas {
     /// Schema migration v4: the tables, the triggers, and the counts of the rows already there.
     static let schemaSQL: String = {
+        // The rows are added without INSERT OR IGNORE: an outer upsert's conflict handling
+        // would apply to it (the donation's ON CONFLICT DO UPDATE).
         func triggers(_ table: String, _ counter: String, _ size: (String) -> String) -> String {
             """
             CREATE TRIGGER \(table)_usage_insert AFTER INSERT ON \(table) BEGIN
-                INSERT OR IGNORE INTO ownerUsage (owner) VALUES (NEW.owner);
+                INSERT INTO ownerUsage (owner) SELECT NEW.owner WHERE NOT EXISTS (SELECT 1 FROM ownerUsage WHERE owner = NEW.owner);
                 UPDATE ownerUsage SET \(counter) = \(counter) + 1, bytes = bytes + \(size("NEW")) WHERE owner = NEW.owner;
             END;
             CREATE TRIGGER \(table)_usage_delete AFTER DELETE ON \(table) BEGIN
@@ -111,14 +113,15 @@ enum Quotas {
             END;
             CREATE TRIGGER \(table)_usage_update AFTER UPDATE ON \(table) BEGIN
                 UPDATE ownerUsage SET \(counter) = \(counter) - 1, bytes = bytes - \(size("OLD")) WHERE owner = OLD.owner;
-                INSERT OR IGNORE INTO ownerUsage (owner) VALUES (NEW.owner);
+                INSERT INTO ownerUsage (owner) SELECT NEW.owner WHERE NOT EXISTS (SELECT 1 FROM ownerUsage WHERE owner = NEW.owner);
                 UPDATE ownerUsage SET \(counter) = \(counter) + 1, bytes = bytes + \(size("NEW")) WHERE owner = NEW.owner;
             END;
 
             """
         }
-        let named = { (row: String) in "length(CAST(\(row).name AS BLOB)) + length(\(row).sealed)" }
-        let donation = { (row: String) in "length(CAST(\(row).identifier AS BLOB)) + length(\(row).sealed)" }
+        // Parenthesized: they are subtracted.
+        let named = { (row: String) in "(length(CAST(\(row).name AS BLOB)) + length(\(row).sealed))" }
+        let donation = { (row: String) in "(length(CAST(\(row).identifier AS BLOB)) + length(\(row).sealed))" }
         return """
             CREATE TABLE ownerUsage (
                 owner TEXT NOT NULL PRIMARY KEY,
