@@ -232,4 +232,34 @@ struct OwnerProofTests {
         var info = stat()
         #expect(stat(cache.path, &info) == 0 && info.st_mode & 0o777 == 0o600)
     }
+
+    @Test("change of owner: migrate, re-sign for the new owner, every global found; the old signature reaches nothing once the source is removed")
+    func changeOfOwner() throws {
+        let f = try Fixture("handover")
+        try f.host.sign(pluginIn: f.plugin.directory)
+        #expect(try f.answers(f.run())["globals.get"]?["value"] == "s3cr3t")
+
+        // Ops move BANKTEAM's data to NEWBANK and remove the source.
+        var options = MigrationOptions()
+        options.removeSource = true
+        let summary = try Store(home: f.home).migrate(from: "BANKTEAM", to: "NEWBANK", options: options)
+        #expect(summary.complete, "\(String(describing: summary.stoppedBecause))")
+
+        // The plugin as it was, still signed by BANKTEAM: BANKTEAM has nothing any more.
+        let old = try f.answers(f.run())
+        #expect(old["globals.get"] == .null, "\(String(describing: old["globals.get"]))")
+        #expect(old["bookmarks.list"]?["bookmarks"]?.arrayValue?.isEmpty == true)
+
+        // The manifest names the new owner: the old signature no longer holds...
+        let manifestURL = f.plugin.directory.appendingPathComponent("manifest.json")
+        let manifest = try String(contentsOf: manifestURL, encoding: .utf8).replacingOccurrences(of: "BANKTEAM", with: "NEWBANK")
+        try Data(manifest.utf8).write(to: manifestURL)
+        #expect(f.run().error?.kind == .signatureInvalid)
+        // ...until the new owner signs it: then it finds every global and bookmark.
+        try f.host.sign(pluginIn: f.plugin.directory)
+        let new = try f.answers(f.run())
+        #expect(new["globals.get"]?["value"] == "s3cr3t")
+        #expect(new["bookmarks.list"]?["bookmarks"]?.arrayValue?.first?["name"] == "container")
+        f.expectNoProcessLeft()
+    }
 }
