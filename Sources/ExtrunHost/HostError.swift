@@ -45,7 +45,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .configurationError: 11
         case .pluginError: 12
         case .confirmationDeclined: 13
-        case .signatureInvalid: 18
+        case .signatureInvalid: 19
         case .internalError: 70
         }
     }

@@ -150,7 +150,7 @@ struct PluginsVerify: ParsableCommand {
         discussion: """
             Exit status 0: the signature holds and its owner trusts the key on this host \
             ($EXTRUN_HOME). 15: it holds, but the owner does not trust the key here (`extrun \
-            owners trust`). 18 (signatureInvalid): the folder is unsigned, or a file changed, was \
+            owners trust`). 19 (signatureInvalid): the folder is unsigned, or a file changed, was \
             added or removed after signing (the file is named), or the signature was altered.
             """)
     @Argument(help: ArgumentHelp("The plugin folder (holding manifest.json).", valueName: "dir")) var directory: String

@@ -23,7 +23,7 @@ struct OwnerSigningCLITests {
         let plugin = try pluginCopy(cli)
         cli.pluginPath = [plugin.deletingLastPathComponent()]
         let unsigned = try cli.run(["plugins", "verify", plugin.path])
-        #expect(unsigned.status == 18, "\(unsigned)")
+        #expect(unsigned.status == 19, "\(unsigned)")
         #expect(unsigned.stdout.contains("extrun plugins sign '\(plugin.path)' --owner EXAMPLETEAM"))
         #expect(try cli.run(["plugins"]).stdout.contains("  unsigned"))
 
@@ -40,10 +40,10 @@ struct OwnerSigningCLITests {
         let script = plugin.appendingPathComponent("plugin.py")
         try (try Data(contentsOf: script) + Data("\n# one more line\n".utf8)).write(to: script)
         let broken = try cli.run(["plugins", "verify", plugin.path])
-        #expect(broken.status == 18 && broken.stdout.contains(script.path), "\(broken)")
+        #expect(broken.status == 19 && broken.stdout.contains(script.path), "\(broken)")
         #expect(try cli.run(["plugins"]).stdout.contains("signature broken: \(script.path)"))
         let handled = try cli.run(["handle", "-"], stdin: #"{"intent": "ShoutText", "parameters": {"text": "hi"}}"#)
-        #expect(handled.status == 18, "\(handled)")
+        #expect(handled.status == 19, "\(handled)")
         #expect(try handled.json()["error"]?["kind"] == "signatureInvalid")
         #expect(try handled.json()["error"]?["file"] == .string(script.path))
     }

@@ -174,7 +174,7 @@ struct OwnerProofTests {
         #expect(report.error?.details["file"] == .string(path.path))
         #expect(report.error?.message.contains(path.path) == true)
         #expect(report.error?.message.contains("extrun plugins sign") == true)
-        #expect(report.exitCode == 18)
+        #expect(report.exitCode == 19)
         #expect(report.metrics?.launchMs == nil, "the plugin was started")
         let status = f.host.signatureStatus(of: try PluginCatalog.plugin(in: f.plugin.directory), store: nil)
         #expect(status == .broken(file: path.path, message: report.error?.message ?? ""))
