@@ -6,24 +6,17 @@ import Foundation
 
 struct Plugins: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List the plugins on the plugin path, sign them and verify their signatures.",
-        subcommands: [PluginsList.self, PluginsSign.self, PluginsVerify.self],
-        defaultSubcommand: PluginsList.self
-    )
-}
-
-struct PluginsList: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "list",
-        abstract: "List the plugins on the plugin path, the intents they handle and whose they proved to be.",
+        abstract: "List the plugins on the plugin path, the intents they handle and whose they proved to be; sign and verify them.",
         discussion: """
             Searches the directories of EXTRUN_PLUGIN_PATH, then $EXTRUN_HOME/plugins. \
             Manifests that cannot be read, missing executables, and intents or activity \
             types claimed by two plugins are listed as problems; the exit status is then 11 (configurationError).
             Each plugin's signature is shown: "verified owner OWNER" (it gets OWNER's data), \
             "unsigned" (it runs, but gets none of its owner's data), "signed with key K, which \
-            OWNER does not trust", or "signature broken: FILE" (it is not started).
-            """
+            OWNER does not trust", or "signature broken: FILE" (it is not started). \
+            `extrun plugins sign` and `extrun plugins verify` sign a plugin folder and check it.
+            """,
+        subcommands: [PluginsSign.self, PluginsVerify.self]
     )
 
     @Option(help: "Output format: text or json.")
@@ -32,7 +25,11 @@ struct PluginsList: ParsableCommand {
     func run() throws {
         let host = ExtrunHost.Host()
         let catalog = host.catalog()
-        let (store, storeProblem) = PluginsVerify.openStore(host)
+        // The store only when a plugin is signed: listing unsigned plugins creates no home.
+        let anySigned = catalog.plugins.contains {
+            FileManager.default.fileExists(atPath: $0.directory.appendingPathComponent(PluginSignature.fileName).path)
+        }
+        let (store, storeProblem) = anySigned ? PluginsVerify.openStore(host) : (nil, nil)
         let statuses = catalog.plugins.map { host.signatureStatus(of: $0, store: store, storeProblem: storeProblem) }
         var problems = catalog.problems.map(\.description)
         var claimants: [String: [String]] = [:]
@@ -154,7 +151,6 @@ struct PluginsVerify: ParsableCommand {
             added or removed after signing (the file is named), or the signature was altered.
             """)
     @Argument(help: ArgumentHelp("The plugin folder (holding manifest.json).", valueName: "dir")) var directory: String
-    @Option(help: "Output format: text or json.") var format: OutputFormat = .text
 
     static func openStore(_ host: ExtrunHost.Host) -> (Store?, String?) {
         do {
@@ -175,23 +171,16 @@ struct PluginsVerify: ParsableCommand {
         }
         let (store, storeProblem) = Self.openStore(host)
         let status = host.signatureStatus(of: plugin, store: store, storeProblem: storeProblem)
-        switch format {
-        case .json:
-            var object: [String: JSONValue] = ["plugin": .string(plugin.manifest.id), "directory": .string(plugin.directory.path)]
-            if case .object(let fields) = status.json { object.merge(fields) { a, _ in a } }
-            Output.printJSON(.object(object))
-        case .text:
-            switch status {
-            case .verified:
-                Output.printLine("\(plugin.manifest.id): the signature holds: \(status.summary)")
-            case .untrusted(_, _, let reason):
-                Output.printLine("\(plugin.manifest.id): the signature holds, but: \(reason)")
-            case .unsigned:
-                Output.printLine(
-                    "\(plugin.manifest.id) is not signed (no \(PluginSignature.fileName)): it runs, but gets none of \(plugin.manifest.owner)'s data. Sign it: extrun plugins sign '\(plugin.directory.path)' --owner \(plugin.manifest.owner)")
-            case .broken(_, let message):
-                Output.printLine(message)
-            }
+        switch status {
+        case .verified:
+            Output.printLine("\(plugin.manifest.id): the signature holds: \(status.summary)")
+        case .untrusted(_, _, let reason):
+            Output.printLine("\(plugin.manifest.id): the signature holds, but: \(reason)")
+        case .unsigned:
+            Output.printLine(
+                "\(plugin.manifest.id) is not signed (no \(PluginSignature.fileName)): it runs, but gets none of \(plugin.manifest.owner)'s data. Sign it: extrun plugins sign '\(plugin.directory.path)' --owner \(plugin.manifest.owner)")
+        case .broken(_, let message):
+            Output.printLine(message)
         }
         switch status {
         case .verified: return
