@@ -16,15 +16,15 @@ import Synchronization
 /// unless it changed.
 enum PluginVerification {
     /// The last answer per plugin folder and when it was found (monotonic ns).
-    private static let recent = Mutex<[String: (seal: PluginSeal, manifest: PluginManifest, at: UInt64)]>([:])
+    private static let recent = Mutex<[String: (seal: PluginSeal, at: UInt64)]>([:])
 
     /// The seal of `plugin`. `maxAgeNs`: an answer found that recently for the same
-    /// manifest is reused without looking at the files (a pool's 10 ms, as for its
-    /// file identities); 0 looks every time.
+    /// folder is reused without looking at the files (a pool's 10 ms, as for its
+    /// file identities: a change is seen by the intents that start 10 ms after it); 0 looks every time.
     static func seal(of plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64 = 0) throws(HostError) -> PluginSeal {
         let directory = plugin.directory.path
         let now = maxAgeNs > 0 ? MonotonicClock.now() : 0
-        if maxAgeNs > 0, let known = recent.withLock({ $0[directory] }), now &- known.at <= maxAgeNs, known.manifest == plugin.manifest {
+        if maxAgeNs > 0, let known = recent.withLock({ $0[directory] }), now &- known.at <= maxAgeNs {
             return known.seal
         }
         let seal: PluginSeal
@@ -43,7 +43,7 @@ enum PluginVerification {
         if maxAgeNs > 0 {
             recent.withLock { recent in
                 if recent.count > 256 { recent.removeAll() }
-                recent[directory] = (seal, plugin.manifest, now)
+                recent[directory] = (seal, now)
             }
         }
         return seal

@@ -193,7 +193,8 @@ extension Store {
     /// The quota defaults: `quota` in `$EXTRUN_HOME/policy.json` over `OwnerQuota.builtIn`.
     public func defaultQuota() throws -> OwnerQuota {
         let path = homePath + "/policy.json"
-        guard let data = try keystore.readPrivateFile(path, owner: "", limit: 1 << 20) else { return .builtIn }
+        // Private to the host's user, as the host requires of it (SandboxPolicy.load).
+        guard let data = try keystore.readPrivateFile(path, owner: "", limit: 1 << 20, what: "a policy file") else { return .builtIn }
         var quota = OwnerQuota.builtIn
         let details: [String: JSONValue] = ["file": .string(path)]
         guard case .object(let policy) = (try? JSONCoding.parse(json: data)) ?? .null else {

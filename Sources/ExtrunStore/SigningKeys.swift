@@ -90,7 +90,7 @@ extension Keystore {
     }
 
     /// Reads a private file of the keys folder (0600, yours, regular, no symlink); nil when absent.
-    func readPrivateFile(_ path: String, owner: String, limit: Int = 1 << 20) throws -> Data? {
+    func readPrivateFile(_ path: String, owner: String, limit: Int = 1 << 20, what: String = "an extrun key file") throws -> Data? {
         let details: [String: JSONValue] = ["owner": .string(owner), "file": .string(path)]
         let fd: Int32
         do {
@@ -110,7 +110,7 @@ extension Keystore {
                     details: details)
             }
             guard let data = try FileOps.readAll(fd, limit: limit) else {
-                throw StoreError(.invalidKeyFile, "\(path) is over \(limit) bytes: not an extrun key file", details: details)
+                throw StoreError(.invalidKeyFile, "\(path) is over \(limit) bytes: not \(what)", details: details)
             }
             return data
         } catch let error as SystemCallError {
