@@ -95,7 +95,7 @@ public struct Host: Sendable {
         var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
         let seal = try PluginVerification.seal(of: plugin, home: paths.home, maxAgeNs: sealMaxAgeNs)
         run.services = StoreServices(
-            home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, directory: plugin.directory.path, seal: seal,
+            home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, directory: plugin.directory, seal: seal,
             donate: options.donate, log: options.log)
         run.home = paths.home
         return run

@@ -22,11 +22,12 @@ enum PluginVerification {
     /// folder is reused without looking at the files (a pool's 10 ms, as for its
     /// file identities: a change is seen by the intents that start 10 ms after it); 0 looks every time.
     static func seal(of plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64 = 0) throws(HostError) -> PluginSeal {
-        let directory = plugin.directory.path
+        // Keyed by the manifest's path, which is kept (a URL's `path` costs microseconds per intent).
         let now = maxAgeNs > 0 ? MonotonicClock.now() : 0
-        if maxAgeNs > 0, let known = recent.withLock({ $0[directory] }), now &- known.at <= maxAgeNs {
+        if maxAgeNs > 0, let known = recent.withLock({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs {
             return known.seal
         }
+        let directory = String(plugin.manifestPath.dropLast("/manifest.json".count))
         let seal: PluginSeal
         do {
             seal = try PluginSignature.check(
@@ -43,7 +44,7 @@ enum PluginVerification {
         if maxAgeNs > 0 {
             recent.withLock { recent in
                 if recent.count > 256 { recent.removeAll() }
-                recent[directory] = (seal, now)
+                recent[plugin.manifestPath] = (seal, now)
             }
         }
         return seal

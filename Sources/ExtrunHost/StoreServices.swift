@@ -16,7 +16,7 @@ final class StoreServices {
     /// False with `--no-donate`: donations are answered but not stored.
     let donate: Bool
     /// The plugin's folder and what its signature proves (PluginVerification).
-    let directory: String
+    let directory: URL
     let seal: PluginSeal
     /// Set once the owner's trust in the signer was found (per run).
     private var authorized = false
@@ -25,7 +25,7 @@ final class StoreServices {
     let log: (@Sendable (String) -> Void)?
 
     init(
-        home: URL, owner: String, plugin: PluginManifest, directory: String, seal: PluginSeal, donate: Bool = true,
+        home: URL, owner: String, plugin: PluginManifest, directory: URL, seal: PluginSeal, donate: Bool = true,
         log: (@Sendable (String) -> Void)?
     ) {
         self.home = home
@@ -83,8 +83,8 @@ final class StoreServices {
         case .unsigned:
             throw StoreError(
                 .unsignedPlugin,
-                "\(plugin.id) is not signed, so it gets none of owner '\(owner)''s globals, bookmarks or donations; the owner signs it with: extrun plugins sign '\(directory)' --owner \(owner) (docs/plugin-guide.md, \"Signing your plugin\")",
-                details: ["owner": .string(owner), "plugin": .string(plugin.id), "directory": .string(directory)])
+                "\(plugin.id) is not signed, so it gets none of owner '\(owner)''s globals, bookmarks or donations; the owner signs it with: extrun plugins sign '\(directory.path)' --owner \(owner) (docs/plugin-guide.md, \"Signing your plugin\")",
+                details: ["owner": .string(owner), "plugin": .string(plugin.id), "directory": .string(directory.path)])
         case .signed(_, let signingKey):
             let standing = try openStore().standing(of: signingKey, for: owner)
             if case .trustedAuthor(let author) = standing {

@@ -186,17 +186,19 @@ public enum PluginFiles {
     private static let memory = Mutex<[String: (Identity, String)]>([:])
 
     /// The file's SHA-256 in hex and its size, from the cache when its identity is unchanged.
-    static func digest(_ path: String, cache: DigestCache?) throws(PluginSignatureProblem) -> (sha256: String, size: Int64, computed: Bool) {
+    static func digest(_ path: String, cache slot: DigestCache.Slot) throws(PluginSignatureProblem) -> (sha256: String, size: Int64, computed: Bool) {
         var info = stat()
         guard stat(path, &info) == 0 else { throw .fileChanged(path: path, reason: "it is missing") }
         let identity = Identity(info)
         if let known = memory.withLock({ $0[path] }), known.0 == identity {
-            if let cache, cache.entries[path]?.0 != identity {
+            // The home's cache learns it only if it was read anyway (signing reads it): a hit costs no file read.
+            if let cache = slot.loaded, cache.entries[path]?.0 != identity {
                 cache.entries[path] = known
                 cache.changed = true
             }
             return (known.1, identity.size, false)
         }
+        let cache = slot.get()
         if let known = cache?.entries[path], known.0 == identity {
             memory.withLock { $0[path] = known }
             return (known.1, identity.size, false)
@@ -215,10 +217,7 @@ public enum PluginFiles {
             if count == 0 { break }
             hasher.update(data: buffer[0..<count])
         }
-        let hex = hasher.finalize().map { byte in
-            let digits = String(byte, radix: 16)
-            return byte < 16 ? "0" + digits : digits
-        }.joined()
+        let hex = hex(hasher.finalize())
         // Identity after reading: a file written meanwhile is not cached under its old identity.
         var after = stat()
         if fstat(fd, &after) == 0, Identity(after) == identity {
@@ -232,11 +231,18 @@ public enum PluginFiles {
         return (hex, identity.size, true)
     }
 
+    static func hex(_ digest: SHA256.Digest) -> String {
+        digest.map { byte in
+            let digits = String(byte, radix: 16)
+            return byte < 16 ? "0" + digits : digits
+        }.joined()
+    }
+
     /// Computes the signature's file list for signing.
-    public static func signedFiles(directory: String, executable: String) throws(PluginSignatureProblem) -> [PluginSignature.File] {
+    static func signedFiles(directory: String, executable: String, cache slot: DigestCache.Slot) throws(PluginSignatureProblem) -> [PluginSignature.File] {
         var files: [PluginSignature.File] = []
         for (signedPath, path) in try list(directory: directory, executable: executable) {
-            let digest = try digest(path, cache: nil)
+            let digest = try digest(path, cache: slot)
             files.append(PluginSignature.File(path: signedPath, sha256: digest.sha256, size: digest.size))
         }
         return files
@@ -244,7 +250,7 @@ public enum PluginFiles {
 
     /// Checks the folder against the signature: the same files, each with its signed digest.
     /// The first difference is the error, naming the file.
-    static func check(_ signature: PluginSignature, directory: String, executable: String, cache: DigestCache?) throws(PluginSignatureProblem) {
+    static func check(_ signature: PluginSignature, directory: String, executable: String, cache: DigestCache.Slot) throws(PluginSignatureProblem) {
         let present = try list(directory: directory, executable: executable)
         let signedPaths = Set(signature.files.map(\.path))
         for (signedPath, path) in present where !signedPaths.contains(signedPath) {
@@ -269,6 +275,20 @@ public enum PluginFiles {
 /// process reads no plugin file whole. Only the host's user can write it (the home is 0700);
 /// a cache that is unreadable or not private is ignored and rewritten.
 final class DigestCache {
+    /// The home's cache, read on first need.
+    final class Slot {
+        let home: String?
+        private(set) var loaded: DigestCache?
+        init(home: String?) { self.home = home }
+        func get() -> DigestCache? {
+            if loaded == nil, let home { loaded = DigestCache(home: home) }
+            return loaded
+        }
+    }
+
+    /// Signature files (their SHA-256) whose Ed25519 signature held, in this process.
+    static let verifiedInProcess = Mutex<Set<String>>([])
+
     var entries: [String: (PluginFiles.Identity, String)] = [:]
     var verifiedSignatures: Set<String> = []
     let path: String
@@ -362,15 +382,21 @@ extension PluginSignature {
         guard signature.plugin == plugin else {
             throw .otherPlugin("it was signed for plugin '\(signature.plugin)', but the manifest's id is '\(plugin)'")
         }
-        let cache = home.map(DigestCache.init(home:))
-        let digest = SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
-        if cache?.verifiedSignatures.contains(digest) != true {
-            guard signature.isValid else { throw .badSignature }
-            cache?.verifiedSignatures.insert(digest)
-            cache?.changed = true
+        let cache = DigestCache.Slot(home: home)
+        let digest = PluginFiles.hex(SHA256.hash(data: data))
+        if !DigestCache.verifiedInProcess.withLock({ $0.contains(digest) }) {
+            if cache.get()?.verifiedSignatures.contains(digest) != true {
+                guard signature.isValid else { throw .badSignature }
+                cache.loaded?.verifiedSignatures.insert(digest)
+                cache.loaded?.changed = true
+            }
+            DigestCache.verifiedInProcess.withLock { known in
+                if known.count > 4096 { known.removeAll() }
+                known.insert(digest)
+            }
         }
         try PluginFiles.check(signature, directory: directory, executable: executable, cache: cache)
-        cache?.saveIfChanged()
+        cache.loaded?.saveIfChanged()
         return .signed(owner: owner, signingKey: signature.signingKey)
     }
 
@@ -379,14 +405,18 @@ extension PluginSignature {
     public static func sign(directory: String, owner: String, plugin: String, executable: String, store: Store) throws -> PluginSignature {
         let key = try store.signingKey(of: owner)
         let files: [File]
+        // The digests go to the home's cache too: the first run after signing reads no file whole.
+        let cache = DigestCache.Slot(home: store.homePath)
+        _ = cache.get()
         do {
-            files = try PluginFiles.signedFiles(directory: directory, executable: executable)
+            files = try PluginFiles.signedFiles(directory: directory, executable: executable, cache: cache)
         } catch {
             throw StoreError(.invalidDocument, "cannot sign \(directory): \(error.text)", details: ["file": .string(directory)])
         }
         var signature = PluginSignature(
             owner: owner, plugin: plugin, signed: ISODate.format(Date()), signingKey: key.publicKey, files: files, signature: Data())
         signature.signature = try key.signature(for: signature.payload())
+        cache.loaded?.saveIfChanged()
         let data = Data(JSONWriter.prettyBytes(signature.fileJSON)) + Data("\n".utf8)
         do {
             let dirfd = try FileOps.open(directory, O_RDONLY | O_DIRECTORY)
