@@ -31,6 +31,15 @@ import Testing
         #expect(try Store(home: home).globals(of: "EXAMPLETEAM").get("v")?.value == .string(value))
     }
 
+    @Test func theOwnersQuotaReachesTheSwiftPluginAsItsMessage() throws {
+        try Store(home: home).setQuota(of: "EXAMPLETEAM", ["globals": 0])
+        let report = handle("SetGlobalVariable", ["name": "v", "value": "x"])
+        #expect(report.response?.code == "failure")
+        let dialog = "\(String(describing: report.response?.dialog))"
+        #expect(dialog.contains("its quota is 0 globals"), "\(dialog)")
+        #expect(try Store(home: home).globals(of: "EXAMPLETEAM").list().isEmpty)
+    }
+
     @Test func aMissingGlobalIsTheDeclaredCustomCode() {
         let report = handle("GetGlobalVariable", ["name": "never-set"])
         #expect(report.response?.code == "notSet")
