@@ -262,4 +262,41 @@ struct OwnerProofTests {
         #expect(new["bookmarks.list"]?["bookmarks"]?.arrayValue?.first?["name"] == "container")
         f.expectNoProcessLeft()
     }
+
+    @Test("an attacker who changes the script and rewrites its digest in the signature file, or borrows another plugin's signature, is refused")
+    func forgedOrBorrowedSignature() throws {
+        let f = try Fixture("forged")
+        let signed = try f.host.sign(pluginIn: f.plugin.directory)
+        let old = try #require(signed.files.first { $0.path == "plugin.py" })
+        let script = f.plugin.directory.appendingPathComponent("plugin.py")
+        let changed = try Data(contentsOf: script) + Data("\n# changed\n".utf8)
+        try changed.write(to: script)
+        let sum = Process()
+        sum.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+        sum.arguments = [script.path]
+        let out = Pipe()
+        sum.standardOutput = out
+        try sum.run()
+        sum.waitUntilExit()
+        let newDigest = String(decoding: out.fileHandleForReading.readDataToEndOfFile().prefix(64), as: UTF8.self)
+        let signatureFile = f.plugin.directory.appendingPathComponent(PluginSignature.fileName)
+        let forged = try String(contentsOf: signatureFile, encoding: .utf8)
+            .replacingOccurrences(of: old.sha256, with: newDigest)
+            .replacingOccurrences(of: "\"size\" : \(old.size)", with: "\"size\" : \(changed.count)")
+        try Data(forged.utf8).write(to: signatureFile)
+        let report = f.run()
+        #expect(report.error?.kind == .signatureInvalid)
+        #expect(report.error?.message.contains("was altered after signing") == true, "\(String(describing: report.error))")
+
+        // Another plugin's valid signature, copied in: it names that plugin.
+        let other = try Fixture("other")
+        try other.host.sign(pluginIn: other.plugin.directory)
+        try FileManager.default.removeItem(at: signatureFile)
+        try FileManager.default.copyItem(at: other.plugin.directory.appendingPathComponent(PluginSignature.fileName), to: signatureFile)
+        let borrowed = f.run()
+        #expect(borrowed.error?.kind == .signatureInvalid)
+        #expect(borrowed.error?.message.contains("signed for plugin 'test.other'") == true, "\(String(describing: borrowed.error))")
+        try f.expectBankUntouched()
+        f.expectNoProcessLeft()
+    }
 }
