@@ -59,7 +59,10 @@ struct OwnerProofTests {
             host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [tmp.url.appendingPathComponent("plugins")]))
             let store = try Store(home: home)
             try store.globals(of: "BANKTEAM").set("apiToken", to: "s3cr3t")
-            container = try tmp.directory("bank-container")
+            // BANKTEAM's container under the home (docs/store.md, "Containers"), bookmarked.
+            container = URL(fileURLWithPath: store.containerDirectory(of: "BANKTEAM"), isDirectory: true)
+            try FileManager.default.createDirectory(at: container, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            chmod(container.deletingLastPathComponent().path, 0o700)
             try Data("balance 1000".utf8).write(to: container.appendingPathComponent("statement.txt"))
             try store.bookmarks(of: "BANKTEAM").add("container", path: container.path, readOnly: false)
             try store.donations(of: "BANKTEAM").donate(
@@ -260,6 +263,10 @@ struct OwnerProofTests {
         let new = try f.answers(f.run())
         #expect(new["globals.get"]?["value"] == "s3cr3t")
         #expect(new["bookmarks.list"]?["bookmarks"]?.arrayValue?.first?["name"] == "container")
+        // The bookmark now points into NEWBANK's container, where the file was copied.
+        #expect(new["bookmarks.read"]?["error"] == nil, "\(String(describing: new["bookmarks.read"]))")
+        let moved = try #require(try Store(home: f.home).bookmarks(of: "NEWBANK").list().first)
+        #expect(moved.bookmark.path.hasPrefix(try Store(home: f.home).containerDirectory(of: "NEWBANK")))
         f.expectNoProcessLeft()
     }
 
