@@ -94,7 +94,7 @@ extension Host {
                 memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
             report.mode = .inApp
             report.limits = limits
-            var run = pluginRun(plugin, definition: definition, limits: limits, policy: policy, options: options)
+            var run = try pluginRun(plugin, definition: definition, limits: limits, policy: policy, options: options)
             run.activityOnly = activityOnly
             run.execute(.continueActivity(invocation.activity, interaction: interactionToSend), into: &report)
             report.recordStep(activity: invocation.activity)
@@ -208,6 +208,7 @@ extension Host {
             groupIdentifier: invocation.groupIdentifier, source: "handle",
             parameters: (run.resolved ?? [:]).mapValues(Self.withoutFileData), response: report.response)
         do {
+            try run.services?.authorize()
             try donations().donate(donation, durable: false)
             options.log?("[extrun] donated the interaction \(donation.identifier) to \(manifest.owner)'s donation log")
             return DonationOutcome(donated: true)

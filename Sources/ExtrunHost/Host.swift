@@ -87,12 +87,16 @@ public struct Host: Sendable {
 
     /// A run of `plugin` bound to this host's home: its owner's store services, and
     /// the home the sandbox hides. Every launch goes through here (or `PluginRun.relaunch`).
+    /// A plugin whose signature does not hold is not started (`signatureInvalid`).
     func pluginRun(
-        _ plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions
-    ) -> PluginRun {
+        _ plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions,
+        sealMaxAgeNs: UInt64 = 0
+    ) throws(HostError) -> PluginRun {
         var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
+        let seal = try PluginVerification.seal(of: plugin, home: paths.home, maxAgeNs: sealMaxAgeNs)
         run.services = StoreServices(
-            home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, donate: options.donate, log: options.log)
+            home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, directory: plugin.directory, seal: seal,
+            donate: options.donate, log: options.log)
         run.home = paths.home
         return run
     }
@@ -101,8 +105,10 @@ public struct Host: Sendable {
     /// intent's parameters, before any process is started.
     /// - Parameter checkHome: false when the caller checked the home's permissions itself
     ///   a moment ago (a pool checks them at most once a second).
+    /// - Parameter sealMaxAgeNs: how old a check of the plugin's signature may be (a pool's 10 ms); 0: checked now.
     func prepare(
-        _ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, catalog: PluginCatalog? = nil, checkHome: Bool = true
+        _ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, catalog: PluginCatalog? = nil, checkHome: Bool = true,
+        sealMaxAgeNs: UInt64 = 0
     ) -> (PluginRun, [String: JSONValue])? {
         do {
             let policy: SandboxPolicy
@@ -130,7 +136,7 @@ public struct Host: Sendable {
                 memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
             report.mode = mode
             report.limits = limits
-            var run = pluginRun(plugin, definition: definition, limits: limits, policy: policy, options: options)
+            var run = try pluginRun(plugin, definition: definition, limits: limits, policy: policy, options: options, sealMaxAgeNs: sealMaxAgeNs)
             run.baseDirectory = invocation.baseDirectory
             return (run, parameters)
         } catch {

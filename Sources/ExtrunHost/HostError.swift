@@ -25,6 +25,9 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     case sandboxViolation
     /// A plugin manifest, the plugin path or the host's policy is wrong.
     case configurationError
+    /// A signed plugin's files changed after it was signed, or its signature is malformed
+    /// or names another owner (`details.file` names the file): it is not started.
+    case signatureInvalid
     /// The host could not do its own work (spawn failed, out of descriptors...).
     case internalError
 
@@ -42,6 +45,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .configurationError: 11
         case .pluginError: 12
         case .confirmationDeclined: 13
+        case .signatureInvalid: 19
         case .internalError: 70
         }
     }

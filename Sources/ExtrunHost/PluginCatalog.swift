@@ -115,6 +115,16 @@ public struct PluginCatalog: Sendable {
         }
     }
 
+    /// The plugin in `directory` (a folder holding a manifest.json), found as the catalog
+    /// finds plugins; its `problem` says if it cannot run. `configurationError` for a manifest it cannot read.
+    public static func plugin(in directory: URL) throws(HostError) -> DiscoveredPlugin {
+        var catalog = PluginCatalog(plugins: [], problems: [], shadowed: [], searchPath: [directory])
+        catalog.load(directory: directory.standardizedFileURL)
+        if let plugin = catalog.plugins.first { return plugin }
+        let message = catalog.problems.map(\.description).joined(separator: "; ")
+        throw HostError(.configurationError, message, details: ["file": .string(directory.appendingPathComponent("manifest.json").path)])
+    }
+
     private mutating func load(directory: URL) {
         let manifestURL = directory.appendingPathComponent("manifest.json")
         let manifest: PluginManifest

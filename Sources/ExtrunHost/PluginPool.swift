@@ -114,7 +114,8 @@ public final class PluginPool: Sendable {
             catalog = values.catalog
             checkHome = values.checkHome
         }
-        guard let (prepared, parameters) = host.prepare(invocation, options: options, report: &report, catalog: catalog, checkHome: checkHome)
+        guard let (prepared, parameters) = host.prepare(
+            invocation, options: options, report: &report, catalog: catalog, checkHome: checkHome, sealMaxAgeNs: Self.fileIdentityMaxAgeNs)
         else {
             if checkHome { state.withLock { $0.homeChecked = nil } }
             return report

@@ -2,10 +2,12 @@ import ExtrunProtocol
 import ExtrunStore
 import Foundation
 
-/// Answers a plugin's service requests (globals, bookmarks) from its owner's
-/// part of the store. The store is opened on the first request only, so a
+/// Answers a plugin's service requests (globals, bookmarks, donations) from its
+/// owner's part of the store. The store is opened on the first request only, so a
 /// plugin that never asks costs nothing; every answer is bound to the owner
-/// in the plugin's manifest, so a plugin never reaches another owner's data.
+/// in the plugin's manifest, and only when the plugin's signature proves that owner:
+/// signed with the owner's key or a key it trusts (`authorize`). Otherwise every store
+/// request is refused (`unsignedPlugin`, `untrustedSigner`), and nothing is read or written.
 final class StoreServices {
     let home: URL
     let owner: String
@@ -13,14 +15,24 @@ final class StoreServices {
     let plugin: PluginManifest
     /// False with `--no-donate`: donations are answered but not stored.
     let donate: Bool
+    /// The plugin's folder and what its signature proves (PluginVerification).
+    let directory: URL
+    let seal: PluginSeal
+    /// Set once the owner's trust in the signer was found (per run).
+    private var authorized = false
     private var store: Store?
     /// Lines for `--verbose`.
     let log: (@Sendable (String) -> Void)?
 
-    init(home: URL, owner: String, plugin: PluginManifest, donate: Bool = true, log: (@Sendable (String) -> Void)?) {
+    init(
+        home: URL, owner: String, plugin: PluginManifest, directory: URL, seal: PluginSeal, donate: Bool = true,
+        log: (@Sendable (String) -> Void)?
+    ) {
         self.home = home
         self.owner = owner
         self.plugin = plugin
+        self.directory = directory
+        self.seal = seal
         self.donate = donate
         self.log = log
     }
@@ -33,7 +45,12 @@ final class StoreServices {
             return .failure(error)
         } catch let error as StoreError {
             log?("[extrun] \(method) refused: \(error.message)")
-            return .failure(RPCError(code: RPCError.serviceError, message: error.message, data: ["kind": .string(error.kind.rawValue)]))
+            var data: [String: JSONValue] = ["kind": .string(error.kind.rawValue)]
+            if error.kind == .quotaExceeded {
+                // The numbers, so that a plugin can say how far over it is (no paths: those are the host's).
+                for field in ["quota", "limit", "usage", "adding"] { data[field] = error.details[field] }
+            }
+            return .failure(RPCError(code: RPCError.serviceError, message: error.message, data: .object(data)))
         } catch {
             return .failure(RPCError(code: RPCError.internalError, message: "\(error)"))
         }
@@ -58,7 +75,29 @@ final class StoreServices {
         }
     }
 
+    /// Whether the plugin may have its owner's data: signed (files checked at launch) with
+    /// the owner's own key or an author's key the owner trusts. Throws why not.
+    func authorize() throws {
+        if authorized { return }
+        switch seal {
+        case .unsigned:
+            throw StoreError(
+                .unsignedPlugin,
+                "\(plugin.id) is not signed, so it gets none of owner '\(owner)''s globals, bookmarks or donations; the owner signs it with: extrun plugins sign '\(directory.path)' --owner \(owner) (docs/plugin-guide.md, \"Signing your plugin\")",
+                details: ["owner": .string(owner), "plugin": .string(plugin.id), "directory": .string(directory.path)])
+        case .signed(_, let signingKey):
+            let standing = try openStore().standing(of: signingKey, for: owner)
+            if case .trustedAuthor(let author) = standing {
+                log?("[extrun] \(plugin.id) is signed by \(author.author)'s key \(author.fingerprint), which \(owner) trusts")
+            }
+            authorized = true
+        }
+    }
+
+    private static let storeMethodPrefixes = ["globals.", "bookmarks.", "donations."]
+
     private func dispatch(_ method: String, _ params: JSONValue) throws -> JSONValue {
+        if Self.storeMethodPrefixes.contains(where: method.hasPrefix) { try authorize() }
         switch method {
         case ServiceMethod.globalsGet:
             let p = try decode(GlobalNameParams.self, params, method)

@@ -3,9 +3,12 @@ import Foundation
 /// A host service refused a request: the global was changed meanwhile
 /// (`versionConflict`), the bookmark is read-only, a path leads outside it...
 public struct HostServiceError: Error, Sendable, CustomStringConvertible {
-    /// The store's error kind, e.g. `versionConflict`, `notFound`, `readOnly`, `pathEscape`, `staleBookmark` (docs/store.md).
+    /// The store's error kind, e.g. `versionConflict`, `notFound`, `readOnly`, `pathEscape`, `staleBookmark`,
+    /// `quotaExceeded`, `unsignedPlugin`, `untrustedSigner` (docs/store.md).
     public var kind: String
     public var message: String
+    /// The error's numbers, for `quotaExceeded`: `quota`, `limit`, `usage`, `adding`.
+    public var details: [String: JSONValue] = [:]
     public var description: String { "\(kind): \(message)" }
 }
 
@@ -26,7 +29,9 @@ extension PluginChannel {
                 throw HostServiceError(kind: "invalidAnswer", message: "the host's answer to \(method) does not decode: \(JSONCoding.describe(error))")
             }
         case .failure(let error):
-            throw HostServiceError(kind: error.data?["kind"]?.stringValue ?? "error", message: error.message)
+            var details = error.data?.objectValue ?? [:]
+            details["kind"] = nil
+            throw HostServiceError(kind: error.data?["kind"]?.stringValue ?? "error", message: error.message, details: details)
         }
     }
 }

@@ -125,13 +125,16 @@ public struct Bookmarks: Sendable {
             device: target.identity.device, inode: target.identity.inode, birth: target.identity.birth)
         let key = try store.writeKey(owner)
         let sealed = try seal(record, name: name, key: key)
+        let quota = try store.quotaDefaultsForWrite()
         try store.database.write { db in
+            let before = try Quotas.usage(db, owner: owner)
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name]) == true {
                 throw StoreError(
                     .alreadyExists, "owner '\(owner)' already has a bookmark named '\(name)'",
                     details: ["owner": .string(owner), "name": .string(name)])
             }
             try db.execute(sql: "INSERT INTO bookmark (owner, name, sealed) VALUES (?, ?, ?)", arguments: [owner, name, sealed])
+            try Quotas.enforce(db, owner: owner, before: before, defaults: quota, what: "adding bookmark '\(name)'")
         }
         return bookmark(name, record)
     }

@@ -128,6 +128,7 @@ public struct Donations: Sendable {
         }
         let key = try store.writeKey(owner)
         let sealed = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .donation, name: donation.identifier))
+        let quota = try store.quotaDefaultsForWrite()
         // One access to the connection: the pragma, the transaction and the pragma back,
         // so that no other write on this connection runs with the relaxed setting.
         try store.database.withoutTransaction { db in
@@ -135,6 +136,7 @@ public struct Donations: Sendable {
             if !durable { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
             defer { if !durable { try? db.execute(sql: "PRAGMA synchronous = \(previous)") } }
             try db.inTransaction(.immediate) {
+                let before = try Quotas.usage(db, owner: owner)
                 try db.execute(
                 sql: """
                     INSERT INTO donation (owner, identifier, groupIdentifier, intent, plugin, source, created, sealed)
@@ -147,6 +149,7 @@ public struct Donations: Sendable {
                     owner, donation.identifier, donation.groupIdentifier, donation.intent, donation.plugin, donation.source,
                     donation.created, sealed,
                 ])
+                try Quotas.enforce(db, owner: owner, before: before, defaults: quota, what: "donating '\(donation.identifier)'")
                 return .commit
             }
         }
@@ -157,6 +160,7 @@ public struct Donations: Sendable {
     /// another thread while the plugin runs). Creates nothing.
     public func prepare() throws {
         _ = try store.readKey(owner)
+        _ = try store.quotaDefaultsForWrite()
     }
 
     /// The owner's donations, oldest first, optionally only those of one intent.

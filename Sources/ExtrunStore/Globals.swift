@@ -79,7 +79,9 @@ public struct Globals: Sendable {
         let plaintext = try Globals.serialize(value, name: name, owner: owner)
         let key = try store.writeKey(owner)
         let sealed = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name))
+        let quota = try store.quotaDefaultsForWrite()
         return try store.database.write { db in
+            let before = try Quotas.usage(db, owner: owner)
             let current = try Int64.fetchOne(
                 db, sql: "SELECT version FROM global WHERE owner = ? AND name = ?", arguments: [owner, name])
             try check(condition, current: current, name: name)
@@ -93,6 +95,7 @@ public struct Globals: Sendable {
                     sql: "UPDATE global SET version = ?, sealed = ? WHERE owner = ? AND name = ?",
                     arguments: [version, sealed, owner, name])
             }
+            try Quotas.enforce(db, owner: owner, before: before, defaults: quota, what: "setting global '\(name)' (\(plaintext.count) bytes)")
             return version
         }
     }

@@ -78,7 +78,9 @@ extension Globals {
         let sealed = try entries.map { name, plaintext in
             (name, plaintext, try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name)))
         }
+        let quota = try store.quotaDefaultsForWrite()
         try store.database.write { db in
+            let before = try Quotas.usage(db, owner: owner)
             for (name, plaintext, blob) in sealed {
                 let row = try Row.fetchOne(
                     db, sql: "SELECT sealed FROM global WHERE owner = ? AND name = ?", arguments: [owner, name])
@@ -108,6 +110,7 @@ extension Globals {
                     summary.deleted += 1
                 }
             }
+            try Quotas.enforce(db, owner: owner, before: before, defaults: quota, what: "importing \(sealed.count) globals")
         }
         return summary
     }

@@ -15,6 +15,11 @@ public struct OwnerInfo: Sendable {
     /// Why the owner's data cannot be used (the error its operations would
     /// throw: `keyMissing`, `wrongKey`, `invalidKeyFile`, `insecurePermissions`); nil when all is well.
     public var problem: StoreError?
+    /// `<home>/keys/<escaped owner>.signing`, and the public half of the key in it (nil: none yet, or unreadable).
+    public var signingKeyFile: String
+    public var signingKey: Data?
+    /// The authors' signing keys the owner trusts besides its own (`extrun owners trust`).
+    public var trustedSigningKeys: [TrustedSigningKey] = []
 
     public var isUsable: Bool { problem == nil }
 }
@@ -56,6 +61,7 @@ extension Store {
                 details: ["owner": .string(owner)])
         }
         _ = try writeKey(owner)
+        _ = try signingKey(of: owner)
         return try info(for: owner)
     }
 
@@ -63,9 +69,12 @@ extension Store {
         let recorded = try recordedOwner(owner)
         var info = OwnerInfo(
             owner: owner, keyFile: keystore.path(for: owner), key: nil, recordedFingerprint: recorded?.fingerprint,
-            globalCount: recorded?.globals ?? 0, bookmarkCount: recorded?.bookmarks ?? 0, problem: nil)
+            globalCount: recorded?.globals ?? 0, bookmarkCount: recorded?.bookmarks ?? 0, problem: nil,
+            signingKeyFile: keystore.signingPath(for: owner))
         do {
             info.key = try keystore.load(owner)
+            info.signingKey = try keystore.loadSigningKey(owner)?.publicKey
+            info.trustedSigningKeys = try keystore.loadTrusted(owner)
             if info.key == nil, let recorded {
                 info.problem = missingKeyError(owner, recorded: recorded)
             } else if info.key != nil {

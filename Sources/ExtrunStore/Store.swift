@@ -30,6 +30,8 @@ public final class Store: Sendable {
     let database: StoreDatabase
     /// Keys already checked against the store, by owner.
     private let verifiedKeys = Mutex<[String: OwnerKey]>([:])
+    /// The quota defaults from the policy, read on the first write that needs them (Quotas.swift).
+    let quotaDefaults = Mutex<OwnerQuota?>(nil)
 
     /// Opens the store under `home`, creating `home` (0700), `keys/` (0700) and
     /// `store.sqlite` (0600) when they do not exist. Never recreates a

@@ -92,6 +92,8 @@ final class StoreDatabase: Sendable {
         configuration.label = "ExtrunStore"
         configuration.busyMode = .timeout(StoreLimits.busyTimeoutSeconds)
         configuration.foreignKeysEnabled = true
+        // REPLACE (the migrations' bulk copy) fires delete triggers, which keep the quota counters (Quotas.swift).
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA recursive_triggers = ON") }
         if !checkpointOnClose {
             configuration.prepareDatabase { db in
                 guard let connection = db.sqliteConnection else { return }
@@ -346,6 +348,10 @@ final class StoreDatabase: Sendable {
                     CREATE INDEX donation_group ON donation (owner, groupIdentifier);
                     CREATE INDEX donation_identifier ON donation (identifier);
                     """)
+        }
+        // Per-owner usage counters kept by triggers, and quota overrides (Quotas.swift).
+        migrator.registerMigration("v4-owner-quotas") { db in
+            try db.execute(sql: Quotas.schemaSQL)
         }
         return migrator
     }()

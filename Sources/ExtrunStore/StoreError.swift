@@ -30,6 +30,14 @@ public enum StoreErrorKind: String, Codable, Sendable, CaseIterable {
     case invalidDocument
     /// The item (a donation) belongs to another owner, which alone may change it.
     case notYours
+    /// The write would take the owner over one of its quotas (details: `quota`, `limit`, `usage`, `adding`).
+    case quotaExceeded
+
+    // Plugins: who may use an owner's data (docs/store.md, "Signing keys"). Nothing was read or written.
+    /// The plugin has no signature, so it gets none of its owner's data.
+    case unsignedPlugin
+    /// The plugin is signed with a key its owner does not trust.
+    case untrustedSigner
 
     // Keys: the store was not touched.
     /// The owner has data in the store but its key file is gone.

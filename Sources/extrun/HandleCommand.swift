@@ -34,8 +34,14 @@ struct Handle: ParsableCommand {
             Exit status: 0 the plugin answered success; 1 it answered another code; \
             3 parameterUnresolved; 4 invalidIntent; 5 noHandler; 6 pluginCrashed; \
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \
-            11 configurationError; 12 pluginError; 13 confirmationDeclined; 64 bad command line; \
-            70 internal error.
+            11 configurationError; 12 pluginError; 13 confirmationDeclined; \
+            19 signatureInvalid (a signed plugin's file changed after signing: it was not started); \
+            64 bad command line; 70 internal error.
+
+            Owners: a plugin gets its owner's globals, bookmarks and donations only when its \
+            folder is signed with a key that owner trusts (extrun plugins sign, extrun owners \
+            trust); an unsigned plugin runs, but its store requests are refused (docs/store.md, \
+            Signing keys).
 
             Continuing in the app: when the plugin, in extension mode, answers continueInApp \
             or failureRequiringAppLaunch, and it supports in-app mode, the host starts it again \

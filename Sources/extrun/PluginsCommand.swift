@@ -1,24 +1,36 @@
 import ArgumentParser
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 
 struct Plugins: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List the plugins on the plugin path and the intents they handle.",
+        abstract: "List the plugins on the plugin path, the intents they handle and whose they proved to be; sign and verify them.",
         discussion: """
             Searches the directories of EXTRUN_PLUGIN_PATH, then $EXTRUN_HOME/plugins. \
             Manifests that cannot be read, missing executables, and intents or activity \
             types claimed by two plugins are listed as problems; the exit status is then 11 (configurationError).
-            """
+            Each plugin's signature is shown: "verified owner OWNER" (it gets OWNER's data), \
+            "unsigned" (it runs, but gets none of its owner's data), "signed with key K, which \
+            OWNER does not trust", or "signature broken: FILE" (it is not started). \
+            `extrun plugins sign` and `extrun plugins verify` sign a plugin folder and check it.
+            """,
+        subcommands: [PluginsSign.self, PluginsVerify.self]
     )
 
     @Option(help: "Output format: text or json.")
     var format: OutputFormat = .text
 
     func run() throws {
-        let host = Host()
+        let host = ExtrunHost.Host()
         let catalog = host.catalog()
+        // The store only when a plugin is signed: listing unsigned plugins creates no home.
+        let anySigned = catalog.plugins.contains {
+            FileManager.default.fileExists(atPath: $0.directory.appendingPathComponent(PluginSignature.fileName).path)
+        }
+        let (store, storeProblem) = anySigned ? PluginsVerify.openStore(host) : (nil, nil)
+        let statuses = catalog.plugins.map { host.signatureStatus(of: $0, store: store, storeProblem: storeProblem) }
         var problems = catalog.problems.map(\.description)
         var claimants: [String: [String]] = [:]
         for plugin in catalog.plugins {
@@ -37,8 +49,9 @@ struct Plugins: ParsableCommand {
 
         switch format {
         case .json:
-            let plugins: [JSONValue] = catalog.plugins.map { plugin in
+            let plugins: [JSONValue] = zip(catalog.plugins, statuses).map { plugin, status in
                 .object([
+                    "signature": status.json,
                     "id": .string(plugin.manifest.id),
                     "version": .string(plugin.manifest.version),
                     "owner": .string(plugin.manifest.owner),
@@ -58,9 +71,10 @@ struct Plugins: ParsableCommand {
             if catalog.plugins.isEmpty {
                 Output.printLine("No plugins found. Searched: \(catalog.searchPath.map(\.path).joined(separator: ":"))")
             }
-            for plugin in catalog.plugins {
+            for (plugin, status) in zip(catalog.plugins, statuses) {
                 let m = plugin.manifest
                 Output.printLine("\(m.id) \(m.version)  owner \(m.owner)  modes \(m.modes.map(\.rawValue).joined(separator: ","))")
+                Output.printLine("  \(status.summary)")
                 Output.printLine("  \(plugin.directory.path)")
                 for intent in m.intents {
                     let parameters = intent.parameters.map { "\($0.name): \($0.type.rawValue)\($0.multiple ? "[]" : "")\($0.required ? "" : "?")" }
@@ -76,5 +90,102 @@ struct Plugins: ParsableCommand {
             }
         }
         if !problems.isEmpty { throw ExitCode(ErrorKind.configurationError.exitCode) }
+    }
+}
+
+struct PluginsSign: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sign",
+        abstract: "Sign a plugin folder for its owner, so that the host gives it the owner's data.",
+        discussion: """
+            Writes extrun-signature.json into the folder: the Ed25519 signature, with OWNER's \
+            signing key (in $EXTRUN_HOME/keys/, made on first need), of the plugin's id, its \
+            owner and the SHA-256 of every file in the folder (the manifest, the executable, \
+            scripts and resources; symbolic links are followed) and of the executable when it \
+            lies outside the folder. OWNER must be the manifest's owner. Sign again after any \
+            change: a signed plugin whose files changed is not started. To sign here for \
+            another host, that host trusts your key: give it `extrun owners pubkey OWNER -o FILE` \
+            and run `extrun owners trust OWNER --signing-key FILE` there. docs/plugin-guide.md, \
+            "Signing your plugin".
+
+            Example:
+              extrun plugins sign ./my-plugin --owner EXAMPLETEAM
+            """)
+    @Argument(help: ArgumentHelp("The plugin folder (holding manifest.json).", valueName: "dir")) var directory: String
+    @Option(help: ArgumentHelp("The owner to sign for: the manifest's owner.", valueName: "owner")) var owner: String
+
+    func run() throws {
+        let plugin: DiscoveredPlugin
+        do {
+            plugin = try PluginCatalog.plugin(in: URL(fileURLWithPath: directory, isDirectory: true))
+        } catch {
+            Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
+            throw ExitCode(error.kind.exitCode)
+        }
+        guard plugin.manifest.owner == owner else {
+            Output.printError(
+                "extrun: configurationError: \(plugin.manifestPath) names owner '\(plugin.manifest.owner)', not '\(owner)': sign it for its owner (--owner \(plugin.manifest.owner)), or change the manifest's owner first")
+            throw ExitCode(ErrorKind.configurationError.exitCode)
+        }
+        if let problem = plugin.problem {
+            Output.printError("extrun: configurationError: \(plugin.manifestPath): \(problem)")
+            throw ExitCode(ErrorKind.configurationError.exitCode)
+        }
+        try StoreExit.run { store in
+            let signature = try PluginSignature.sign(
+                directory: plugin.directory.path, owner: owner, plugin: plugin.manifest.id, executable: plugin.executablePath, store: store)
+            Output.printLine(
+                "Signed \(plugin.manifest.id) for \(owner) with key \(signature.signingFingerprint): \(signature.files.count) files, in \(plugin.directory.path)/\(PluginSignature.fileName)")
+        }
+    }
+}
+
+struct PluginsVerify: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Check a plugin folder's signature: whether it holds, for which owner, and which file changed.",
+        discussion: """
+            Exit status 0: the signature holds and its owner trusts the key on this host \
+            ($EXTRUN_HOME). 15: it holds, but the owner does not trust the key here (`extrun \
+            owners trust`). 19 (signatureInvalid): the folder is unsigned, or a file changed, was \
+            added or removed after signing (the file is named), or the signature was altered.
+            """)
+    @Argument(help: ArgumentHelp("The plugin folder (holding manifest.json).", valueName: "dir")) var directory: String
+
+    static func openStore(_ host: ExtrunHost.Host) -> (Store?, String?) {
+        do {
+            return (try Store(home: host.paths.home), nil)
+        } catch {
+            return (nil, "the store cannot be opened: \(error)")
+        }
+    }
+
+    func run() throws {
+        let host = ExtrunHost.Host()
+        let plugin: DiscoveredPlugin
+        do {
+            plugin = try PluginCatalog.plugin(in: URL(fileURLWithPath: directory, isDirectory: true))
+        } catch {
+            Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
+            throw ExitCode(error.kind.exitCode)
+        }
+        let (store, storeProblem) = Self.openStore(host)
+        let status = host.signatureStatus(of: plugin, store: store, storeProblem: storeProblem)
+        switch status {
+        case .verified:
+            Output.printLine("\(plugin.manifest.id): the signature holds: \(status.summary)")
+        case .untrusted(_, _, let reason):
+            Output.printLine("\(plugin.manifest.id): the signature holds, but: \(reason)")
+        case .unsigned:
+            Output.printLine(
+                "\(plugin.manifest.id) is not signed (no \(PluginSignature.fileName)): it runs, but gets none of \(plugin.manifest.owner)'s data. Sign it: extrun plugins sign '\(plugin.directory.path)' --owner \(plugin.manifest.owner)")
+        case .broken(_, let message):
+            Output.printLine(message)
+        }
+        switch status {
+        case .verified: return
+        case .untrusted: throw ExitCode(StoreExit.code(for: .untrustedSigner))
+        case .unsigned, .broken: throw ExitCode(ErrorKind.signatureInvalid.exitCode)
+        }
     }
 }

@@ -21,9 +21,9 @@ enum StoreExit {
         case .notFound: 2
         case .versionConflict: 13
         case .invalidName, .invalidValue, .tooLarge, .invalidPath, .pathEscape, .wrongType, .alreadyExists, .readOnly, .staleBookmark,
-            .invalidDocument, .notYours:
+            .invalidDocument, .notYours, .quotaExceeded:
             14
-        case .keyMissing, .wrongKey, .invalidKeyFile, .insecurePermissions: 15
+        case .keyMissing, .wrongKey, .invalidKeyFile, .insecurePermissions, .unsignedPlugin, .untrustedSigner: 15
         case .sealBroken, .corruptStore, .storeMissing, .incompatibleStore: 16
         case .storeBusy, .ioError, .databaseError: 17
         }
@@ -45,14 +45,17 @@ enum StoreExit {
 
 struct Owners: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List, show and create owner identities and their keys.",
+        abstract: "List, show and create owner identities, their keys, the signing keys they trust and their quotas.",
         discussion: """
             An owner identity is the `owner` of a plugin's manifest (a developer team, an app \
             group). Each owner has a 256-bit key, created on first use, in \
             $EXTRUN_HOME/keys/ (readable only by you); everything plugins of that owner store \
-            is sealed with it. docs/store.md describes the layout.
+            is sealed with it, and an Ed25519 signing key that signs its plugins \
+            (`extrun plugins sign`). docs/store.md describes the layout.
             """,
-        subcommands: [OwnersList.self, OwnersShow.self, OwnersCreate.self, OwnersPubkey.self],
+        subcommands: [
+            OwnersList.self, OwnersShow.self, OwnersCreate.self, OwnersPubkey.self, OwnersTrust.self, OwnersUntrust.self, OwnersQuota.self,
+        ],
         defaultSubcommand: OwnersList.self
     )
 }
@@ -93,13 +96,19 @@ struct OwnersList: ParsableCommand {
 }
 
 struct OwnersShow: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "show", abstract: "Show one owner: its key file, fingerprint, counts and any problem.")
+    static let configuration = CommandConfiguration(
+        commandName: "show",
+        abstract: "Show one owner: its key file, fingerprint, counts, signing key, trusted signing keys, quota and usage, and any problem.")
     @Argument(help: "The owner identity.") var owner: String
 
     func run() throws {
         try StoreExit.run { store in
             let info = try store.owner(owner)
-            Output.printJSON(info.json)
+            var object: [String: JSONValue] = [:]
+            if case .object(let base) = info.json { object = base }
+            object.merge(info.signingJSON) { a, _ in a }
+            if case .object(let quota)? = (try? store.quota(of: owner))?.json { object["quota"] = quota["quota"] }
+            Output.printJSON(.object(object))
             if let problem = info.problem {
                 Output.printError("extrun: \(problem.kind.rawValue): \(problem.message)")
                 throw ExitCode(StoreExit.code(for: problem.kind))
@@ -122,12 +131,15 @@ struct OwnersCreate: ParsableCommand {
 struct OwnersPubkey: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pubkey",
-        abstract: "Print an owner's public key file (for `extrun migrate export --recipient`).",
+        abstract: "Print an owner's public key file (for `extrun migrate export --recipient` and `extrun owners trust`).",
         discussion: """
-            Prints the owner's X25519 public key as a small JSON file: owner, publicKey \
-            (base64) and fingerprint. Creates the owner's key first if it has none. Only \
-            the public half is printed; give the file to the machine that exports data for \
-            this owner, and compare the fingerprint with its operator over another channel.
+            Prints the owner's X25519 public key and its Ed25519 signing key as a small JSON \
+            file: owner, publicKey (base64), fingerprint, signingKey (base64), \
+            signingFingerprint. Creates the owner's keys first if it has none. Only the public \
+            halves are printed; give the file to the machine that exports data for this owner \
+            (publicKey), or to the hosts that should run plugins you sign (signingKey: \
+            `extrun owners trust OWNER --signing-key FILE` there), and compare the fingerprints \
+            with its operator over another channel.
 
             Example (on the new machine):
               extrun owners pubkey NEWTEAM -o newteam.pub
@@ -150,7 +162,8 @@ struct OwnersPubkey: ParsableCommand {
             else { throw ValidationError("cannot write \(output)") }
             handle.write(data)
             try handle.close()
-            Output.printError("Wrote the public key of \(owner) to \(output) (fingerprint \(key.fingerprint)).")
+            Output.printError(
+                "Wrote the public keys of \(owner) to \(output) (fingerprint \(key.fingerprint), signing fingerprint \(key.signingFingerprint ?? "none")).")
         }
     }
 }

@@ -75,6 +75,11 @@ struct CLI {
     init(extraPluginDirectories: [URL] = []) throws {
         home = try TempDirectory("cli-home")
         pluginPath = extraPluginDirectories + [try StagedPlugins.directory()]
+        // The examples are signed by the key staging made (Scripts/stage-plugins); this home's EXAMPLETEAM trusts it.
+        let trusted = try run([
+            "owners", "trust", "EXAMPLETEAM", "--signing-key", try StagedPlugins.directory().appendingPathComponent("EXAMPLETEAM.pub").path,
+        ])
+        guard trusted.status == 0 else { throw StagedPlugins.NotStaged(description: "cannot trust the staged examples' key: \(trusted)") }
     }
 
     func run(_ arguments: [String], stdin: String? = nil, currentDirectory: URL? = nil) throws -> CLIResult {

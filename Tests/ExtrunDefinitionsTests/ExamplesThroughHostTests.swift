@@ -21,6 +21,11 @@ struct ExamplesThroughHostTests {
         self.extrun = extrun
         self.plugins = staged
         home = try TempDirectory()
+        // The examples are signed by the key staging made (Scripts/stage-plugins); this home's EXAMPLETEAM trusts it.
+        let trusted = try run(
+            extrun, ["owners", "trust", "EXAMPLETEAM", "--signing-key", staged.appendingPathComponent("EXAMPLETEAM.pub").path],
+            environment: ["EXTRUN_HOME": home.url.path], stdin: nil)
+        guard trusted.status == 0 else { throw Missing(description: "cannot trust the staged examples' key: \(trusted.stderr)") }
     }
 
     func extrun(_ arguments: [String], stdin: String? = nil) throws -> (status: Int32, json: JSONValue, stderr: String) {

@@ -24,6 +24,11 @@ struct ContinueInAppTests {
             host = ExtrunHost.Host(paths: HostPaths(home: tmp.url.appendingPathComponent("home"), pluginSearchPath: [tmp.url.appendingPathComponent("plugins")]))
         }
 
+        /// Signs the plugin for TESTTEAM with the key in `home` (the fixture's by default), so that it gets TESTTEAM's store.
+        func sign(home: URL? = nil) throws {
+            try ExtrunHost.Host(paths: HostPaths(home: home ?? self.home, pluginSearchPath: [])).sign(pluginIn: plugin.directory)
+        }
+
         func run(_ parameters: [String: JSONValue] = ["text": "hi"], id: String? = nil, options: HandleOptions = HandleOptions()) -> HandleReport {
             host.handle(IntentInvocation(intent: "Echo", id: id, parameters: parameters, source: "test"), options: options)
         }
@@ -315,6 +320,7 @@ struct ContinueInAppTests {
     @Test("a successful run is donated: id, group, intent, parameters and response, in the owner's sealed log")
     func successIsDonated() throws {
         let f = try Fixture("donated", script: "serve()")
+        try f.sign()
         let report = f.host.handle(IntentInvocation(intent: "Echo", id: "order-1", groupIdentifier: "orders", parameters: ["text": "soup"], source: "t"))
         #expect(report.donation == DonationOutcome(donated: true))
         let donations = try Store(home: f.home).donations(of: "TESTTEAM").list()
@@ -335,6 +341,7 @@ struct ContinueInAppTests {
                 reply(msg, {"code": "failure" if msg["params"]["parameters"]["text"] == "fail" else "success"})
             serve({"handle": handle})
             """#)
+        try f.sign()
         var options = HandleOptions()
         options.donate = false
         #expect(f.run(options: options).donation == DonationOutcome(donated: false, reason: "--no-donate"))
@@ -349,6 +356,8 @@ struct ContinueInAppTests {
     @Test("a store that cannot take the donation does not fail the run; the outcome says why and the file is untouched")
     func donationToADamagedStore() throws {
         let f = try Fixture("damagedstore", script: "serve()")
+        // Signed elsewhere: the owner's trust is asked of the store, which cannot answer.
+        try f.sign(home: f.tmp.url.appendingPathComponent("signing-home"))
         try FileManager.default.createDirectory(at: f.home, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let storeFile = f.home.appendingPathComponent("store.sqlite")
         let garbage = Data("this is not a database".utf8)
@@ -387,6 +396,7 @@ struct ContinueInAppTests {
     @Test("plugins donate related intents and delete their own donations through the host")
     func pluginDonations() throws {
         let f = try Fixture("donor", script: Self.donor)
+        try f.sign()
         var options = HandleOptions()
         options.donate = false
         let donated = f.run(["text": "donate"], options: options)

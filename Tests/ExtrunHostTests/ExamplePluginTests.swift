@@ -12,6 +12,7 @@ struct ExamplePluginTests {
     init() throws {
         home = try TempDirectory("home")
         host = ExtrunHost.Host(paths: HostPaths(home: home.url, pluginSearchPath: [try StagedPlugins.directory()]))
+        try StagedPlugins.trust(home: home.url)
     }
 
     func handle(_ intent: String, _ parameters: [String: JSONValue], options: HandleOptions = HandleOptions()) -> HandleReport {

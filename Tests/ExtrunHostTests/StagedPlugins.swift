@@ -1,3 +1,4 @@
+import ExtrunStore
 import Foundation
 
 /// Where Scripts/test staged the example plugins (one directory per plugin).
@@ -28,5 +29,19 @@ enum StagedPlugins {
                 description: "the example plugins are not staged in \(url.path) and EXTRUN_TEST_PLUGINS is not set; run Scripts/test (it builds the plugins, stages them and runs the tests)")
         }
         return url
+    }
+
+    /// Makes the test home's EXAMPLETEAM trust the key Scripts/stage-plugins signed the
+    /// examples with (its public key file is staged as EXAMPLETEAM.pub), so that the
+    /// examples get EXAMPLETEAM's data in that home.
+    static func trust(home: URL) throws {
+        let file = try directory().appendingPathComponent("EXAMPLETEAM.pub")
+        guard let data = FileManager.default.contents(atPath: file.path) else {
+            throw NotStaged(description: "\(file.path) is missing: the staged examples were not signed; run Scripts/test")
+        }
+        guard let key = try OwnerPublicKey.decode(data, file: file.path).signingKey else {
+            throw NotStaged(description: "\(file.path) has no signing key; run Scripts/test")
+        }
+        try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
     }
 }

@@ -15,7 +15,8 @@ struct WarmReuseTests {
 
     /// A pool over the staged example plugins.
     func stagedPool() throws -> PluginPool {
-        PluginPool(host: ExtrunHost.Host(paths: HostPaths(home: home.url, pluginSearchPath: [try StagedPlugins.directory()])))
+        try StagedPlugins.trust(home: home.url)
+        return PluginPool(host: ExtrunHost.Host(paths: HostPaths(home: home.url, pluginSearchPath: [try StagedPlugins.directory()])))
     }
 
     /// A pool that sees one Python script plugin (the kit of HostilePluginTests).

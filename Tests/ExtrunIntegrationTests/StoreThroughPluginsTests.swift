@@ -13,6 +13,7 @@ import Testing
     init() throws {
         home = try Fixture.temporaryDirectory("home")
         host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [try Fixture.stagedPlugins()]))
+        try Fixture.trustStagedExamples(home: home)
     }
 
     func handle(_ intent: String, _ parameters: [String: JSONValue], host: ExtrunHost.Host? = nil) -> HandleReport {
@@ -30,6 +31,15 @@ import Testing
         #expect(try Store(home: home).globals(of: "EXAMPLETEAM").get("v")?.value == .string(value))
     }
 
+    @Test func theOwnersQuotaReachesTheSwiftPluginAsItsMessage() throws {
+        try Store(home: home).setQuota(of: "EXAMPLETEAM", ["globals": 0])
+        let report = handle("SetGlobalVariable", ["name": "v", "value": "x"])
+        #expect(report.response?.code == "failure")
+        let dialog = "\(String(describing: report.response?.dialog))"
+        #expect(dialog.contains("its quota is 0 globals"), "\(dialog)")
+        #expect(try Store(home: home).globals(of: "EXAMPLETEAM").list().isEmpty)
+    }
+
     @Test func aMissingGlobalIsTheDeclaredCustomCode() {
         let report = handle("GetGlobalVariable", ["name": "never-set"])
         #expect(report.response?.code == "notSet")
@@ -38,7 +48,7 @@ import Testing
 
     @Test func anotherOwnersPluginSeesNoneOfIt() throws {
         _ = handle("SetGlobalVariable", ["name": "secret", "value": "for EXAMPLETEAM only"])
-        let other = try Fixture.pluginCopy(named: "GlobalVariables", owner: "OTHERTEAM")
+        let other = try Fixture.pluginCopy(named: "GlobalVariables", owner: "OTHERTEAM", signedIn: home)
         let otherHost = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [other]))
         let report = handle("GetGlobalVariable", ["name": "secret"], host: otherHost)
         #expect(report.response?.code == "notSet", "\(String(describing: report.response))")
@@ -68,7 +78,7 @@ import Testing
             #expect(escape.response?.properties["reason"] == "pathEscape", "\(path)")
         }
 
-        let other = try Fixture.pluginCopy(named: "Bookmarks", owner: "OTHERTEAM")
+        let other = try Fixture.pluginCopy(named: "Bookmarks", owner: "OTHERTEAM", signedIn: home)
         let otherHost = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [other]))
         let foreign = handle("ReadBookmarkFile", ["bookmark": "docs", "path": "a.txt"], host: otherHost)
         #expect(foreign.response?.properties["reason"] == "notFound")
@@ -113,14 +123,22 @@ enum Fixture {
         return directory
     }
 
+    /// Makes the home's EXAMPLETEAM trust the key Scripts/stage-plugins signed the examples with.
+    static func trustStagedExamples(home: URL) throws {
+        let file = try stagedPlugins().appendingPathComponent("EXAMPLETEAM.pub")
+        let key = try #require(try OwnerPublicKey.decode(Data(contentsOf: file), file: file.path).signingKey)
+        try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
+    }
+
     static func temporaryDirectory(_ name: String) throws -> URL {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-integration-\(name)-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         return url
     }
 
-    /// A copy of a staged example plugin's directory with another owner in its manifest.
-    static func pluginCopy(named name: String, owner: String) throws -> URL {
+    /// A copy of a staged example plugin's directory with another owner in its manifest,
+    /// signed for that owner with its key in `home`.
+    static func pluginCopy(named name: String, owner: String, signedIn home: URL) throws -> URL {
         let source = try stagedPlugins().appendingPathComponent(name)
         let root = try temporaryDirectory("plugins")
         let target = root.appendingPathComponent(name)
@@ -129,6 +147,7 @@ enum Fixture {
         manifest.owner = owner
         manifest.executable = source.appendingPathComponent(manifest.executable).resolvingSymlinksInPath().path
         try JSONCoding.encoder().encode(manifest).write(to: target.appendingPathComponent("manifest.json"))
+        try ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [])).sign(pluginIn: target)
         return root
     }
 

@@ -1,4 +1,5 @@
 import ExtrunHost
+import ExtrunStore
 import ExtrunProtocol
 import Foundation
 import Testing
@@ -107,6 +108,10 @@ enum ExamplePlugins {
         try #require(
             FileManager.default.fileExists(atPath: directory.appendingPathComponent("AllocateMemory/manifest.json").path),
             "the example plugins are not staged in \(directory.path): run Scripts/test")
+        // The examples are signed by the key staging made; this home's EXAMPLETEAM trusts it.
+        let file = directory.appendingPathComponent("EXAMPLETEAM.pub")
+        let key = try #require(try OwnerPublicKey.decode(Data(contentsOf: file), file: file.path).signingKey)
+        try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
         return ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [directory]))
     }
 

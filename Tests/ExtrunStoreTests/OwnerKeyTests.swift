@@ -21,7 +21,8 @@ import Glibc
         }
         // Nothing left behind by the atomic writes.
         let keys = try FileManager.default.contentsOfDirectory(atPath: test.home + "/keys")
-        #expect(keys == ["EXAMPLETEAM.key"])
+        #expect(keys.sorted() == ["EXAMPLETEAM.key", "EXAMPLETEAM.signing"])
+        #expect(permissions(test.home + "/keys/EXAMPLETEAM.signing") == 0o600)
         let home = try FileManager.default.contentsOfDirectory(atPath: test.home).filter { $0.hasPrefix(".") }
         #expect(home.isEmpty)
     }

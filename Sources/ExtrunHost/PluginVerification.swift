@@ -1,0 +1,131 @@
+import ExtrunProtocol
+import ExtrunStore
+import Foundation
+import Synchronization
+
+/// The host proves a plugin's owner before it serves it (docs/sandbox.md, "Who a
+/// plugin is"): a plugin folder with a signature file starts only if every file is
+/// the one signed (else `signatureInvalid`, naming the file); what the owner thinks of
+/// the signer (its own key, an author's it trusts) is asked on the plugin's first
+/// store request (`StoreServices.authorize`). A folder without a signature runs, but
+/// gets none of its owner's data.
+///
+/// The files' digests are cached by identity (device, inode, size, modification and
+/// change time) in the process and in `<home>/cache/plugin-digests.json`: a run reads
+/// the signature file and `stat`s the plugin's files, and reads none of them whole
+/// unless it changed.
+enum PluginVerification {
+    /// The last answer per plugin folder and when it was found (monotonic ns).
+    private static let recent = Mutex<[String: (seal: PluginSeal, at: UInt64)]>([:])
+
+    /// The seal of `plugin`. `maxAgeNs`: an answer found that recently for the same
+    /// folder is reused without looking at the files (a pool's 10 ms, as for its
+    /// file identities: a change is seen by the intents that start 10 ms after it); 0 looks every time.
+    static func seal(of plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64 = 0) throws(HostError) -> PluginSeal {
+        // Keyed by the manifest's path, which is kept (a URL's `path` costs microseconds per intent).
+        let now = maxAgeNs > 0 ? MonotonicClock.now() : 0
+        if maxAgeNs > 0, let known = recent.withLock({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs {
+            return known.seal
+        }
+        let directory = String(plugin.manifestPath.dropLast("/manifest.json".count))
+        let seal: PluginSeal
+        do {
+            seal = try PluginSignature.check(
+                directory: directory, owner: plugin.manifest.owner, plugin: plugin.manifest.id, executable: plugin.executablePath,
+                home: home.path)
+        } catch {
+            var details: [String: JSONValue] = ["plugin": .string(plugin.manifest.id), "directory": .string(directory)]
+            details["file"] = .string(error.file ?? directory + "/" + PluginSignature.fileName)
+            throw HostError(
+                .signatureInvalid,
+                "\(plugin.manifest.id) (\(directory)) is not started: \(error.text). Sign it again if the change is yours (extrun plugins sign '\(directory)' --owner \(plugin.manifest.owner)), or reinstall it",
+                details: details)
+        }
+        if maxAgeNs > 0 {
+            recent.withLock { recent in
+                if recent.count > 256 { recent.removeAll() }
+                recent[plugin.manifestPath] = (seal, now)
+            }
+        }
+        return seal
+    }
+}
+
+/// What `extrun plugins` and `extrun plugins verify` say of a plugin's signature.
+public enum PluginSignatureStatus: Sendable, Equatable {
+    /// No signature file: the plugin runs but gets none of its owner's data.
+    case unsigned
+    /// The signature holds and the owner trusts the key: `author` nil for the owner's own key.
+    case verified(owner: String, signingFingerprint: String, author: String?)
+    /// The signature holds, but the owner does not trust the key here (or its keys cannot be read: `reason`).
+    case untrusted(owner: String, signingFingerprint: String, reason: String)
+    /// The plugin is not started: `file` changed, or the signature is malformed or another plugin's.
+    case broken(file: String, message: String)
+
+    /// One line: `verified owner EXAMPLETEAM (own key 1a2b...)`, `unsigned`, `signature broken: FILE`.
+    public var summary: String {
+        switch self {
+        case .unsigned: "unsigned"
+        case .verified(let owner, let fingerprint, let author):
+            "verified owner \(owner) (\(author.map { "trusted author \($0)'s key" } ?? "its own key") \(fingerprint))"
+        case .untrusted(let owner, let fingerprint, _): "signed with key \(fingerprint), which \(owner) does not trust"
+        case .broken(let file, _): "signature broken: \(file)"
+        }
+    }
+
+    public var json: JSONValue {
+        switch self {
+        case .unsigned: .object(["status": "unsigned"])
+        case .verified(let owner, let fingerprint, let author):
+            .object([
+                "status": "verified", "owner": .string(owner), "signingFingerprint": .string(fingerprint),
+                "signedBy": .string(author.map { "trusted author \($0)" } ?? "owner"),
+            ])
+        case .untrusted(let owner, let fingerprint, let reason):
+            .object(["status": "untrusted", "owner": .string(owner), "signingFingerprint": .string(fingerprint), "message": .string(reason)])
+        case .broken(let file, let message): .object(["status": "broken", "file": .string(file), "message": .string(message)])
+        }
+    }
+}
+
+extension Host {
+    /// The plugin's signature as this host sees it: checked against its files now, and
+    /// against the keys its owner trusts in `store` (nil: the store could not be opened, `storeProblem` says why).
+    public func signatureStatus(of plugin: DiscoveredPlugin, store: Store?, storeProblem: String? = nil) -> PluginSignatureStatus {
+        let seal: PluginSeal
+        do {
+            seal = try PluginVerification.seal(of: plugin, home: paths.home)
+        } catch {
+            return .broken(file: error.details["file"]?.stringValue ?? plugin.directory.path, message: error.message)
+        }
+        switch seal {
+        case .unsigned:
+            return .unsigned
+        case .signed(let owner, let signingKey):
+            let fingerprint = SigningKeyFingerprint.of(signingKey)
+            guard let store else { return .untrusted(owner: owner, signingFingerprint: fingerprint, reason: storeProblem ?? "the store is not open") }
+            do {
+                switch try store.standing(of: signingKey, for: owner) {
+                case .ownKey: return .verified(owner: owner, signingFingerprint: fingerprint, author: nil)
+                case .trustedAuthor(let key): return .verified(owner: owner, signingFingerprint: fingerprint, author: key.author)
+                }
+            } catch let error as StoreError {
+                return .untrusted(owner: owner, signingFingerprint: fingerprint, reason: error.message)
+            } catch {
+                return .untrusted(owner: owner, signingFingerprint: fingerprint, reason: "\(error)")
+            }
+        }
+    }
+}
+
+extension Host {
+    /// Signs the plugin in `directory` for its manifest's owner with that owner's signing key
+    /// in this host's home (made on first need), as `extrun plugins sign` does.
+    @discardableResult
+    public func sign(pluginIn directory: URL, store: Store? = nil) throws -> PluginSignature {
+        let plugin = try PluginCatalog.plugin(in: directory)
+        return try PluginSignature.sign(
+            directory: plugin.directory.path, owner: plugin.manifest.owner, plugin: plugin.manifest.id, executable: plugin.executablePath,
+            store: store ?? Store(home: paths.home))
+    }
+}

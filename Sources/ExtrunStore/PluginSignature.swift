@@ -1,0 +1,449 @@
+import Crypto
+import ExtrunProtocol
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `extrun-signature.json` in a plugin's folder: the owner's Ed25519 signature over the
+/// plugin's id, its owner and the SHA-256 of every file it consists of
+/// (docs/plugin-guide.md, "Signing your plugin"):
+///
+///     {"format": "extrun-plugin-signature", "version": 1, "owner": "EXAMPLETEAM",
+///      "plugin": "com.example.x", "signed": "2026-11-25T10:00:00Z",
+///      "signingKey": "<base64 Ed25519 public key>", "signingFingerprint": "<32 hex>",
+///      "files": [{"path": "manifest.json", "sha256": "<hex>", "size": 812}, ...],
+///      "signature": "<base64, 64 bytes>"}
+///
+/// The signature covers `"extrun-plugin-signature-v1\n"` followed by the compact JSON
+/// (sorted keys) of every field but `signature`. The files are every regular file
+/// under the folder (symbolic links followed, the signature file excepted) and the
+/// manifest's executable when it lies outside the folder.
+public struct PluginSignature: Sendable, Equatable {
+    public static let fileName = "extrun-signature.json"
+    public static let formatName = "extrun-plugin-signature"
+    /// The most files a signed plugin folder may hold.
+    public static let maxFiles = 10_000
+    /// The largest signature file read.
+    public static let maxFileBytes = 4 << 20
+
+    public struct File: Sendable, Equatable {
+        /// Relative to the plugin folder, or absolute for an executable outside it.
+        public var path: String
+        public var sha256: String
+        public var size: Int64
+    }
+
+    public var owner: String
+    public var plugin: String
+    public var signed: String
+    public var signingKey: Data
+    public var files: [File]
+    public var signature: Data
+
+    public var signingFingerprint: String { SigningKeyFingerprint.of(signingKey) }
+
+    /// What the signature covers.
+    func payload() -> Data {
+        var bytes = Array("extrun-plugin-signature-v1\n".utf8)
+        JSONWriter.write(unsignedJSON, into: &bytes)
+        return Data(bytes)
+    }
+
+    private var unsignedJSON: JSONValue {
+        .object([
+            "format": .string(Self.formatName), "version": 1, "owner": .string(owner), "plugin": .string(plugin), "signed": .string(signed),
+            "signingKey": .string(signingKey.base64EncodedString()), "signingFingerprint": .string(signingFingerprint),
+            "files": .array(files.map { .object(["path": .string($0.path), "sha256": .string($0.sha256), "size": .int($0.size)]) }),
+        ])
+    }
+
+    var fileJSON: JSONValue {
+        guard case .object(var object) = unsignedJSON else { return unsignedJSON }
+        object["signature"] = .string(signature.base64EncodedString())
+        return .object(object)
+    }
+
+    /// Whether the Ed25519 signature holds for the signing key it names.
+    public var isValid: Bool {
+        SigningKeyFingerprint.isValid(signature: signature, of: payload(), by: signingKey)
+    }
+
+    /// Reads a signature file's bytes; `Problem` names what is wrong.
+    public static func decode(_ data: Data) throws(PluginSignatureProblem) -> PluginSignature {
+        do {
+            let fields = try JSONFields(try JSONCoding.parse(json: data))
+            let format = try fields.string("format")
+            guard format == formatName else { throw PluginSignatureProblem.malformed("its format is '\(format)', expected '\(formatName)'") }
+            let version = try fields.int("version")
+            guard version == 1 else { throw PluginSignatureProblem.malformed("it is version \(version); this extrun reads version 1") }
+            let signature = PluginSignature(
+                owner: try fields.string("owner"), plugin: try fields.string("plugin"), signed: try fields.string("signed"),
+                signingKey: try fields.base64("signingKey"),
+                files: try fields.objects("files") { file in
+                    File(path: try file.string("path"), sha256: try file.string("sha256"), size: Int64(try file.int("size")))
+                },
+                signature: try fields.base64("signature"))
+            guard signature.files.count <= maxFiles else {
+                throw PluginSignatureProblem.malformed("it lists \(signature.files.count) files; the limit is \(maxFiles)")
+            }
+            return signature
+        } catch let problem as PluginSignatureProblem {
+            throw problem
+        } catch {
+            throw .malformed(JSONCoding.describe(error))
+        }
+    }
+}
+
+/// Why a plugin's signature does not hold.
+public enum PluginSignatureProblem: Error, Sendable, Equatable {
+    /// The signature file cannot be read or is not one.
+    case malformed(String)
+    /// The Ed25519 signature does not verify: the signature file was edited.
+    case badSignature
+    /// The signature names another owner or plugin than the manifest.
+    case otherPlugin(String)
+    /// A file differs from the one signed (`reason`: changed, added, removed).
+    case fileChanged(path: String, reason: String)
+    /// Too many files, or a folder linked in: the numbers or the path in the message.
+    case unsupported(String)
+}
+
+/// The files a plugin consists of, and their SHA-256, cached by file identity.
+public enum PluginFiles {
+    /// A file's identity: device, inode, size, modification and change times. Writing to
+    /// the file, replacing it or setting its times back changes the change time.
+    struct Identity: Equatable, Sendable {
+        var device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64
+
+        init(_ info: stat) {
+            device = UInt64(info.st_dev)
+            inode = UInt64(info.st_ino)
+            size = Int64(info.st_size)
+            mtime = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+            ctime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
+        }
+
+        init(device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64) {
+            self.device = device
+            self.inode = inode
+            self.size = size
+            self.mtime = mtime
+            self.ctime = ctime
+        }
+    }
+
+    /// (path as signed, absolute path) of each file of the plugin in `directory`, sorted by path.
+    public static func list(directory: String, executable: String) throws(PluginSignatureProblem) -> [(String, String)] {
+        var found: [(String, String)] = []
+        func walk(_ relative: String) throws(PluginSignatureProblem) {
+            let absolute = relative.isEmpty ? directory : directory + "/" + relative
+            guard let dir = opendir(absolute) else {
+                throw .unsupported("cannot read the folder \(absolute): \(String(cString: strerror(errno)))")
+            }
+            defer { closedir(dir) }
+            var names: [String] = []
+            while let entry = readdir(dir) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if name == "." || name == ".." || (relative.isEmpty && name == PluginSignature.fileName) { continue }
+                names.append(name)
+            }
+            for name in names.sorted() {
+                let path = relative.isEmpty ? name : relative + "/" + name
+                var link = stat()
+                guard lstat(directory + "/" + path, &link) == 0 else { continue }
+                if link.st_mode & S_IFMT == S_IFDIR {
+                    try walk(path)
+                    continue
+                }
+                var info = stat()
+                guard stat(directory + "/" + path, &info) == 0 else {
+                    throw .unsupported("\(directory)/\(path) is a symbolic link to nothing; remove it or point it at the file")
+                }
+                if info.st_mode & S_IFMT == S_IFDIR {
+                    throw .unsupported("\(directory)/\(path) is a symbolic link to a folder; copy the folder in, so that its files can be signed")
+                }
+                guard info.st_mode & S_IFMT == S_IFREG else { continue }
+                found.append((path, directory + "/" + path))
+                if found.count > PluginSignature.maxFiles {
+                    throw .unsupported("the plugin folder \(directory) holds over \(PluginSignature.maxFiles) files; the limit is \(PluginSignature.maxFiles)")
+                }
+            }
+        }
+        try walk("")
+        if executable.hasPrefix("/"), !executable.hasPrefix(directory + "/") {
+            found.append((executable, executable))
+        }
+        return found.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+    }
+
+    /// Digests by absolute path and identity, for this process.
+    private static let memory = Mutex<[String: (Identity, String)]>([:])
+
+    /// The file's SHA-256 in hex and its size, from the cache when its identity is unchanged.
+    static func digest(_ path: String, cache slot: DigestCache.Slot) throws(PluginSignatureProblem) -> (sha256: String, size: Int64, computed: Bool) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw .fileChanged(path: path, reason: "it is missing") }
+        let identity = Identity(info)
+        if let known = memory.withLock({ $0[path] }), known.0 == identity {
+            // The home's cache learns it only if it was read anyway (signing reads it): a hit costs no file read.
+            if let cache = slot.loaded, cache.entries[path]?.0 != identity {
+                cache.entries[path] = known
+                cache.changed = true
+            }
+            return (known.1, identity.size, false)
+        }
+        let cache = slot.get()
+        if let known = cache?.entries[path], known.0 == identity {
+            memory.withLock { $0[path] = known }
+            return (known.1, identity.size, false)
+        }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .fileChanged(path: path, reason: "it cannot be read (\(String(cString: strerror(errno))))") }
+        defer { close(fd) }
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw .fileChanged(path: path, reason: "it cannot be read (\(String(cString: strerror(errno))))")
+            }
+            if count == 0 { break }
+            hasher.update(data: buffer[0..<count])
+        }
+        let hex = hex(hasher.finalize())
+        // Identity after reading: a file written meanwhile is not cached under its old identity.
+        var after = stat()
+        if fstat(fd, &after) == 0, Identity(after) == identity {
+            memory.withLock { cache in
+                if cache.count > 4096 { cache.removeAll() }
+                cache[path] = (identity, hex)
+            }
+            cache?.entries[path] = (identity, hex)
+            cache?.changed = true
+        }
+        return (hex, identity.size, true)
+    }
+
+    static func hex(_ digest: SHA256.Digest) -> String {
+        digest.map { byte in
+            let digits = String(byte, radix: 16)
+            return byte < 16 ? "0" + digits : digits
+        }.joined()
+    }
+
+    /// Computes the signature's file list for signing.
+    static func signedFiles(directory: String, executable: String, cache slot: DigestCache.Slot) throws(PluginSignatureProblem) -> [PluginSignature.File] {
+        var files: [PluginSignature.File] = []
+        for (signedPath, path) in try list(directory: directory, executable: executable) {
+            let digest = try digest(path, cache: slot)
+            files.append(PluginSignature.File(path: signedPath, sha256: digest.sha256, size: digest.size))
+        }
+        return files
+    }
+
+    /// Checks the folder against the signature: the same files, each with its signed digest.
+    /// The first difference is the error, naming the file.
+    static func check(_ signature: PluginSignature, directory: String, executable: String, cache: DigestCache.Slot) throws(PluginSignatureProblem) {
+        let present = try list(directory: directory, executable: executable)
+        let signedPaths = Set(signature.files.map(\.path))
+        for (signedPath, path) in present where !signedPaths.contains(signedPath) {
+            throw .fileChanged(path: path, reason: "it was added after signing")
+        }
+        let presentPaths = Set(present.map(\.0))
+        for file in signature.files where !presentPaths.contains(file.path) {
+            throw .fileChanged(path: file.path.hasPrefix("/") ? file.path : directory + "/" + file.path, reason: "it was removed after signing")
+        }
+        for file in signature.files {
+            let path = file.path.hasPrefix("/") ? file.path : directory + "/" + file.path
+            let digest = try digest(path, cache: cache)
+            guard digest.sha256 == file.sha256.lowercased(), digest.size == file.size else {
+                throw .fileChanged(path: path, reason: "its contents changed after signing (SHA-256 \(digest.sha256), signed \(file.sha256))")
+            }
+        }
+    }
+}
+
+/// `<home>/cache/plugin-digests.json`: the SHA-256 of plugin files by identity, and the
+/// digests of signature files whose Ed25519 signature held, so that a new `extrun handle`
+/// process reads no plugin file whole. Only the host's user can write it (the home is 0700);
+/// a cache that is unreadable or not private is ignored and rewritten.
+final class DigestCache {
+    /// The home's cache, read on first need.
+    final class Slot {
+        let home: String?
+        private(set) var loaded: DigestCache?
+        init(home: String?) { self.home = home }
+        func get() -> DigestCache? {
+            if loaded == nil, let home { loaded = DigestCache(home: home) }
+            return loaded
+        }
+    }
+
+    /// Signature files (their SHA-256) whose Ed25519 signature held, in this process.
+    static let verifiedInProcess = Mutex<Set<String>>([])
+
+    var entries: [String: (PluginFiles.Identity, String)] = [:]
+    var verifiedSignatures: Set<String> = []
+    let path: String
+    static let maxEntries = 4096
+
+    init(home: String) {
+        path = home + "/cache/plugin-digests.json"
+        var info = stat()
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,
+            info.st_size < 8 << 20,
+            let data = try? FileOps.readAll(fd, limit: 8 << 20), let value = try? JSONParser.parse(data), case .object(let root) = value
+        else { return }
+        if case .array(let files)? = root["files"] {
+            for file in files {
+                guard case .object(let f) = file, case .string(let p)? = f["path"], case .string(let hex)? = f["sha256"],
+                    case .int(let dev)? = f["dev"], case .int(let ino)? = f["ino"], case .int(let size)? = f["size"],
+                    case .int(let mtime)? = f["mtime"], case .int(let ctime)? = f["ctime"]
+                else { continue }
+                entries[p] = (PluginFiles.Identity(device: UInt64(bitPattern: dev), inode: UInt64(bitPattern: ino), size: size, mtime: mtime, ctime: ctime), hex)
+            }
+        }
+        if case .array(let signatures)? = root["signatures"] {
+            for case .string(let digest) in signatures { verifiedSignatures.insert(digest) }
+        }
+    }
+
+    /// Writes the cache back when it learnt something (atomically; a failure only costs a later recomputation).
+    func saveIfChanged() {
+        guard changed else { return }
+        if entries.count > Self.maxEntries { entries.removeAll() }
+        if verifiedSignatures.count > Self.maxEntries { verifiedSignatures.removeAll() }
+        let files: [JSONValue] = entries.sorted { $0.key < $1.key }.map { path, value in
+            .object([
+                "path": .string(path), "sha256": .string(value.1), "dev": .int(Int64(bitPattern: value.0.device)),
+                "ino": .int(Int64(bitPattern: value.0.inode)), "size": .int(value.0.size), "mtime": .int(value.0.mtime),
+                "ctime": .int(value.0.ctime),
+            ])
+        }
+        let root = JSONValue.object(["files": .array(files), "signatures": .array(verifiedSignatures.sorted().map { .string($0) })])
+        let directory = (path as NSString).deletingLastPathComponent
+        do {
+            try FileOps.makePrivateDirectory(directory)
+            let dirfd = try FileOps.open(directory, O_RDONLY | O_DIRECTORY)
+            defer { close(dirfd) }
+            try FileOps.writeAtomically(
+                dirfd: dirfd, name: "plugin-digests.json", data: Data(JSONWriter.bytes(root)), createMode: 0o600, exactMode: 0o600, replace: true)
+        } catch {
+            return
+        }
+    }
+
+    /// Set when an entry was replaced (same count, other contents).
+    var changed = false
+}
+
+/// What a plugin folder's signature proves, before any owner's trust is asked.
+public enum PluginSeal: Sendable, Equatable {
+    /// No signature file: the plugin runs, but gets none of its owner's data.
+    case unsigned
+    /// The signature holds: the files are those `signingKey` signed for `owner`.
+    case signed(owner: String, signingKey: Data)
+}
+
+extension PluginSignature {
+    /// Checks the plugin in `directory` (whose manifest names `owner` and `plugin` and
+    /// `executable`) against its signature file. `home`: where the digest cache is kept (nil: none).
+    public static func check(
+        directory: String, owner: String, plugin: String, executable: String, home: String?
+    ) throws(PluginSignatureProblem) -> PluginSeal {
+        let path = directory + "/" + fileName
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return .unsigned }
+            throw .malformed("cannot open \(path): \(String(cString: strerror(errno)))")
+        }
+        let data: Data
+        do {
+            defer { close(fd) }
+            guard let read = try? FileOps.readAll(fd, limit: maxFileBytes) else {
+                throw PluginSignatureProblem.malformed("cannot read \(path), or it is over \(maxFileBytes) bytes")
+            }
+            data = read
+        }
+        let signature = try decode(data)
+        guard signature.owner.utf8.elementsEqual(owner.utf8) else {
+            throw .otherPlugin("it was signed for owner '\(signature.owner)', but the manifest names owner '\(owner)'")
+        }
+        guard signature.plugin == plugin else {
+            throw .otherPlugin("it was signed for plugin '\(signature.plugin)', but the manifest's id is '\(plugin)'")
+        }
+        let cache = DigestCache.Slot(home: home)
+        let digest = PluginFiles.hex(SHA256.hash(data: data))
+        if !DigestCache.verifiedInProcess.withLock({ $0.contains(digest) }) {
+            if cache.get()?.verifiedSignatures.contains(digest) != true {
+                guard signature.isValid else { throw .badSignature }
+                cache.loaded?.verifiedSignatures.insert(digest)
+                cache.loaded?.changed = true
+            }
+            DigestCache.verifiedInProcess.withLock { known in
+                if known.count > 4096 { known.removeAll() }
+                known.insert(digest)
+            }
+        }
+        try PluginFiles.check(signature, directory: directory, executable: executable, cache: cache)
+        cache.loaded?.saveIfChanged()
+        return .signed(owner: owner, signingKey: signature.signingKey)
+    }
+
+    /// Signs the plugin in `directory` for `owner` with the owner's signing key in `store`
+    /// (made on first need) and writes the signature file (replacing one that is there).
+    public static func sign(directory: String, owner: String, plugin: String, executable: String, store: Store) throws -> PluginSignature {
+        let key = try store.signingKey(of: owner)
+        let files: [File]
+        // The digests go to the home's cache too: the first run after signing reads no file whole.
+        let cache = DigestCache.Slot(home: store.homePath)
+        _ = cache.get()
+        do {
+            files = try PluginFiles.signedFiles(directory: directory, executable: executable, cache: cache)
+        } catch {
+            throw StoreError(.invalidDocument, "cannot sign \(directory): \(error.text)", details: ["file": .string(directory)])
+        }
+        var signature = PluginSignature(
+            owner: owner, plugin: plugin, signed: ISODate.format(Date()), signingKey: key.publicKey, files: files, signature: Data())
+        signature.signature = try key.signature(for: signature.payload())
+        cache.loaded?.saveIfChanged()
+        let data = Data(JSONWriter.prettyBytes(signature.fileJSON)) + Data("\n".utf8)
+        do {
+            let dirfd = try FileOps.open(directory, O_RDONLY | O_DIRECTORY)
+            defer { close(dirfd) }
+            try FileOps.writeAtomically(dirfd: dirfd, name: fileName, data: data, createMode: 0o644, exactMode: 0o644, replace: true)
+        } catch {
+            throw StoreError(.ioError, "cannot write \(directory)/\(fileName): \(error.reason)", details: ["file": .string(directory + "/" + fileName)])
+        }
+        return signature
+    }
+}
+
+extension PluginSignatureProblem {
+    /// A sentence for people.
+    public var text: String {
+        switch self {
+        case .malformed(let why): "the signature file is not valid: \(why)"
+        case .badSignature: "the signature does not verify: \(PluginSignature.fileName) was altered after signing"
+        case .otherPlugin(let why): "the signature is not this plugin's: \(why)"
+        case .fileChanged(let path, let reason): "\(path) does not match the signature: \(reason)"
+        case .unsupported(let why): why
+        }
+    }
+
+    /// The file the problem is about, if one.
+    public var file: String? {
+        if case .fileChanged(let path, _) = self { return path }
+        return nil
+    }
+}

@@ -1,0 +1,149 @@
+import ExtrunProtocol
+import Foundation
+import GRDB
+import Testing
+
+@testable import ExtrunStore
+
+/// Per-owner quotas (issue 16): counts and bytes, defaults from the policy,
+/// overrides per owner; a write over a limit is `quotaExceeded` with its numbers
+/// and writes nothing.
+@Suite("Owner quotas")
+struct QuotaTests {
+    /// The usage as the quota counts it, recomputed from the rows (what the triggers must keep).
+    static func recomputed(_ store: Store, _ owner: String) throws -> OwnerUsage {
+        try store.database.read { db in
+            func int(_ sql: String) throws -> Int64 { try Int64.fetchOne(db, sql: sql, arguments: [owner]) ?? 0 }
+            return OwnerUsage(
+                bytes: try int("SELECT IFNULL(SUM(length(CAST(name AS BLOB)) + length(sealed)), 0) FROM global WHERE owner = ?")
+                    + int("SELECT IFNULL(SUM(length(CAST(name AS BLOB)) + length(sealed)), 0) FROM bookmark WHERE owner = ?")
+                    + int("SELECT IFNULL(SUM(length(CAST(identifier AS BLOB)) + length(sealed)), 0) FROM donation WHERE owner = ?"),
+                globals: try int("SELECT COUNT(*) FROM global WHERE owner = ?"),
+                bookmarks: try int("SELECT COUNT(*) FROM bookmark WHERE owner = ?"),
+                donations: try int("SELECT COUNT(*) FROM donation WHERE owner = ?"))
+        }
+    }
+
+    /// Every row of the owner's globals (name, version, sealed bytes).
+    static func globalRows(_ store: Store, _ owner: String) throws -> [[String]] {
+        try store.database.read { db in
+            try Row.fetchAll(db, sql: "SELECT name, version, hex(sealed) AS s FROM global WHERE owner = ? ORDER BY name", arguments: [owner])
+                .map { [$0["name"], String($0["version"] as Int64), $0["s"]] }
+        }
+    }
+
+    @Test("the global count: the write past it is refused with limit and usage, nothing written; updates still pass")
+    func globalCount() throws {
+        let tmp = try TemporaryDirectory()
+        let store = try Store(home: tmp.url)
+        try store.setQuota(of: "TEAM", ["globals": 3])
+        let globals = try store.globals(of: "TEAM")
+        for name in ["a", "b", "c"] { try globals.set(name, to: "v") }
+        let before = try Self.globalRows(store, "TEAM")
+        let error = try #require(throws: StoreError.self) { try globals.set("d", to: "v") }
+        #expect(error.kind == .quotaExceeded)
+        #expect(error.details["quota"] == "globals")
+        #expect(error.details["limit"] == 3)
+        #expect(error.details["usage"] == 3)
+        #expect(error.details["adding"] == 1)
+        #expect(error.message.contains("extrun owners quota TEAM --globals"))
+        #expect(!error.message.lowercased().contains("reset"))
+        #expect(try Self.globalRows(store, "TEAM") == before)
+        // Changing one that exists adds no global.
+        try globals.set("a", to: "w")
+        #expect(try store.quota(of: "TEAM").usage == Self.recomputed(store, "TEAM"))
+    }
+
+    @Test("bytes: an import over the limit is refused whole; a delete under a lowered limit passes")
+    func bytes() throws {
+        let tmp = try TemporaryDirectory()
+        let store = try Store(home: tmp.url)
+        let globals = try store.globals(of: "TEAM")
+        try globals.set("small", to: "x")
+        let used = try store.quota(of: "TEAM").usage.bytes
+        try store.setQuota(of: "TEAM", ["bytes": used + 1000])
+        let document = Data(#"{"format":"extrun-globals","version":1,"owner":"TEAM","globals":{"a":"\#(String(repeating: "a", count: 600))","b":"\#(String(repeating: "b", count: 600))"}}"#.utf8)
+        let before = try Self.globalRows(store, "TEAM")
+        let error = try #require(throws: StoreError.self) { try globals.import(document, mode: .merge) }
+        #expect(error.kind == .quotaExceeded, "\(error)")
+        #expect(error.details["quota"] == "bytes")
+        #expect(error.details["limit"] == .int(used + 1000))
+        #expect(try Self.globalRows(store, "TEAM") == before, "nothing of the import was written")
+        // Lowered under the usage: deleting is fine, adding is not.
+        try store.setQuota(of: "TEAM", ["bytes": 1])
+        #expect(throws: StoreError.self) { try globals.set("more", to: "y") }
+        #expect(try globals.delete("small"))
+        #expect(try store.quota(of: "TEAM").usage == OwnerUsage())
+        // Back to the default.
+        let report = try store.setQuota(of: "TEAM", ["bytes": nil])
+        #expect(report.quota.bytes == OwnerQuota.builtIn.bytes)
+        #expect(report.overridden.isEmpty)
+    }
+
+    @Test("bookmarks and donations have counts too")
+    func bookmarksAndDonations() throws {
+        let tmp = try TemporaryDirectory()
+        let store = try Store(home: tmp.url)
+        try store.setQuota(of: "TEAM", ["bookmarks": 1, "donations": 2])
+        try tmp.makeFolder("one")
+        try tmp.makeFolder("two")
+        try store.bookmarks(of: "TEAM").add("one", path: tmp.sub("one"), readOnly: true)
+        let error = try #require(throws: StoreError.self) { try store.bookmarks(of: "TEAM").add("two", path: tmp.sub("two"), readOnly: true) }
+        #expect(error.kind == .quotaExceeded && error.details["quota"] == "bookmarks")
+        #expect(try store.bookmarks(of: "TEAM").list().map(\.bookmark.name) == ["one"])
+        let donations = try store.donations(of: "TEAM")
+        func donation(_ id: String) -> Donation {
+            Donation(identifier: id, owner: "TEAM", plugin: "p", intent: "I", source: "handle", parameters: ["k": "v"], response: nil)
+        }
+        try donations.donate(donation("1"))
+        try donations.donate(donation("2"))
+        try donations.donate(donation("2"))  // donated again: replaced, not added
+        let refused = try #require(throws: StoreError.self) { try donations.donate(donation("3"), durable: false) }
+        #expect(refused.details["quota"] == "donations" && refused.details["limit"] == 2 && refused.details["usage"] == 2)
+        #expect(try donations.list().map(\.identifier) == ["1", "2"])
+        #expect(try store.quota(of: "TEAM").usage == Self.recomputed(store, "TEAM"))
+    }
+
+    @Test("the defaults come from quota in policy.json; an owner's own limit wins; a bad policy is a clear error")
+    func policyDefaults() throws {
+        let tmp = try TemporaryDirectory()
+        _ = try Store(home: tmp.url)
+        try tmp.write("policy.json", #"{"quota": {"globals": 1}}"#)
+        chmod(tmp.sub("policy.json"), 0o600)
+        let store = try Store(home: tmp.url)
+        try store.globals(of: "A").set("x", to: 1)
+        #expect(throws: StoreError.self) { try store.globals(of: "A").set("y", to: 1) }
+        try store.setQuota(of: "B", ["globals": 5])
+        try store.globals(of: "B").set("x", to: 1)
+        try store.globals(of: "B").set("y", to: 1)
+        let report = try store.quota(of: "A")
+        #expect(report.quota.globals == 1 && report.quota.bytes == OwnerQuota.builtIn.bytes && report.overridden.isEmpty)
+
+        try tmp.write("policy.json", #"{"quota": {"globals": -1}}"#)
+        chmod(tmp.sub("policy.json"), 0o600)
+        let error = try #require(throws: StoreError.self) { try Store(home: tmp.url).quota(of: "A") }
+        #expect(error.message.contains("quota.globals"))
+    }
+
+    @Test("the counters stay right through every writer: sets, deletes, imports, bookmarks, donations and a migration's bulk copy")
+    func countersFollowEveryWriter() throws {
+        let tmp = try TemporaryDirectory()
+        let store = try Store(home: tmp.url)
+        let old = try store.globals(of: "OLD")
+        for i in 0..<20 { try old.set("g\(i)", to: .string(String(repeating: "x", count: i * 10))) }
+        try old.delete("g3")
+        try old.set("g4", to: "shorter")
+        try store.globals(of: "NEW").set("g5", to: "already there")
+        try tmp.makeFolder("docs")
+        try store.bookmarks(of: "OLD").add("docs", path: tmp.sub("docs"), readOnly: false)
+        try store.donations(of: "OLD").donate(
+            Donation(identifier: "d", owner: "OLD", plugin: "p", intent: "I", source: "handle", parameters: [:], response: nil))
+        var options = MigrationOptions()
+        options.onConflict = .overwrite
+        options.removeSource = true
+        _ = try store.migrate(from: "OLD", to: "NEW", options: options)
+        for owner in ["OLD", "NEW"] {
+            #expect(try store.quota(of: owner).usage == Self.recomputed(store, owner), "\(owner)")
+        }
+    }
+}
