@@ -416,7 +416,15 @@ final class StoreDatabase: Sendable {
     /// run before bulk work (`migrate`, `migrate export`) so that damage anywhere stops it
     /// before anything is written, rather than after thousands of items (issue 17, item 5).
     func verifyBeforeBulkWork(_ what: String) throws {
-        let findings = try read { db in try String.fetchAll(db, sql: "PRAGMA quick_check(20)") }
+        let findings: [String]
+        do {
+            findings = try read { db in try String.fetchAll(db, sql: "PRAGMA quick_check(20)") }
+        } catch let error as StoreError where error.kind == .corruptStore {
+            // Damage in a page the check itself needs (an interior page of a table): SQLite
+            // stops the check with an error instead of listing findings.
+            _ = error
+            findings = ["the check stopped: database disk image is malformed"]
+        }
         guard findings == ["ok"] else {
             throw StoreError(
                 .corruptStore,
