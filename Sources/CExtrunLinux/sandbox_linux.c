@@ -109,7 +109,10 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     reset_signals();
     // Die with the supervisor. Its parent is a single thread, so this is reliable here.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (setpgid(0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_SETPGID);
+    // Its own session, so no controlling terminal: /dev/tty cannot be opened (ENXIO), and
+    // the terminal of whoever started the host can be neither read, written nor
+    // taken over (tcsetpgrp). It also leads its own process group, which the supervisor kills.
+    if (setsid() < 0) fail_child(report_fd, EXTRUN_STAGE_SETPGID);
 
     if (request->cgroup_procs_fd >= 0) {
         write_all(request->cgroup_procs_fd, "0\n", 2);
@@ -169,6 +172,8 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     }
     struct rlimit no_core = {0, 0};
     if (setrlimit(RLIMIT_CORE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
+    // POSIX message queues hold kernel memory no other limit counts: none.
+    if (setrlimit(RLIMIT_MSGQUEUE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
 
     // The plugin's own user: no supplementary groups, then the group, then the
     // user (after which the first two could no longer be changed). Raw system
@@ -379,6 +384,28 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     }
 }
 
+/// VmData of process `pid` (host pid) in bytes, or 0.
+static uint64_t private_memory_of(pid_t pid) {
+    char path[64];
+    size_t at = 0;
+    path[0] = '\0';
+    extrun_append_int(path, sizeof path, &at, pid);
+    extrun_append_text(path, sizeof path, &at, "/status");
+    int fd = open_in_host_proc(path);
+    if (fd < 0) return 0;
+    char buffer[4096];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buffer[n] = '\0';
+    const char *line = strstr(buffer, "\nVmData:");
+    if (line == NULL) return 0;
+    uint64_t kb = 0;
+    for (line += 8; *line == ' ' || *line == '\t'; line++) {}
+    for (; *line >= '0' && *line <= '9'; line++) kb = kb * 10 + (uint64_t)(*line - '0');
+    return kb * 1024;
+}
+
 /// What the namespace's init tells the supervisor when the plugin ends.
 struct plugin_exit {
     int status;
@@ -476,7 +503,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         mode_t mask = umask(022);
         int hidden = extrun_hide_directories(
             request->hide_paths, request->hide_count, request->reveal_sources, request->reveal_targets, request->reveal_writable,
-            request->reveal_count);
+            request->reveal_count, request->memory_files_bytes, request->memory_files_inodes, request->private_dev);
         int saved = errno;
         umask(mask);
         if (hidden != 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, saved);
@@ -534,7 +561,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     if (notify_pair[1] >= 0) close(notify_pair[1]);
     if (exit_pipe[1] >= 0) close(exit_pipe[1]);
     if (child < 0) report_setup_failure(status_fd, EXTRUN_STAGE_FORK, errno);
-    if (!in_pid_ns) setpgid(child, child);
+    // (No setpgid from here: the plugin's process has made its own session before this
+    // returns (CLONE_VFORK), and setsid fails in a process that already leads a group.)
 
     int listener = -1;
     if (notify_pair[0] >= 0) {
@@ -607,7 +635,26 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                     memset(&response, 0, sizeof response);
                     response.id = request_buffer.id;
                     response.error = -EPERM;
-                    if (extrun_syscall_sends_signal(request_buffer.data.nr)) {
+                    if (extrun_is_large_private_mapping(&request_buffer.data)) {
+                        // Will the cap refuse it? The evidence for a death that may follow.
+                        uint64_t in_use = private_memory_of(request_buffer.pid);
+                        uint64_t limit = request->limits.data_bytes;
+                        if (limit > 0 && !killed && in_use + request_buffer.data.args[1] > limit) {
+                            memset(&event, 0, sizeof event);
+                            event.type = EXTRUN_EVENT_ALLOCATION_REFUSED;
+                            event.pid = (int32_t)request_buffer.pid;
+                            event.arg0 = request_buffer.data.args[1];
+                            event.arg1 = in_use;
+                            send_event(status_fd, &event);
+                        }
+                        response.error = 0;
+                        response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+                        ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+                        continue;
+                    }
+                    // (Only x86_64's own numbers: a call through another ABI is a violation.)
+                    if (extrun_syscall_abi(request_buffer.data.arch, request_buffer.data.nr) == EXTRUN_ABI_NATIVE &&
+                        extrun_syscall_sends_signal(request_buffer.data.nr)) {
                         // A signal: it goes on if it is aimed at the run's own processes.
                         pid_t target;
                         int group, signal_number;
@@ -635,6 +682,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         event.syscall_nr = request_buffer.data.nr;
                         event.arch = request_buffer.data.arch;
                         event.arg0 = request_buffer.data.args[0];
+                        event.arg1 = request_buffer.data.args[3];  // mmap's flags
                         send_event(status_fd, &event);
                         kill(child, SIGKILL);
                         kill(-plugin, SIGKILL);

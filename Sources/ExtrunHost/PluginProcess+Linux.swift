@@ -58,10 +58,18 @@ public struct SandboxViolation: Sendable, Equatable {
     public var syscallNumber: Int32
     public var syscallName: String
     public var argument0: UInt64
+    /// The fourth argument (mmap's flags).
+    public var argument3: UInt64 = 0
+    /// The ABI the call came through when it is not x86_64's own: "i386" (`int 0x80`) or "x32".
+    public var abi: String? = nil
 
-    /// "socket(AF_INET)", "ptrace", ...
+    /// "socket(AF_INET)", "ptrace", "mmap(MAP_GROWSDOWN)", "getpid through the i386 ABI (int 0x80)"...
     public var description: String {
-        if syscallName == "socket" {
+        if let abi {
+            return "\(syscallName) through the \(abi) ABI\(abi == "i386" ? " (int 0x80)" : "")"
+        }
+        switch syscallName {
+        case "socket":
             let family: String
             switch argument0 {
             case 2: family = "AF_INET"
@@ -71,9 +79,32 @@ public struct SandboxViolation: Sendable, Equatable {
             default: family = "family \(argument0)"
             }
             return "socket(\(family))"
+        case "mmap":
+            return "mmap(\(mmapFlag))"
+        default:
+            return syscallName
         }
-        return syscallName
     }
+
+    /// The flag of mmap's that the filter refuses (docs/sandbox.md, "Memory").
+    var mmapFlag: String {
+        if argument3 & UInt64(MAP_GROWSDOWN) != 0 { return "MAP_GROWSDOWN" }
+        return argument3 & 0x0f == 0x03 ? "MAP_SHARED_VALIDATE|MAP_ANONYMOUS" : "MAP_SHARED|MAP_ANONYMOUS"
+    }
+
+    /// The error's details.
+    var details: [String: JSONValue] {
+        var details: [String: JSONValue] = ["syscall": .string(syscallName), "syscallNumber": .int(Int64(syscallNumber))]
+        if let abi { details["abi"] = .string(abi) }
+        if syscallName == "mmap" && abi == nil { details["flag"] = .string(mmapFlag) }
+        return details
+    }
+}
+
+/// A mapping the memory cap refused: what the plugin asked for, with how much private memory in use.
+public struct RefusedAllocation: Sendable, Equatable {
+    public var requestedBytes: Int64
+    public var inUseBytes: Int64
 }
 
 /// A call the sandbox refused (with EPERM) without stopping the plugin: a
@@ -129,6 +160,8 @@ final class PluginProcess {
     var stderrFD: Int32
     private(set) var exit: ProcessExit?
     private(set) var violation: SandboxViolation?
+    /// The first large mapping the memory cap refused (the supervisor saw it asked for).
+    private(set) var refusedAllocation: RefusedAllocation?
     /// Signals the supervisor refused (the plugin got EPERM and went on).
     private(set) var denied: [DeniedCall] = []
     private var eventBuffer: [UInt8] = []
@@ -237,6 +270,9 @@ final class PluginProcess {
                         // that filter is the only one when none is asked for, the fallback otherwise.
                         request.filter_no_pid_ns = UnsafeRawPointer(programs?.checking?.bytes)
                         request.filter_no_pid_ns_length = UInt16(programs?.checking?.length ?? 0)
+                        request.private_dev = sandbox.privateDev ? 1 : 0
+                        request.memory_files_bytes = sandbox.memoryFilesBytes
+                        request.memory_files_inodes = sandbox.memoryFilesInodes
                         extrun_sandbox_spawn(&request, &result)
                       }
                     }
@@ -315,12 +351,25 @@ final class PluginProcess {
             activeNamespaces = event.namespaces
             memory.attach(pid: pid)
         case EXTRUN_EVENT_VIOLATION.rawValue:
-            let name = extrun_syscall_name(event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
-            violation = violation ?? SandboxViolation(syscallNumber: event.syscall_nr, syscallName: name, argument0: event.arg0)
+            let abi = extrun_syscall_abi(event.arch, event.syscall_nr)
+            let name = extrun_syscall_name_abi(abi, event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
+            let abiName: String? =
+                switch Int(abi) {
+                case Int(EXTRUN_ABI_NATIVE): nil
+                case Int(EXTRUN_ABI_I386): "i386"
+                case Int(EXTRUN_ABI_X32): "x32"
+                default: "architecture 0x\(String(event.arch, radix: 16))"
+                }
+            violation = violation ?? SandboxViolation(
+                syscallNumber: event.syscall_nr, syscallName: name, argument0: event.arg0, argument3: event.arg1, abi: abiName)
         case EXTRUN_EVENT_DENIED.rawValue:
             let name = extrun_syscall_name(event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
             if denied.count < 100 {
                 denied.append(DeniedCall(syscallName: name, target: Int64(bitPattern: event.arg0), signal: Int32(truncatingIfNeeded: event.arg1)))
+            }
+        case EXTRUN_EVENT_ALLOCATION_REFUSED.rawValue:
+            if refusedAllocation == nil {
+                refusedAllocation = RefusedAllocation(requestedBytes: Int64(clamping: event.arg0), inUseBytes: Int64(clamping: event.arg1))
             }
         case EXTRUN_EVENT_EXITED.rawValue:
             memory.detach()

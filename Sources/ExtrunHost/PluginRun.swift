@@ -259,7 +259,7 @@ struct PluginRun {
             report.error = HostError(
                 .sandboxViolation,
                 "\(id) made the forbidden system call \(violation.description) during \(phase.rawValue) and was killed (the sandbox denies it: see docs/sandbox.md)",
-                details: ["syscall": .string(violation.syscallName), "syscallNumber": .int(Int64(violation.syscallNumber)), "phase": .string(phase.rawValue)])
+                details: violation.details.merging(["phase": .string(phase.rawValue)]) { _, new in new })
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
             report.error = breach
         }
@@ -279,9 +279,13 @@ struct PluginRun {
         if let line = connection.stderr.lastLines(40).last(where: { line in MemoryFailureText.matches(line) }) {
             evidence.append("its runtime reported an allocation failure: \"\(line.trimmingCharacters(in: .whitespaces))\"")
         }
-        let peak = peakMemory(process)
-        if Double(peak) >= 0.9 * Double(limits.memoryBytes) {
-            evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.memoryBytes)) cap")
+        if let refused = process.refusedAllocation {
+            evidence.append(
+                "it asked for \(ByteCount.format(refused.requestedBytes)) at once with \(ByteCount.format(refused.inUseBytes)) in use, past the \(ByteCount.format(limits.dataBytes)) of private memory its cap allows, and the kernel refused it")
+        }
+        let peak = max(peakMemory(process), process.refusedAllocation?.inUseBytes ?? 0)
+        if Double(peak) >= 0.9 * Double(limits.dataBytes) {
+            evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.dataBytes)) the cap leaves it (\(ByteCount.format(limits.memoryFilesBytes)) are for files in memory)")
         }
         guard !evidence.isEmpty else { return nil }
         let maximum = policy.limits(for: mode).maxMemoryBytes

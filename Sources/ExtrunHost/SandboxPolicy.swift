@@ -20,8 +20,16 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         public var maxExtendedDeadlineMs: Int
         /// RLIMIT_STACK, which is also the size of each thread's stack.
         public var stackBytes: Int64
+        /// The part of the memory cap for files in memory (/tmp, /var/tmp and /dev/shm are
+        /// one tmpfs of this size per run; at most a quarter of the run's cap). The rest is
+        /// the private memory RLIMIT_DATA allows.
+        public var memoryFilesBytes: Int64
 
-        public init(memoryBytes: Int64, maxMemoryBytes: Int64, deadlineMs: Int, maxDeadlineMs: Int, maxExtendedDeadlineMs: Int, stackBytes: Int64) {
+        public init(
+            memoryBytes: Int64, maxMemoryBytes: Int64, deadlineMs: Int, maxDeadlineMs: Int, maxExtendedDeadlineMs: Int, stackBytes: Int64,
+            memoryFilesBytes: Int64 = 4 << 20
+        ) {
+            self.memoryFilesBytes = memoryFilesBytes
             self.memoryBytes = memoryBytes
             self.maxMemoryBytes = maxMemoryBytes
             self.deadlineMs = deadlineMs
@@ -102,7 +110,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             maxExtendedDeadlineMs: 30_000, stackBytes: 1 << 20),
         inApp: ModeLimits(
             memoryBytes: 1 << 30, maxMemoryBytes: 4 << 30, deadlineMs: 10_000, maxDeadlineMs: 60_000,
-            maxExtendedDeadlineMs: 0, stackBytes: 8 << 20),
+            maxExtendedDeadlineMs: 0, stackBytes: 8 << 20, memoryFilesBytes: 64 << 20),
         processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
         namespaces: Namespaces(pid: true, network: false, ipc: true, mount: true, user: true), seccomp: true,
         cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
@@ -164,12 +172,14 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         var maxDeadlineMs: Int?
         var maxExtendedDeadlineMs: Int?
         var stackBytes: Int64?
+        var memoryFilesBytes: Int64?
 
         func merged(over base: ModeLimits) -> ModeLimits {
             ModeLimits(
                 memoryBytes: memoryBytes ?? base.memoryBytes, maxMemoryBytes: maxMemoryBytes ?? base.maxMemoryBytes,
                 deadlineMs: deadlineMs ?? base.deadlineMs, maxDeadlineMs: maxDeadlineMs ?? base.maxDeadlineMs,
-                maxExtendedDeadlineMs: maxExtendedDeadlineMs ?? base.maxExtendedDeadlineMs, stackBytes: stackBytes ?? base.stackBytes)
+                maxExtendedDeadlineMs: maxExtendedDeadlineMs ?? base.maxExtendedDeadlineMs, stackBytes: stackBytes ?? base.stackBytes,
+                memoryFilesBytes: memoryFilesBytes ?? base.memoryFilesBytes)
         }
     }
 
@@ -186,6 +196,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
                 problems.append("\(name).deadlineMs: \(limits.deadlineMs) is above \(name).maxDeadlineMs (\(limits.maxDeadlineMs))")
             }
             if limits.stackBytes < 64 << 10 { problems.append("\(name).stackBytes: must be at least 65536") }
+            if limits.memoryFilesBytes < 64 << 10 { problems.append("\(name).memoryFilesBytes: must be at least 65536") }
         }
         if processes < 1 { problems.append("processes: must be at least 1") }
         if pidNamespaceMaxPids < 301 { problems.append("pidNamespaceMaxPids: the kernel's minimum is 301") }
@@ -222,10 +233,17 @@ public struct EffectiveLimits: Sendable, Equatable {
     public var deadlineMs: Int
     public var maxExtendedDeadlineMs: Int
     public var stackBytes: Int64
+    /// The policy's share for files in memory; the run gets at most a quarter of its cap.
+    var policyMemoryFilesBytes: Int64 = 4 << 20
+
+    /// The run's memory filesystem (/tmp, /var/tmp, /dev/shm): part of the cap.
+    public var memoryFilesBytes: Int64 { min(policyMemoryFilesBytes, max(memoryBytes / 4, 64 << 10)) }
+    /// Private memory (RLIMIT_DATA): the cap less the memory filesystem.
+    public var dataBytes: Int64 { memoryBytes - memoryFilesBytes }
 
     public var json: JSONValue {
         var object: [String: JSONValue] = [
-            "memoryBytes": .int(memoryBytes), "deadlineMs": .int(Int64(deadlineMs)),
+            "memoryBytes": .int(memoryBytes), "deadlineMs": .int(Int64(deadlineMs)), "memoryFilesBytes": .int(memoryFilesBytes),
         ]
         if maxExtendedDeadlineMs > deadlineMs { object["maxExtendedDeadlineMs"] = .int(Int64(maxExtendedDeadlineMs)) }
         return .object(object)
@@ -239,7 +257,8 @@ public struct EffectiveLimits: Sendable, Equatable {
         let base = policy.limits(for: mode)
         var limits = EffectiveLimits(
             mode: mode, memoryBytes: base.memoryBytes, deadlineMs: base.deadlineMs,
-            maxExtendedDeadlineMs: max(base.maxExtendedDeadlineMs, base.deadlineMs), stackBytes: base.stackBytes)
+            maxExtendedDeadlineMs: max(base.maxExtendedDeadlineMs, base.deadlineMs), stackBytes: base.stackBytes,
+            policyMemoryFilesBytes: base.memoryFilesBytes)
         func check(_ memory: Int64?, _ deadline: Int?, source: String, kind: ErrorKind) throws(HostError) {
             if let memory {
                 guard memory > 0, memory <= base.maxMemoryBytes else {

@@ -35,6 +35,13 @@ struct SandboxSettings {
     var revealPaths: [String] { reveals.map(\.target) }
     /// `$EXTRUN_HOME`, resolved, when it is hidden.
     var hiddenHome: String?
+    /// With a mount namespace: a /dev of the run's own, and one tmpfs of `memoryFilesBytes`
+    /// (part of the memory cap) and `memoryFilesInodes` files at /tmp, /var/tmp and /dev/shm.
+    var privateDev = false
+    var memoryFilesBytes: UInt64 = 0
+    var memoryFilesInodes: UInt64 = 0
+    /// Files and folders the run's memory filesystem may hold.
+    static let memoryFilesInodes: UInt64 = 1024
 
     init(
         policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
@@ -42,7 +49,7 @@ struct SandboxSettings {
     ) {
         // No defaults: every launch says which user the plugin runs as and what it must not see.
         self.identity = identity
-        limits.data_bytes = UInt64(effective.memoryBytes)
+        limits.data_bytes = UInt64(effective.dataBytes)
         limits.stack_bytes = UInt64(effective.stackBytes)
         limits.open_files = UInt64(policy.openFiles)
         limits.processes = UInt64(policy.processes)
@@ -72,7 +79,10 @@ struct SandboxSettings {
             hiddenHome = home.flatMap { SandboxSettings.resolved($0.path) }.flatMap { path in
                 hidePaths.contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
             }
-            func isHidden(_ path: String) -> Bool { hidePaths.contains { path.hasPrefix($0 + "/") } }
+            // Also covered: what lies in /tmp, /var/tmp and /dev/shm, which are the run's own.
+            func isHidden(_ path: String) -> Bool {
+                (hidePaths + SandboxSettings.replacedFolders).contains { path.hasPrefix($0 + "/") }
+            }
             for folder in [pluginDirectory, scratch].compactMap({ $0 }) {
                 guard let source = SandboxSettings.resolved(folder.path), let target = SandboxSettings.logical(folder.path) else { continue }
                 // At the path the plugin is told (a link to it, say in $EXTRUN_HOME/plugins),
@@ -93,9 +103,17 @@ struct SandboxSettings {
                 reveals.append((file, file, false))
             }
         }
+        if policy.namespaces.mount {
+            privateDev = true
+            memoryFilesBytes = UInt64(effective.memoryFilesBytes)
+            memoryFilesInodes = SandboxSettings.memoryFilesInodes
+        }
         pidMax = policy.pidNamespaceMaxPids
         cgroupProcsFD = cgroup?.procsFD ?? -1
     }
+
+    /// Folders the mount namespace replaces with the run's memory filesystem.
+    static let replacedFolders = ["/tmp", "/var/tmp", "/dev/shm"]
 
     /// The path with symbolic links resolved in its folders but not in its last
     /// component: where a process that opens it finds it (nil if the folder is gone).

@@ -71,16 +71,32 @@ struct extrun_sandbox_request {
     /// lets through only those aimed at the plugin's own processes. NULL: `filter`.
     const void *filter_no_pid_ns;
     unsigned short filter_no_pid_ns_length;
+    /// With a mount namespace: a /dev of the run's own (null, full, random, urandom, tty;
+    /// no terminals, no /dev/zero), and, when `memory_files_bytes` > 0, one tmpfs of that
+    /// size and `memory_files_inodes` files for /dev/shm, /tmp and /var/tmp, gone with the run.
+    int private_dev;
+    uint64_t memory_files_bytes;
+    uint64_t memory_files_inodes;
 };
 
 /// Events the supervisor writes to the status pipe, fixed size.
 enum extrun_event_type {
     EXTRUN_EVENT_STARTED = 1,    // pid: the plugin's pid in the host's namespace; namespaces: those active
-    EXTRUN_EVENT_VIOLATION = 2,  // syscall_nr, arch, arg0: a forbidden system call; the plugin is being killed
+    EXTRUN_EVENT_VIOLATION = 2,  // syscall_nr, arch, arg0, arg1 (its 4th argument): a forbidden system call; the plugin is being killed
     EXTRUN_EVENT_EXITED = 3,     // status (wait status), rusage fields; every descendant is gone
     EXTRUN_EVENT_SETUP_FAILED = 4, // stage, error: the plugin could not be started
     EXTRUN_EVENT_DENIED = 5,     // syscall_nr, arg0 (target), arg1 (signal): a call refused with EPERM; the plugin goes on
+    /// arg0 (bytes asked for), arg1 (its private memory then), pid: a mapping that the
+    /// memory cap (RLIMIT_DATA) refuses; the plugin goes on (and gets ENOMEM).
+    EXTRUN_EVENT_ALLOCATION_REFUSED = 6,
 };
+
+/// Private anonymous mappings at least this large are checked against the cap by the supervisor.
+#define EXTRUN_LARGE_MAPPING_BYTES (4UL << 20)
+
+struct seccomp_data;
+/// Whether a notified call is such a mapping (not a violation).
+int extrun_is_large_private_mapping(const struct seccomp_data *data);
 
 struct extrun_event {
     int32_t type;
@@ -124,6 +140,13 @@ int extrun_syscall_sends_signal(int nr);
 
 /// The name of a syscall number on this architecture (static storage or NULL).
 const char *extrun_syscall_name(int nr);
+
+/// The ABI a call came through (seccomp_data's arch and nr): x86_64's own, i386 (`int 0x80`), x32.
+enum { EXTRUN_ABI_NATIVE = 0, EXTRUN_ABI_I386 = 1, EXTRUN_ABI_X32 = 2, EXTRUN_ABI_OTHER = 3 };
+int extrun_syscall_abi(uint32_t arch, int nr);
+
+/// The name of call `nr` of `abi` (static storage or NULL).
+const char *extrun_syscall_name_abi(int abi, int nr);
 
 /// Whether this kernel supports SECCOMP_FILTER_FLAG_NEW_LISTENER.
 int extrun_seccomp_notify_supported(void);

@@ -1,0 +1,133 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a plugin can hold, reach or leave behind (issue 15): each hole reproduced
+/// by a hostile plugin, with the typed error and nothing left after the run.
+@Suite(.serialized)
+struct ConfinementTests {
+    /// The plugin's terminal: its own session, no controlling terminal; neither
+    /// /dev/tty nor any pseudo-terminal by name reaches what a person types.
+    @Test func thePluginCannotReachTheTerminalOfWhoeverStartedTheHost() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let intentFile = plugin.root.appendingPathComponent("terminal.json")
+        try Data(#"{"intent": "Terminal"}"#.utf8).write(to: intentFile)
+        let driver = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/tty_driver.py")
+        let measured = try CLIRun.measure(
+            ["/usr/bin/python3", driver.path, "hunter2-typed-secret", ExamplePlugins.extrunBinary.path, "handle", intentFile.path],
+            environment: ["EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TERM": "dumb"])
+        let result = try JSONCoding.decode(JSONValue.self, fromJSON: Data(measured.output.utf8))
+        let transcript = try #require(result["transcript"]?.stringValue)
+        #expect(result["status"] == .int(0), "\(transcript)")
+        #expect(!transcript.contains("PLUGIN WAS HERE"), "the plugin wrote on the terminal: \(transcript)")
+        #expect(transcript.contains("stolen="), "\(transcript)")
+        #expect(!transcript.contains("stolen=hunter2"), "the plugin read what was typed: \(transcript)")
+        // Its own session; /dev/tty has no terminal behind it; no /dev/pts in its /dev.
+        #expect(transcript.contains(#"\"session leader\": true"#), "\(transcript)")
+        #expect(transcript.contains(#"\"/dev/tty\": \"ENXIO\""#), "\(transcript)")
+        #expect(transcript.contains(#"\"/dev/pts\": \"ENOENT\""#), "\(transcript)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// fcntl's and ioctl's command is 32 bits for the kernel: F_SETOWN with the upper
+    /// bits set is still F_SETOWN and must be refused like it.
+    @Test func settingADescriptorsOwnerIsRefusedWhateverItsUpperBits() throws {
+        for policy in [nil, #"{"namespaces": {"pid": false}}"#] {
+            let plugin = try HostilePlugin(policy: policy)
+            defer { plugin.remove() }
+            let report = plugin.handle("SignalOwner", ["pid": .int(Int64(getpid()))])
+            let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+            let results = try JSONCoding.decode([String: String].self, fromJSON: Data(text.utf8))
+            for call in ["F_SETOWN", "F_SETOWN|1<<32", "F_SETOWN_EX|1<<32", "FIOSETOWN|1<<32", "F_SETPIPE_SZ", "F_SETPIPE_SZ|1<<32"] {
+                #expect(results[call] == "EPERM", "\(call): \(results[call] ?? "missing") (policy \(policy ?? "default"))")
+            }
+            #expect(results["F_SETSIG"] == "ok" && results["O_ASYNC"] == "ok", "\(results)")
+            #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+        }
+    }
+
+    /// A call through int 0x80 (i386) or with the x32 bit is a violation naming its ABI and call.
+    @Test(arguments: [("i386", "getpid"), ("x32", "getpid")])
+    func callsThroughAnotherABIAreNamedViolations(abi: String, call: String) throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("OtherABI", ["path": .string(abi)])
+        let error = try #require(report.error, "the \(abi) call went through: \(String(describing: report.response))")
+        #expect(error.kind == .sandboxViolation, "\(error)")
+        #expect(error.details["abi"] == .string(abi))
+        #expect(error.details["syscall"] == .string(call))
+        #expect(error.message.contains("\(call) through the \(abi) ABI"), "\(error.message)")
+        #expect(report.exitCode == 10)
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// Memory RLIMIT_DATA does not count is refused, the call (and flag) named.
+    @Test(arguments: [
+        ("shared", "mmap", "MAP_SHARED|MAP_ANONYMOUS"), ("memfd", "memfd_create", nil), ("sysv", "shmget", nil),
+        ("growsdown", "mmap", "MAP_GROWSDOWN"),
+    ])
+    func memoryTheDataLimitDoesNotCountIsAViolation(how: String, call: String, flag: String?) throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("HoldMemory", ["path": .string(how), "megabytes": 200])
+        let error = try #require(report.error, "\(how): 200 MB held: \(String(describing: report.response))")
+        #expect(error.kind == .sandboxViolation, "\(error)")
+        #expect(error.details["syscall"] == .string(call))
+        if let flag {
+            #expect(error.details["flag"] == .string(flag))
+            #expect(error.message.contains("mmap(\(flag))"), "\(error.message)")
+        }
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// One allocation past the cap, refused, then abort() without a word: the same
+    /// verdict every run, from what the supervisor saw the plugin ask for (not from sampling).
+    @Test func anAllocationRefusedByTheCapIsAMemoryBreachEveryRun() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        for _ in 0..<3 {
+            let report = plugin.handle("AllocateOnce", ["megabytes": 200])
+            let error = try #require(report.error)
+            #expect(error.kind == .memoryLimitExceeded, "\(error)")
+            let evidence = error.details["evidence"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(evidence.contains { $0.contains("asked for 200.0 MiB at once") || $0.contains("asked for 200 MiB at once") }, "\(evidence)")
+            #expect(error.details["limitBytes"] == .int(30 << 20))
+            #expect(error.details["signalName"] == "SIGABRT")
+        }
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// /tmp, /var/tmp and /dev/shm are one tmpfs of the run's own, sized by its share of
+    /// the memory cap, and gone with the run: nothing is left on the host's.
+    @Test(arguments: ["/dev/shm", "/var/tmp", "/tmp"])
+    func filesInMemoryFoldersAreBoundedAndGoWithTheRun(folder: String) throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("FillFolder", ["path": .string(folder), "megabytes": 200])
+        let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+        let result = try JSONCoding.decode(JSONValue.self, fromJSON: Data(text.utf8))
+        let share = try #require(report.limits?.json["memoryFilesBytes"]?.intValue)
+        #expect(share == 4 << 20)
+        #expect(result["outcome"] == "ENOSPC", "\(text)")
+        #expect((result["written"]?.intValue ?? .max) <= share, "\(text)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+        #expect(Leftovers.files(named: "extrun-filled-").isEmpty, "left: \(Leftovers.files(named: "extrun-filled-"))")
+    }
+}
+
+/// Files a run may have left in the host's shared folders.
+enum Leftovers {
+    static func files(named prefix: String) -> [String] {
+        var temporary = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+        if temporary.hasSuffix("/") { temporary.removeLast() }
+        return Set(["/tmp", "/var/tmp", "/dev/shm", temporary]).sorted().flatMap { folder in
+            ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasPrefix(prefix) }.map { "\(folder)/\($0)" }
+        }
+    }
+}
