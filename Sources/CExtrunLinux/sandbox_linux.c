@@ -163,7 +163,8 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     const struct extrun_limits *l = &request->limits;
     // RLIMIT_NPROC counts every process of the user: for plugins sharing the
     // plugin user, one fork bomb would stop all the others from starting. In a
-    // pid namespace its pid_max bounds each run on its own, so NPROC is left as it is.
+    // pid namespace its pid_max bounds each run on its own, so NPROC is left as it is;
+    // without one, a root host gives each run a uid of its own (pluginUidRange).
     uint64_t processes = request->drop_privileges && (request->namespaces & EXTRUN_NS_PID) ? 0 : l->processes;
     if (set_limit(RLIMIT_DATA, l->data_bytes) || set_limit(RLIMIT_STACK, l->stack_bytes) ||
         set_limit(RLIMIT_NOFILE, l->open_files) || set_limit(RLIMIT_NPROC, processes) ||

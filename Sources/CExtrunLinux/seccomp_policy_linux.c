@@ -132,7 +132,9 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     // supervisor, which notes one the cap will refuse and lets the call go on: the
     // evidence that a death that follows is the memory cap's, whatever was sampled.
     if (rc == 0 && notify) {
-        rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(mmap), 2, SCMP_A1(SCMP_CMP_GE, EXTRUN_LARGE_MAPPING_BYTES),
+        // (Writable only: a PROT_NONE reservation, such as a malloc arena's, is not counted.)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(mmap), 3, SCMP_A1(SCMP_CMP_GE, EXTRUN_LARGE_MAPPING_BYTES),
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_WRITE, PROT_WRITE),
                               SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_TYPE | MAP_ANONYMOUS | MAP_GROWSDOWN, MAP_PRIVATE | MAP_ANONYMOUS));
     }
     // Calls through another ABI (int 0x80: i386; the x32 bit): the filter's rules name
@@ -185,7 +187,7 @@ const char *extrun_syscall_name(int nr) { return extrun_syscall_name_abi(EXTRUN_
 
 int extrun_is_large_private_mapping(const struct seccomp_data *data) {
     return extrun_syscall_abi(data->arch, data->nr) == EXTRUN_ABI_NATIVE && data->nr == SCMP_SYS(mmap) &&
-           data->args[1] >= EXTRUN_LARGE_MAPPING_BYTES &&
+           data->args[1] >= EXTRUN_LARGE_MAPPING_BYTES && (data->args[2] & PROT_WRITE) &&
            (data->args[3] & (MAP_TYPE | MAP_ANONYMOUS | MAP_GROWSDOWN)) == (MAP_PRIVATE | MAP_ANONYMOUS);
 }
 

@@ -166,6 +166,8 @@ final class PluginProcess {
     private(set) var denied: [DeniedCall] = []
     private var eventBuffer: [UInt8] = []
     let memory: MemorySampler
+    /// The run's own uid, held until the process and all it started are gone.
+    private var uidLease: PluginUidLease?
 
     private init(supervisorPID: pid_t, statusFD: Int32, lifelineFD: Int32, toPlugin: Int32, fromPlugin: Int32, stdoutFD: Int32, stderrFD: Int32) {
         self.supervisorPID = supervisorPID
@@ -289,6 +291,7 @@ final class PluginProcess {
         let process = PluginProcess(
             supervisorPID: result.supervisor_pid, statusFD: result.status_fd, lifelineFD: result.lifeline_fd,
             toPlugin: input.write, fromPlugin: output.read, stdoutFD: out.read, stderrFD: err.read)
+        process.uidLease = sandbox.identity.lease
         // The first event says whether the plugin started.
         guard let first = process.readEvent(blocking: true) else {
             process.finish()
@@ -433,6 +436,7 @@ final class PluginProcess {
         var status: Int32 = 0
         while waitpid(supervisorPID, &status, 0) < 0 && errno == EINTR {}
         memory.detach()
+        uidLease = nil
         for fd in [toPlugin, fromPlugin, stdoutFD, stderrFD, statusFD] where fd >= 0 { close(fd) }
         toPlugin = -1
         fromPlugin = -1

@@ -103,6 +103,20 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     /// `uid` or `uid:gid`. Nil: `extrun-plugin` (made by Scripts/bootstrap),
     /// else `nobody`. Never root. Ignored when the host is not root.
     public var pluginUser: String?
+    /// Uids (and gids of the same number) a root host gives one run each when the plugin
+    /// has no pid namespace (policy `namespaces.pid: false`): RLIMIT_NPROC counts a uid's
+    /// processes across the machine, so one run's fork bomb must not use another's budget.
+    /// (With a pid namespace its pid_max bounds each run.) `count` 0: the shared `pluginUser`.
+    public var pluginUidRange: UidRange = UidRange()
+
+    public struct UidRange: Codable, Sendable, Equatable {
+        public var first: UInt32 = 0x7000_0000
+        public var count: UInt32 = 65_536
+        public init(first: UInt32 = 0x7000_0000, count: UInt32 = 65_536) {
+            self.first = first
+            self.count = count
+        }
+    }
 
     public static let `default` = SandboxPolicy(
         extension: ModeLimits(
@@ -142,7 +156,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp
-        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser
+        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser, pluginUidRange
     }
 
     /// Decodes a policy file: every field is optional and falls back to the default.
@@ -163,6 +177,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         outputCaptureBytes = try c.decodeIfPresent(Int.self, forKey: .outputCaptureBytes) ?? d.outputCaptureBytes
         cgroup = try c.decodeIfPresent(String.self, forKey: .cgroup)
         pluginUser = try c.decodeIfPresent(String.self, forKey: .pluginUser)
+        pluginUidRange = try c.decodeIfPresent(UidRange.self, forKey: .pluginUidRange) ?? d.pluginUidRange
     }
 
     private struct PartialModeLimits: Decodable {
@@ -202,6 +217,9 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         if pidNamespaceMaxPids < 301 { problems.append("pidNamespaceMaxPids: the kernel's minimum is 301") }
         if openFiles < 16 { problems.append("openFiles: must be at least 16") }
         if let pluginUser, let problem = PluginUser.problem(with: pluginUser) { problems.append("pluginUser: \(problem)") }
+        if pluginUidRange.count > 0 && (pluginUidRange.first < 65_536 || UInt64(pluginUidRange.first) + UInt64(pluginUidRange.count) > 0x7fff_ffff) {
+            problems.append("pluginUidRange: must lie between 65536 and 2147483647 (uids of no user)")
+        }
         return problems
     }
 

@@ -1,6 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -129,5 +130,49 @@ enum Leftovers {
         return Set(["/tmp", "/var/tmp", "/dev/shm", temporary]).sorted().flatMap { folder in
             ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasPrefix(prefix) }.map { "\(folder)/\($0)" }
         }
+    }
+}
+
+/// One run's fork bomb must not keep other runs from starting (RLIMIT_NPROC counts
+/// per uid across the machine): 20 intents handled while it runs all succeed.
+@Suite(.serialized)
+struct RunIsolationTests {
+    @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
+    func aForkBombDoesNotStarveOtherRuns(policy: String?) throws {
+        let bomb = try HostilePlugin(policy: policy)
+        defer { bomb.remove() }
+        let others = try HostilePlugin(policy: policy)
+        defer { others.remove() }
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var bombReport: HandleReport?
+        Thread.detachNewThread {
+            bombReport = bomb.handle("ForkBomb") { $0.deadlineMs = 10_000 }
+            done.signal()
+        }
+        // Wait until the bomb has filled what it may (the most processes seen at once).
+        let end = Date().addingTimeInterval(3)
+        var most = 0
+        while most < 20 && Date() < end {
+            most = max(most, bomb.leftovers().count)
+            usleep(10_000)
+        }
+        #expect(most >= 20, "the fork bomb did not get going")
+        // 20 runs, four at a time.
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            for _ in 0..<5 {
+                let report = others.handle("WhoAmI")
+                if report.response?.code != "success" { failures.withLock { $0.append("\(String(describing: report.error))") } }
+            }
+        }
+        let failed = failures.withLock { $0 }
+        // The bomb's run is still going (its deadline is 10 s).
+        let ended = done.wait(timeout: .now()) == .success
+        #expect(!ended, "the fork bomb's run ended before the other runs did")
+        #expect(failed.isEmpty, "\(failed.count) of 20 runs failed while a fork bomb ran: \(failed.first ?? "")")
+        if !ended { done.wait() }
+        #expect(bombReport?.error?.kind == .timeout, "\(String(describing: bombReport?.error))")
+        #expect(ProcessTable.waitUntilGone(bomb.marker, seconds: 5).isEmpty)
+        #expect(ProcessTable.waitUntilGone(others.marker).isEmpty)
     }
 }
