@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -407,6 +408,32 @@ static uint64_t private_memory_of(pid_t pid) {
     return kb * 1024;
 }
 
+static uint64_t monotonic_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+}
+
+/// Whether the scratch directory is past its quota; if so, reports it (once).
+static int check_disk(const struct extrun_sandbox_request *request, int scratch_fd, int status_fd, pid_t plugin, int *reported) {
+    if (scratch_fd < 0 || *reported) return 0;
+    struct extrun_disk_usage usage;
+    if (extrun_disk_usage(scratch_fd, request->disk_bytes, request->disk_files, &usage) != 0) return 0;
+    int over = usage.too_deep || (request->disk_bytes && usage.bytes > request->disk_bytes) ||
+               (request->disk_files && usage.files > request->disk_files);
+    if (!over) return 0;
+    struct extrun_event event;
+    memset(&event, 0, sizeof event);
+    event.type = EXTRUN_EVENT_DISK_LIMIT;
+    event.pid = plugin;
+    event.status = usage.too_deep;
+    event.arg0 = usage.bytes;
+    event.arg1 = usage.files;
+    send_event(status_fd, &event);
+    *reported = 1;
+    return 1;
+}
+
 /// What the namespace's init tells the supervisor when the plugin ends.
 struct plugin_exit {
     int status;
@@ -488,6 +515,9 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     reset_signals();
     pid_t self = getpid();
     struct extrun_event event;
+    // The scratch directory, for its quota: opened before any mount can hide its path.
+    int scratch_fd = request->scratch_path != NULL && (request->disk_bytes || request->disk_files)
+        ? open(request->scratch_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
 
     // Leave the host's process group: a Ctrl-C meant for the host should reach
     // the host, whose death then ends the plugin through the lifeline.
@@ -604,14 +634,25 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
 
     int plugin_fd = (int)syscall(SYS_pidfd_open, child, 0);
     int killed = 0;
+    int disk_reported = 0;
+    int check_ms = scratch_fd >= 0 && request->disk_check_ms > 0 ? request->disk_check_ms : -1;
+    uint64_t last_check = monotonic_ms();
     for (;;) {
         struct pollfd fds[3];
         int count = 0;
         fds[count++] = (struct pollfd){.fd = lifeline_fd, .events = POLLIN};
         if (plugin_fd >= 0) fds[count++] = (struct pollfd){.fd = plugin_fd, .events = POLLIN};
         if (listener >= 0) fds[count++] = (struct pollfd){.fd = listener, .events = POLLIN};
-        int ready = poll(fds, (nfds_t)count, plugin_fd >= 0 ? -1 : 20);
+        int ready = poll(fds, (nfds_t)count, plugin_fd >= 0 ? check_ms : 20);
         if (ready < 0 && errno != EINTR) break;
+        if (check_ms > 0 && !killed && monotonic_ms() - last_check >= (uint64_t)check_ms) {
+            last_check = monotonic_ms();
+            if (check_disk(request, scratch_fd, status_fd, plugin, &disk_reported)) {
+                kill(child, SIGKILL);
+                kill(-plugin, SIGKILL);
+                killed = 1;
+            }
+        }
 
         for (int i = 0; ready > 0 && i < count; i++) {
             if (fds[i].revents == 0) continue;
@@ -717,6 +758,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                 }
             }
             kill_and_reap_descendants(self, plugin);
+            // What it left, counted once more now that nothing can write.
+            check_disk(request, scratch_fd, status_fd, plugin, &disk_reported);
             memset(&event, 0, sizeof event);
             event.type = EXTRUN_EVENT_EXITED;
             event.pid = plugin;

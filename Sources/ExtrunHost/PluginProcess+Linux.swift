@@ -107,6 +107,14 @@ public struct RefusedAllocation: Sendable, Equatable {
     public var inUseBytes: Int64
 }
 
+/// The scratch directory past its quota.
+public struct DiskBreach: Sendable, Equatable {
+    public var bytes: Int64
+    public var files: Int64
+    /// Folders nested deeper than the supervisor counts (256).
+    public var tooDeep: Bool
+}
+
 /// A call the sandbox refused (with EPERM) without stopping the plugin: a
 /// signal aimed at a process that is not the plugin's own.
 public struct DeniedCall: Sendable, Equatable {
@@ -160,6 +168,11 @@ final class PluginProcess {
     var stderrFD: Int32
     private(set) var exit: ProcessExit?
     private(set) var violation: SandboxViolation?
+    /// The scratch directory past its quota, as the supervisor counted it.
+    private(set) var diskBreach: DiskBreach?
+    /// The scratch directory, removed by `removeScratch` once the process has ended.
+    private var scratch: String?
+    private var scratchRemoved = false
     /// The first large mapping the memory cap refused (the supervisor saw it asked for).
     private(set) var refusedAllocation: RefusedAllocation?
     /// Signals the supervisor refused (the plugin got EPERM and went on).
@@ -243,6 +256,7 @@ final class PluginProcess {
                withCStrings(sandbox.reveals.map(\.target)) { targetPointer in
                withCStrings(sandbox.hidePaths) { hidePointer in
                 withOptionalCString(spec.workingDirectory?.path) { cwd in
+                 withOptionalCString(sandbox.scratchPath) { scratchPointer in
                     mappings.withUnsafeBufferPointer { fds in
                       writable.withUnsafeBufferPointer { writablePointer in
                         var request = extrun_sandbox_request()
@@ -275,9 +289,14 @@ final class PluginProcess {
                         request.private_dev = sandbox.privateDev ? 1 : 0
                         request.memory_files_bytes = sandbox.memoryFilesBytes
                         request.memory_files_inodes = sandbox.memoryFilesInodes
+                        request.scratch_path = scratchPointer
+                        request.disk_bytes = sandbox.diskBytes
+                        request.disk_files = sandbox.diskFiles
+                        request.disk_check_ms = SandboxSettings.diskCheckMs
                         extrun_sandbox_spawn(&request, &result)
                       }
                     }
+                 }
                 }
                }
                }
@@ -292,6 +311,7 @@ final class PluginProcess {
             supervisorPID: result.supervisor_pid, statusFD: result.status_fd, lifelineFD: result.lifeline_fd,
             toPlugin: input.write, fromPlugin: output.read, stdoutFD: out.read, stderrFD: err.read)
         process.uidLease = sandbox.identity.lease
+        process.scratch = sandbox.scratchPath
         // The first event says whether the plugin started.
         guard let first = process.readEvent(blocking: true) else {
             process.finish()
@@ -370,6 +390,8 @@ final class PluginProcess {
             if denied.count < 100 {
                 denied.append(DeniedCall(syscallName: name, target: Int64(bitPattern: event.arg0), signal: Int32(truncatingIfNeeded: event.arg1)))
             }
+        case EXTRUN_EVENT_DISK_LIMIT.rawValue:
+            diskBreach = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
         case EXTRUN_EVENT_ALLOCATION_REFUSED.rawValue:
             if refusedAllocation == nil {
                 refusedAllocation = RefusedAllocation(requestedBytes: Int64(clamping: event.arg0), inUseBytes: Int64(clamping: event.arg1))
@@ -407,6 +429,14 @@ final class PluginProcess {
         let event = eventBuffer.withUnsafeBytes { $0.loadUnaligned(as: extrun_event.self) }
         eventBuffer.removeFirst(size)
         return event
+    }
+
+    /// Removes the scratch directory (by descriptor) once the process and all it started
+    /// are gone: nil, or what could not be removed and why. Once; later calls say nil.
+    func removeScratch() -> String? {
+        guard exit != nil, !scratchRemoved, let scratch else { return nil }
+        scratchRemoved = true
+        return ScratchDirectory.remove(URL(fileURLWithPath: scratch, isDirectory: true))
     }
 
     /// Has the supervisor kill the plugin and everything it started.

@@ -260,9 +260,38 @@ struct PluginRun {
                 .sandboxViolation,
                 "\(id) made the forbidden system call \(violation.description) during \(phase.rawValue) and was killed (the sandbox denies it: see docs/sandbox.md)",
                 details: violation.details.merging(["phase": .string(phase.rawValue)]) { _, new in new })
+        } else if let disk = process.diskBreach {
+            report.response = nil
+            report.responseIsSuccess = false
+            report.error = diskBreach(disk)
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
             report.error = breach
         }
+        // Nothing of the run's may outlive it: its scratch directory goes now, and the report says if it could not.
+        if let left = process.removeScratch() {
+            if report.error == nil {
+                report.error = HostError(.internalError, "the scratch directory of \(id)'s run could not be removed: \(left)", details: ["scratchLeft": .string(left)])
+            } else {
+                report.error?.details["scratchLeft"] = .string(left)
+            }
+        }
+    }
+
+    /// The scratch directory went past its quota (counted by the supervisor).
+    func diskBreach(_ disk: DiskBreach) -> HostError {
+        let what =
+            disk.tooDeep
+            ? "nested folders deeper than 256"
+            : disk.files > limits.diskFiles
+                ? "\(disk.files) files and folders, past its quota of \(limits.diskFiles)"
+                : "\(ByteCount.format(disk.bytes)), past its quota of \(ByteCount.format(limits.diskBytes))"
+        return HostError(
+            .diskLimitExceeded,
+            "\(id) wrote \(what) in its scratch directory during \(phase.rawValue) in \(mode.rawValue) mode and was stopped (policy \(mode.rawValue).diskBytes and diskFiles; docs/sandbox.md)",
+            details: [
+                "limitBytes": .int(limits.diskBytes), "limitFiles": .int(limits.diskFiles), "usedBytes": .int(disk.bytes),
+                "usedFiles": .int(disk.files), "mode": .string(mode.rawValue), "phase": .string(phase.rawValue),
+            ])
     }
 
     func peakMemory(_ process: PluginProcess) -> Int64 {

@@ -24,12 +24,17 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         /// one tmpfs of this size per run; at most a quarter of the run's cap). The rest is
         /// the private memory RLIMIT_DATA allows.
         public var memoryFilesBytes: Int64
+        /// The scratch directory's quota: bytes on disk (blocks) and entries (files and folders).
+        public var diskBytes: Int64
+        public var diskFiles: Int64
 
         public init(
             memoryBytes: Int64, maxMemoryBytes: Int64, deadlineMs: Int, maxDeadlineMs: Int, maxExtendedDeadlineMs: Int, stackBytes: Int64,
-            memoryFilesBytes: Int64 = 4 << 20
+            memoryFilesBytes: Int64 = 4 << 20, diskBytes: Int64 = 256 << 20, diskFiles: Int64 = 4096
         ) {
             self.memoryFilesBytes = memoryFilesBytes
+            self.diskBytes = diskBytes
+            self.diskFiles = diskFiles
             self.memoryBytes = memoryBytes
             self.maxMemoryBytes = maxMemoryBytes
             self.deadlineMs = deadlineMs
@@ -124,7 +129,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             maxExtendedDeadlineMs: 30_000, stackBytes: 1 << 20),
         inApp: ModeLimits(
             memoryBytes: 1 << 30, maxMemoryBytes: 4 << 30, deadlineMs: 10_000, maxDeadlineMs: 60_000,
-            maxExtendedDeadlineMs: 0, stackBytes: 8 << 20, memoryFilesBytes: 64 << 20),
+            maxExtendedDeadlineMs: 0, stackBytes: 8 << 20, memoryFilesBytes: 64 << 20, diskBytes: 2 << 30, diskFiles: 65_536),
         processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
         namespaces: Namespaces(pid: true, network: false, ipc: true, mount: true, user: true), seccomp: true,
         cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
@@ -188,13 +193,16 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         var maxExtendedDeadlineMs: Int?
         var stackBytes: Int64?
         var memoryFilesBytes: Int64?
+        var diskBytes: Int64?
+        var diskFiles: Int64?
 
         func merged(over base: ModeLimits) -> ModeLimits {
             ModeLimits(
                 memoryBytes: memoryBytes ?? base.memoryBytes, maxMemoryBytes: maxMemoryBytes ?? base.maxMemoryBytes,
                 deadlineMs: deadlineMs ?? base.deadlineMs, maxDeadlineMs: maxDeadlineMs ?? base.maxDeadlineMs,
                 maxExtendedDeadlineMs: maxExtendedDeadlineMs ?? base.maxExtendedDeadlineMs, stackBytes: stackBytes ?? base.stackBytes,
-                memoryFilesBytes: memoryFilesBytes ?? base.memoryFilesBytes)
+                memoryFilesBytes: memoryFilesBytes ?? base.memoryFilesBytes, diskBytes: diskBytes ?? base.diskBytes,
+                diskFiles: diskFiles ?? base.diskFiles)
         }
     }
 
@@ -212,6 +220,8 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             }
             if limits.stackBytes < 64 << 10 { problems.append("\(name).stackBytes: must be at least 65536") }
             if limits.memoryFilesBytes < 64 << 10 { problems.append("\(name).memoryFilesBytes: must be at least 65536") }
+            if limits.diskBytes < 1 << 20 { problems.append("\(name).diskBytes: must be at least 1048576") }
+            if limits.diskFiles < 16 { problems.append("\(name).diskFiles: must be at least 16") }
         }
         if processes < 1 { problems.append("processes: must be at least 1") }
         if pidNamespaceMaxPids < 301 { problems.append("pidNamespaceMaxPids: the kernel's minimum is 301") }
@@ -253,6 +263,9 @@ public struct EffectiveLimits: Sendable, Equatable {
     public var stackBytes: Int64
     /// The policy's share for files in memory; the run gets at most a quarter of its cap.
     var policyMemoryFilesBytes: Int64 = 4 << 20
+    /// The scratch directory's quota (the policy's, per mode).
+    public var diskBytes: Int64 = 256 << 20
+    public var diskFiles: Int64 = 4096
 
     /// The run's memory filesystem (/tmp, /var/tmp, /dev/shm): part of the cap.
     public var memoryFilesBytes: Int64 { min(policyMemoryFilesBytes, max(memoryBytes / 4, 64 << 10)) }
@@ -262,6 +275,7 @@ public struct EffectiveLimits: Sendable, Equatable {
     public var json: JSONValue {
         var object: [String: JSONValue] = [
             "memoryBytes": .int(memoryBytes), "deadlineMs": .int(Int64(deadlineMs)), "memoryFilesBytes": .int(memoryFilesBytes),
+            "diskBytes": .int(diskBytes), "diskFiles": .int(diskFiles),
         ]
         if maxExtendedDeadlineMs > deadlineMs { object["maxExtendedDeadlineMs"] = .int(Int64(maxExtendedDeadlineMs)) }
         return .object(object)
@@ -276,7 +290,7 @@ public struct EffectiveLimits: Sendable, Equatable {
         var limits = EffectiveLimits(
             mode: mode, memoryBytes: base.memoryBytes, deadlineMs: base.deadlineMs,
             maxExtendedDeadlineMs: max(base.maxExtendedDeadlineMs, base.deadlineMs), stackBytes: base.stackBytes,
-            policyMemoryFilesBytes: base.memoryFilesBytes)
+            policyMemoryFilesBytes: base.memoryFilesBytes, diskBytes: base.diskBytes, diskFiles: base.diskFiles)
         func check(_ memory: Int64?, _ deadline: Int?, source: String, kind: ErrorKind) throws(HostError) {
             if let memory {
                 guard memory > 0, memory <= base.maxMemoryBytes else {

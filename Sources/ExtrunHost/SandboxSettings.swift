@@ -40,6 +40,11 @@ struct SandboxSettings {
     var privateDev = false
     var memoryFilesBytes: UInt64 = 0
     var memoryFilesInodes: UInt64 = 0
+    /// The scratch directory and its quota, counted by the supervisor every `diskCheckMs`.
+    var scratchPath: String?
+    var diskBytes: UInt64 = 0
+    var diskFiles: UInt64 = 0
+    static let diskCheckMs: Int32 = 100
     /// Files and folders the run's memory filesystem may hold.
     static let memoryFilesInodes: UInt64 = 1024
 
@@ -108,6 +113,9 @@ struct SandboxSettings {
             memoryFilesBytes = UInt64(effective.memoryFilesBytes)
             memoryFilesInodes = SandboxSettings.memoryFilesInodes
         }
+        scratchPath = scratch?.path
+        diskBytes = UInt64(effective.diskBytes)
+        diskFiles = UInt64(effective.diskFiles)
         pidMax = policy.pidNamespaceMaxPids
         cgroupProcsFD = cgroup?.procsFD ?? -1
     }

@@ -34,7 +34,8 @@ struct Handle: ParsableCommand {
             Exit status: 0 the plugin answered success; 1 it answered another code; \
             3 parameterUnresolved; 4 invalidIntent; 5 noHandler; 6 pluginCrashed; \
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \
-            11 configurationError; 12 pluginError; 13 confirmationDeclined; 64 bad command line; \
+            11 configurationError; 12 pluginError; 13 confirmationDeclined; 14 diskLimitExceeded; \
+            64 bad command line; \
             70 internal error.
 
             Continuing in the app: when the plugin, in extension mode, answers continueInApp \

@@ -122,6 +122,51 @@ struct ConfinementTests {
     }
 }
 
+/// The scratch directory: removed by descriptor whatever it holds, and a quota on it.
+@Suite(.serialized)
+struct ScratchTests {
+    @Test func aScratchDirectoryNestedPastPathMaxIsRemovedWithoutFollowingLinks() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("DeepScratch", ["steps": 30])
+        #expect(report.error == nil, "\(String(describing: report.error))")
+        let scratch = try #require(report.response?.properties["scratch"]?.stringValue)
+        var info = stat()
+        #expect(lstat(scratch, &info) != 0 && errno == ENOENT, "the scratch directory \(scratch) is still there")
+        // The links were removed, not followed.
+        #expect(FileManager.default.fileExists(atPath: "/etc/passwd"))
+        #expect(FileManager.default.fileExists(atPath: plugin.pluginPath.appendingPathComponent("\(plugin.marker)/manifest.json").path))
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    @Test func writingPastTheScratchQuotaIsATypedErrorWithItsNumbers() throws {
+        // Four files of 4 MiB, each under the file size limit, together past an 8 MiB quota.
+        let plugin = try HostilePlugin(policy: #"{"extension": {"diskBytes": 8388608}}"#)
+        defer { plugin.remove() }
+        let report = plugin.handle("FillFolder", ["path": ".", "megabytes": 16])
+        let error = try #require(report.error, "16 MiB written under an 8 MiB quota")
+        #expect(error.kind == .diskLimitExceeded, "\(error)")
+        #expect(error.details["limitBytes"] == .int(8 << 20))
+        #expect((error.details["usedBytes"]?.intValue ?? 0) > 8 << 20)
+        #expect(report.exitCode == 14)
+        #expect(report.response == nil)
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    @Test func makingMoreFilesThanTheQuotaIsATypedError() throws {
+        let plugin = try HostilePlugin(policy: #"{"extension": {"diskFiles": 100}}"#)
+        defer { plugin.remove() }
+        let report = plugin.handle("ManyFiles", ["steps": 500])
+        let error = try #require(report.error, "500 files made under a quota of 100")
+        #expect(error.kind == .diskLimitExceeded, "\(error)")
+        #expect(error.details["limitFiles"] == .int(100))
+        #expect((error.details["usedFiles"]?.intValue ?? 0) > 100)
+        let within = plugin.handle("ManyFiles", ["steps": 50])
+        #expect(within.error == nil, "\(String(describing: within.error))")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+}
+
 /// Files a run may have left in the host's shared folders.
 enum Leftovers {
     static func files(named prefix: String) -> [String] {
@@ -146,7 +191,7 @@ struct RunIsolationTests {
         let done = DispatchSemaphore(value: 0)
         nonisolated(unsafe) var bombReport: HandleReport?
         Thread.detachNewThread {
-            bombReport = bomb.handle("ForkBomb") { $0.deadlineMs = 10_000 }
+            bombReport = bomb.handle("ForkBomb") { $0.deadlineMs = 15_000 }
             done.signal()
         }
         // Wait until the bomb has filled what it may (the most processes seen at once).
@@ -166,7 +211,7 @@ struct RunIsolationTests {
             }
         }
         let failed = failures.withLock { $0 }
-        // The bomb's run is still going (its deadline is 10 s).
+        // The bomb's run is still going (its deadline is 15 s).
         let ended = done.wait(timeout: .now()) == .success
         #expect(!ended, "the fork bomb's run ended before the other runs did")
         #expect(failed.isEmpty, "\(failed.count) of 20 runs failed while a fork bomb ran: \(failed.first ?? "")")

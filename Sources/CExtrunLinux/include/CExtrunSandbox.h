@@ -77,6 +77,13 @@ struct extrun_sandbox_request {
     int private_dev;
     uint64_t memory_files_bytes;
     uint64_t memory_files_inodes;
+    /// The scratch directory (opened by the supervisor before anything else) and its
+    /// quota: past `disk_bytes` or `disk_files` (0: none) the plugin is killed and
+    /// EXTRUN_EVENT_DISK_LIMIT reported; counted every `disk_check_ms` and after the end.
+    const char *scratch_path;
+    uint64_t disk_bytes;
+    uint64_t disk_files;
+    int disk_check_ms;
 };
 
 /// Events the supervisor writes to the status pipe, fixed size.
@@ -89,6 +96,9 @@ enum extrun_event_type {
     /// arg0 (bytes asked for), arg1 (its private memory then), pid: a mapping that the
     /// memory cap (RLIMIT_DATA) refuses; the plugin goes on (and gets ENOMEM).
     EXTRUN_EVENT_ALLOCATION_REFUSED = 6,
+    /// arg0 (bytes), arg1 (files), status (1: nested too deep): the scratch directory
+    /// went past its quota (sent while it runs, the plugin then killed, or after its end).
+    EXTRUN_EVENT_DISK_LIMIT = 7,
 };
 
 /// Private anonymous mappings at least this large are checked against the cap by the supervisor.
@@ -150,5 +160,21 @@ const char *extrun_syscall_name_abi(int abi, int nr);
 
 /// Whether this kernel supports SECCOMP_FILTER_FLAG_NEW_LISTENER.
 int extrun_seccomp_notify_supported(void);
+
+/// What a folder holds: every entry below it (folders included) and their blocks.
+struct extrun_disk_usage {
+    uint64_t bytes;
+    uint64_t files;
+    int too_deep;  // folders nested deeper than 256 (counted as over the quota)
+};
+
+/// Counts what `folder_fd` holds, by descriptor (no links followed); stops once past
+/// `max_bytes` or `max_files` (0: no limit). 0, or -1 and errno. Async-signal-safe.
+int extrun_disk_usage(int folder_fd, uint64_t max_bytes, uint64_t max_files, struct extrun_disk_usage *usage);
+
+/// Removes `path` and all it holds by descriptor (openat/unlinkat: no path-length limit,
+/// links removed, never followed; folders the plugin closed are opened again first),
+/// then checks it is gone. 0, or -1 with "what: why" in `failure`.
+int extrun_remove_tree(const char *path, char *failure, size_t failure_size);
 
 #endif

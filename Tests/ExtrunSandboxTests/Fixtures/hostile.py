@@ -284,6 +284,29 @@ def misbehave(intent, params, request):
         if not libc.malloc(int(params.get("megabytes", 200)) << 20):
             os.abort()
         return success(request, allocated=True)
+    if intent == "DeepScratch":
+        # Folders nested past PATH_MAX, one closed to everyone, links out of the scratch directory.
+        here = os.getcwd()
+        os.symlink("/etc", "escape")
+        os.symlink(os.environ.get("EXTRUN_PLUGIN_DIR", "/"), "plugin")
+        fd = os.open(".", os.O_RDONLY)
+        for level in range(int(params.get("steps", 30))):
+            name = ("d%03d" % level) + "x" * 240
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "wb") as f:
+            f.write(b"x" * 4096)
+        os.symlink("/etc/passwd", "passwd-link", dir_fd=fd)
+        os.chmod(fd, 0o000)
+        os.close(fd)
+        return success(request, scratch=here)
+    if intent == "ManyFiles":
+        count = int(params.get("steps", 100))
+        for i in range(count):
+            open("f%06d" % i, "wb").close()
+        return success(request, made=count)
     if intent == "FillFolder":
         # Write up to `megabytes` into a file in `path` (a memory filesystem or a scratch folder).
         target = os.path.join(params["path"], "extrun-filled-%d" % os.getpid())
@@ -366,7 +389,7 @@ def main():
 INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout",
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
-           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce"]
+           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles"]
 
 if __name__ == "__main__":
     main()
