@@ -203,6 +203,10 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
 
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_NO_NEW_PRIVS);
+    if (request->landlock_count > 0) {
+        int private_temporary = (request->namespaces & EXTRUN_NS_MOUNT) && request->private_dev && request->memory_files_bytes > 0;
+        if (extrun_landlock_restrict(request, private_temporary) < 0) fail_child(report_fd, EXTRUN_STAGE_LANDLOCK);
+    }
 
     if (request->filter != NULL) {
         struct sock_fprog program = {request->filter_length, (struct sock_filter *)request->filter};
@@ -626,6 +630,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         report_setup_failure(status_fd, EXTRUN_STAGE_FORK, ESRCH);
     }
 
+    if (request->landlock_count > 0 && extrun_landlock_abi() > 0) active |= EXTRUN_NS_LANDLOCK;
     memset(&event, 0, sizeof event);
     event.type = EXTRUN_EVENT_STARTED;
     event.pid = plugin;

@@ -257,6 +257,8 @@ final class PluginProcess {
                withCStrings(sandbox.hidePaths) { hidePointer in
                 withOptionalCString(spec.workingDirectory?.path) { cwd in
                  withOptionalCString(sandbox.scratchPath) { scratchPointer in
+                  withCStrings(sandbox.landlock.map(\.path)) { landlockPointer in
+                   sandbox.landlock.map(\.kind).withUnsafeBufferPointer { landlockKinds in
                     mappings.withUnsafeBufferPointer { fds in
                       writable.withUnsafeBufferPointer { writablePointer in
                         var request = extrun_sandbox_request()
@@ -293,9 +295,14 @@ final class PluginProcess {
                         request.disk_bytes = sandbox.diskBytes
                         request.disk_files = sandbox.diskFiles
                         request.disk_check_ms = SandboxSettings.diskCheckMs
+                        request.landlock_paths = UnsafeRawPointer(landlockPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.landlock_kinds = landlockKinds.baseAddress
+                        request.landlock_count = Int32(sandbox.landlock.count)
                         extrun_sandbox_spawn(&request, &result)
                       }
                     }
+                   }
+                  }
                  }
                 }
                }
@@ -347,6 +354,8 @@ final class PluginProcess {
                     .internalError, "cannot hide \(sandbox.hidePaths.joined(separator: " and ")) from the plugin in its mount namespace: \(reason)")
             case EXTRUN_STAGE_SECCOMP:
                 throw HostError(.internalError, "cannot install the seccomp filter: \(reason)")
+            case EXTRUN_STAGE_LANDLOCK:
+                throw HostError(.internalError, "cannot restrict the plugin with Landlock: \(reason)")
             case EXTRUN_STAGE_RLIMIT:
                 throw HostError(.internalError, "cannot set the plugin's resource limits: \(reason)")
             default:

@@ -93,6 +93,10 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     public var namespaces: Namespaces
     /// The seccomp filter. Turning it off is for measuring its cost, not for production.
     public var seccomp: Bool
+    /// Landlock, where the kernel has it: the plugin may read and execute the system's
+    /// folders and its own, write only its scratch directory (and the run's /tmp, /var/tmp,
+    /// /dev/shm); no TCP; abstract sockets and signals only within its run.
+    public var landlock: Bool = true
     /// How long a plugin has, after `cancel`, before its process group is killed.
     public var cancelGraceMs: Int
     /// How long a plugin has to exit once the host has its answer and closes the channel.
@@ -160,7 +164,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp
+        case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp, landlock
         case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser, pluginUidRange
     }
 
@@ -176,6 +180,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         fileSizeBytes = try c.decodeIfPresent(Int64.self, forKey: .fileSizeBytes) ?? d.fileSizeBytes
         namespaces = try c.decodeIfPresent(Namespaces.self, forKey: .namespaces) ?? d.namespaces
         seccomp = try c.decodeIfPresent(Bool.self, forKey: .seccomp) ?? d.seccomp
+        landlock = try c.decodeIfPresent(Bool.self, forKey: .landlock) ?? d.landlock
         cancelGraceMs = try c.decodeIfPresent(Int.self, forKey: .cancelGraceMs) ?? d.cancelGraceMs
         exitGraceMs = try c.decodeIfPresent(Int.self, forKey: .exitGraceMs) ?? d.exitGraceMs
         maxMessageBytes = try c.decodeIfPresent(Int.self, forKey: .maxMessageBytes) ?? d.maxMessageBytes

@@ -28,6 +28,8 @@ enum {
     EXTRUN_NS_USER = 1 << 4,
     /// Reported only: /proc was remounted for the plugin's pid namespace.
     EXTRUN_NS_PROC = 1 << 5,
+    /// Reported only: Landlock restricts the plugin.
+    EXTRUN_NS_LANDLOCK = 1 << 6,
 };
 
 struct extrun_sandbox_request {
@@ -84,7 +86,26 @@ struct extrun_sandbox_request {
     uint64_t disk_bytes;
     uint64_t disk_files;
     int disk_check_ms;
+    /// Landlock (where the kernel has it): the paths the plugin may use, each with its
+    /// EXTRUN_LANDLOCK_* kind; everything else is refused (EACCES). 0 paths: no Landlock.
+    const char *const *landlock_paths;
+    const int *landlock_kinds;
+    int landlock_count;
 };
+
+enum {
+    EXTRUN_LANDLOCK_READ_EXECUTE = 0,       // read and execute (system folders, the plugin's)
+    EXTRUN_LANDLOCK_READ_WRITE = 1,         // everything (the scratch directory)
+    EXTRUN_LANDLOCK_PRIVATE_TEMPORARY = 2,  // everything, when it is the run's own memory filesystem
+    EXTRUN_LANDLOCK_DEVICES = 3,            // read, write, ioctl (the run's /dev)
+};
+
+/// The Landlock ABI this kernel offers (0: none).
+int extrun_landlock_abi(void);
+
+/// In the plugin's process, after no_new_privs: restricts it to the request's paths.
+/// 1 restricted, 0 Landlock unavailable, -1 and errno on failure.
+int extrun_landlock_restrict(const struct extrun_sandbox_request *request, int private_temporary);
 
 /// Events the supervisor writes to the status pipe, fixed size.
 enum extrun_event_type {

@@ -307,6 +307,22 @@ def misbehave(intent, params, request):
         for i in range(count):
             open("f%06d" % i, "wb").close()
         return success(request, made=count)
+    if intent == "Reach":
+        # Outside its run: a world-writable folder of the host's, another folder, an abstract socket.
+        import socket
+        results = {"write /run/lock": attempt(lambda: (write_new("/run/lock/extrun-reach-%d" % os.getpid()),
+                                                       os.unlink("/run/lock/extrun-reach-%d" % os.getpid()))),
+                   "list /var/log": attempt(lambda: os.listdir("/var/log")),
+                   "read /usr/bin/env": attempt(lambda: read_anything("/usr/bin/env"))}
+
+        def connect_abstract():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect("\0" + params["path"])
+            finally:
+                s.close()
+        results["abstract socket"] = attempt(connect_abstract)
+        return success(request, result=json.dumps(results))
     if intent == "FillFolder":
         # Write up to `megabytes` into a file in `path` (a memory filesystem or a scratch folder).
         target = os.path.join(params["path"], "extrun-filled-%d" % os.getpid())
@@ -389,7 +405,7 @@ def main():
 INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout",
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
-           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles"]
+           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach"]
 
 if __name__ == "__main__":
     main()
