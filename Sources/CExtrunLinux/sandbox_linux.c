@@ -452,8 +452,47 @@ struct plugin_exit {
 /// other process in the namespace. Never returns.
 static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd)
     __attribute__((noreturn));
+/// Blanks this process's command line (its copy of the host's argv, which /proc/1/cmdline
+/// would show the plugin): fields 48 and 49 of /proc/self/stat are where it lies.
+static void blank_command_line(void) {
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buffer[1024];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0) return;
+    buffer[n] = '\0';
+    // After the command's closing parenthesis, fields start at 3.
+    char *p = NULL;
+    for (ssize_t i = n - 1; i >= 0; i--) {
+        if (buffer[i] == ')') {
+            p = buffer + i + 1;
+            break;
+        }
+    }
+    if (p == NULL) return;
+    unsigned long values[2] = {0, 0};
+    int field = 2;
+    while (*p && field < 49) {
+        while (*p == ' ') p++;
+        field++;
+        unsigned long value = 0;
+        while (*p >= '0' && *p <= '9') value = value * 10 + (unsigned long)(*p++ - '0');
+        while (*p && *p != ' ') p++;
+        if (field == 48) values[0] = value;
+        if (field == 49) values[1] = value;
+    }
+    if (values[0] == 0 || values[1] <= values[0]) return;
+    static const char name[] = "extrun-init";
+    char *start = (char *)values[0];
+    size_t length = values[1] - values[0];
+    memset(start, 0, length);
+    memcpy(start, name, length < sizeof name ? length : sizeof name);
+}
+
 static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd) {
     reset_signals();
+    blank_command_line();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     // Nothing of the host's for the plugin to look at through /proc/1: not its
     // working directory, and (not dumpable) not its memory, environment or descriptors.

@@ -166,7 +166,7 @@ struct PluginRun {
             throw error
         }
         if let log = options.log {
-            log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")), deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
+            log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)): \(ByteCount.format(limits.dataBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")) and \(ByteCount.format(limits.memoryFilesBytes)) of files in memory, deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
             log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? cgroupSupport.description)")
             log("[extrun] seccomp: \(policy.seccomp ? (capabilities.seccompNotify ? "on (forbidden calls reported by name)" : "on (forbidden calls kill with SIGSYS)") : "OFF (policy)"); no_new_privs; rlimits: \(policy.openFiles) files, \(policy.processes) processes, \(ByteCount.format(policy.fileSizeBytes)) per file, no core dumps")
             log("[extrun] namespaces: \(SandboxSettings.describe(namespaces: process.activeNamespaces)); scratch directory \(scratch.path)")

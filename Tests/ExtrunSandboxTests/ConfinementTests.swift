@@ -148,6 +148,8 @@ struct LandlockTests {
         #expect(results["list /var/log"] == "EACCES", "\(results)")
         #expect(results["read /usr/bin/env"] == "ok", "\(results)")
         #expect(results["abstract socket"] == "EPERM", "\(results)")
+        // The pid namespace's /proc: its pid 1 does not show the host's command line.
+        #expect(results["/proc/1/cmdline"] == "extrun-init", "\(results)")
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
     }
 }

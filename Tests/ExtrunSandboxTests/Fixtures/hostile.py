@@ -314,6 +314,15 @@ def misbehave(intent, params, request):
                                                        os.unlink("/run/lock/extrun-reach-%d" % os.getpid()))),
                    "list /var/log": attempt(lambda: os.listdir("/var/log")),
                    "read /usr/bin/env": attempt(lambda: read_anything("/usr/bin/env"))}
+        try:
+            with open("/proc/1/cmdline", "rb") as f:
+                results["/proc/1/cmdline"] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError as error:
+            results["/proc/1/cmdline"] = str(error)
+        try:
+            results["/proc/net/unix"] = str(len(open("/proc/net/unix").read().splitlines()) - 1)
+        except OSError as error:
+            results["/proc/net/unix"] = str(error)
 
         def connect_abstract():
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
