@@ -246,7 +246,8 @@ enum HomeProtection {
 
 /// A uid of `pluginUidRange` held by one run: an exclusive lock (`flock`) on
 /// `/run/extrun/uids/<uid>`, which every root host on the machine takes before it
-/// uses that uid, released when the run's process is gone (or the host dies).
+/// uses that uid, released (and the file removed) when the run's process is gone;
+/// a host that dies leaves the file, unlocked.
 final class PluginUidLease: Sendable, Equatable {
     let uid: uid_t
     private let fd: Int32
@@ -258,7 +259,12 @@ final class PluginUidLease: Sendable, Equatable {
         self.fd = fd
     }
 
-    deinit { close(fd) }
+    /// The lock file goes while still locked: a host that opened it meanwhile finds, once it
+    /// has the lock, that the path no longer names its file, and tries again (`take`).
+    deinit {
+        unlink("\(Self.directory)/\(uid)")
+        close(fd)
+    }
 
     static func == (a: PluginUidLease, b: PluginUidLease) -> Bool { a === b }
 
@@ -271,7 +277,13 @@ final class PluginUidLease: Sendable, Equatable {
             let uid = range.first + (start &+ step) % range.count
             let fd = open("\(directory)/\(uid)", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
             guard fd >= 0 else { continue }
-            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return PluginUidLease(uid: uid, fd: fd) }
+            var held = stat()
+            var named = stat()
+            if flock(fd, LOCK_EX | LOCK_NB) == 0, fstat(fd, &held) == 0, stat("\(directory)/\(uid)", &named) == 0,
+                held.st_ino == named.st_ino, held.st_dev == named.st_dev
+            {
+                return PluginUidLease(uid: uid, fd: fd)
+            }
             close(fd)
         }
         throw HostError(
