@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -109,7 +110,10 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     reset_signals();
     // Die with the supervisor. Its parent is a single thread, so this is reliable here.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (setpgid(0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_SETPGID);
+    // Its own session, so no controlling terminal: /dev/tty cannot be opened (ENXIO), and
+    // the terminal of whoever started the host can be neither read, written nor
+    // taken over (tcsetpgrp). It also leads its own process group, which the supervisor kills.
+    if (setsid() < 0) fail_child(report_fd, EXTRUN_STAGE_SETPGID);
 
     if (request->cgroup_procs_fd >= 0) {
         write_all(request->cgroup_procs_fd, "0\n", 2);
@@ -160,7 +164,8 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     const struct extrun_limits *l = &request->limits;
     // RLIMIT_NPROC counts every process of the user: for plugins sharing the
     // plugin user, one fork bomb would stop all the others from starting. In a
-    // pid namespace its pid_max bounds each run on its own, so NPROC is left as it is.
+    // pid namespace its pid_max bounds each run on its own, so NPROC is left as it is;
+    // without one, a root host gives each run a uid of its own (pluginUidRange).
     uint64_t processes = request->drop_privileges && (request->namespaces & EXTRUN_NS_PID) ? 0 : l->processes;
     if (set_limit(RLIMIT_DATA, l->data_bytes) || set_limit(RLIMIT_STACK, l->stack_bytes) ||
         set_limit(RLIMIT_NOFILE, l->open_files) || set_limit(RLIMIT_NPROC, processes) ||
@@ -169,6 +174,8 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     }
     struct rlimit no_core = {0, 0};
     if (setrlimit(RLIMIT_CORE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
+    // POSIX message queues hold kernel memory no other limit counts: none.
+    if (setrlimit(RLIMIT_MSGQUEUE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
 
     // The plugin's own user: no supplementary groups, then the group, then the
     // user (after which the first two could no longer be changed). Raw system
@@ -196,6 +203,10 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     if (request->cwd != NULL && chdir(request->cwd) != 0) fail_child(report_fd, EXTRUN_STAGE_CHDIR);
 
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_child(report_fd, EXTRUN_STAGE_NO_NEW_PRIVS);
+    if (request->landlock_count > 0) {
+        int private_temporary = (request->namespaces & EXTRUN_NS_MOUNT) && request->private_dev && request->memory_files_bytes > 0;
+        if (extrun_landlock_restrict(request, private_temporary) < 0) fail_child(report_fd, EXTRUN_STAGE_LANDLOCK);
+    }
 
     if (request->filter != NULL) {
         struct sock_fprog program = {request->filter_length, (struct sock_filter *)request->filter};
@@ -379,6 +390,54 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     }
 }
 
+/// VmData of process `pid` (host pid) in bytes, or 0.
+static uint64_t private_memory_of(pid_t pid) {
+    char path[64];
+    size_t at = 0;
+    path[0] = '\0';
+    extrun_append_int(path, sizeof path, &at, pid);
+    extrun_append_text(path, sizeof path, &at, "/status");
+    int fd = open_in_host_proc(path);
+    if (fd < 0) return 0;
+    char buffer[4096];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buffer[n] = '\0';
+    const char *line = strstr(buffer, "\nVmData:");
+    if (line == NULL) return 0;
+    uint64_t kb = 0;
+    for (line += 8; *line == ' ' || *line == '\t'; line++) {}
+    for (; *line >= '0' && *line <= '9'; line++) kb = kb * 10 + (uint64_t)(*line - '0');
+    return kb * 1024;
+}
+
+static uint64_t monotonic_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+}
+
+/// Whether the scratch directory is past its quota; if so, reports it (once).
+static int check_disk(const struct extrun_sandbox_request *request, int scratch_fd, int status_fd, pid_t plugin, int *reported) {
+    if (scratch_fd < 0 || *reported) return 0;
+    struct extrun_disk_usage usage;
+    if (extrun_disk_usage(scratch_fd, request->disk_bytes, request->disk_files, &usage) != 0) return 0;
+    int over = usage.too_deep || (request->disk_bytes && usage.bytes > request->disk_bytes) ||
+               (request->disk_files && usage.files > request->disk_files);
+    if (!over) return 0;
+    struct extrun_event event;
+    memset(&event, 0, sizeof event);
+    event.type = EXTRUN_EVENT_DISK_LIMIT;
+    event.pid = plugin;
+    event.status = usage.too_deep;
+    event.arg0 = usage.bytes;
+    event.arg1 = usage.files;
+    send_event(status_fd, &event);
+    *reported = 1;
+    return 1;
+}
+
 /// What the namespace's init tells the supervisor when the plugin ends.
 struct plugin_exit {
     int status;
@@ -393,8 +452,47 @@ struct plugin_exit {
 /// other process in the namespace. Never returns.
 static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd)
     __attribute__((noreturn));
+/// Blanks this process's command line (its copy of the host's argv, which /proc/1/cmdline
+/// would show the plugin): fields 48 and 49 of /proc/self/stat are where it lies.
+static void blank_command_line(void) {
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buffer[1024];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    if (n <= 0) return;
+    buffer[n] = '\0';
+    // After the command's closing parenthesis, fields start at 3.
+    char *p = NULL;
+    for (ssize_t i = n - 1; i >= 0; i--) {
+        if (buffer[i] == ')') {
+            p = buffer + i + 1;
+            break;
+        }
+    }
+    if (p == NULL) return;
+    unsigned long values[2] = {0, 0};
+    int field = 2;
+    while (*p && field < 49) {
+        while (*p == ' ') p++;
+        field++;
+        unsigned long value = 0;
+        while (*p >= '0' && *p <= '9') value = value * 10 + (unsigned long)(*p++ - '0');
+        while (*p && *p != ' ') p++;
+        if (field == 48) values[0] = value;
+        if (field == 49) values[1] = value;
+    }
+    if (values[0] == 0 || values[1] <= values[0]) return;
+    static const char name[] = "extrun-init";
+    char *start = (char *)values[0];
+    size_t length = values[1] - values[0];
+    memset(start, 0, length);
+    memcpy(start, name, length < sizeof name ? length : sizeof name);
+}
+
 static void run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd) {
     reset_signals();
+    blank_command_line();
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     // Nothing of the host's for the plugin to look at through /proc/1: not its
     // working directory, and (not dumpable) not its memory, environment or descriptors.
@@ -460,6 +558,9 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     reset_signals();
     pid_t self = getpid();
     struct extrun_event event;
+    // The scratch directory, for its quota: opened before any mount can hide its path.
+    int scratch_fd = request->scratch_path != NULL && (request->disk_bytes || request->disk_files)
+        ? open(request->scratch_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
 
     // Leave the host's process group: a Ctrl-C meant for the host should reach
     // the host, whose death then ends the plugin through the lifeline.
@@ -476,7 +577,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         mode_t mask = umask(022);
         int hidden = extrun_hide_directories(
             request->hide_paths, request->hide_count, request->reveal_sources, request->reveal_targets, request->reveal_writable,
-            request->reveal_count);
+            request->reveal_count, request->memory_files_bytes, request->memory_files_inodes, request->private_dev);
         int saved = errno;
         umask(mask);
         if (hidden != 0) report_setup_failure(status_fd, EXTRUN_STAGE_MOUNT, saved);
@@ -534,7 +635,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     if (notify_pair[1] >= 0) close(notify_pair[1]);
     if (exit_pipe[1] >= 0) close(exit_pipe[1]);
     if (child < 0) report_setup_failure(status_fd, EXTRUN_STAGE_FORK, errno);
-    if (!in_pid_ns) setpgid(child, child);
+    // (No setpgid from here: the plugin's process has made its own session before this
+    // returns (CLONE_VFORK), and setsid fails in a process that already leads a group.)
 
     int listener = -1;
     if (notify_pair[0] >= 0) {
@@ -567,6 +669,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         report_setup_failure(status_fd, EXTRUN_STAGE_FORK, ESRCH);
     }
 
+    if (request->landlock_count > 0 && extrun_landlock_abi() > 0) active |= EXTRUN_NS_LANDLOCK;
     memset(&event, 0, sizeof event);
     event.type = EXTRUN_EVENT_STARTED;
     event.pid = plugin;
@@ -575,14 +678,25 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
 
     int plugin_fd = (int)syscall(SYS_pidfd_open, child, 0);
     int killed = 0;
+    int disk_reported = 0;
+    int check_ms = scratch_fd >= 0 && request->disk_check_ms > 0 ? request->disk_check_ms : -1;
+    uint64_t last_check = monotonic_ms();
     for (;;) {
         struct pollfd fds[3];
         int count = 0;
         fds[count++] = (struct pollfd){.fd = lifeline_fd, .events = POLLIN};
         if (plugin_fd >= 0) fds[count++] = (struct pollfd){.fd = plugin_fd, .events = POLLIN};
         if (listener >= 0) fds[count++] = (struct pollfd){.fd = listener, .events = POLLIN};
-        int ready = poll(fds, (nfds_t)count, plugin_fd >= 0 ? -1 : 20);
+        int ready = poll(fds, (nfds_t)count, plugin_fd >= 0 ? check_ms : 20);
         if (ready < 0 && errno != EINTR) break;
+        if (check_ms > 0 && !killed && monotonic_ms() - last_check >= (uint64_t)check_ms) {
+            last_check = monotonic_ms();
+            if (check_disk(request, scratch_fd, status_fd, plugin, &disk_reported)) {
+                kill(child, SIGKILL);
+                kill(-plugin, SIGKILL);
+                killed = 1;
+            }
+        }
 
         for (int i = 0; ready > 0 && i < count; i++) {
             if (fds[i].revents == 0) continue;
@@ -607,7 +721,26 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                     memset(&response, 0, sizeof response);
                     response.id = request_buffer.id;
                     response.error = -EPERM;
-                    if (extrun_syscall_sends_signal(request_buffer.data.nr)) {
+                    if (extrun_is_large_private_mapping(&request_buffer.data)) {
+                        // Will the cap refuse it? The evidence for a death that may follow.
+                        uint64_t in_use = private_memory_of(request_buffer.pid);
+                        uint64_t limit = request->limits.data_bytes;
+                        if (limit > 0 && !killed && in_use + request_buffer.data.args[1] > limit) {
+                            memset(&event, 0, sizeof event);
+                            event.type = EXTRUN_EVENT_ALLOCATION_REFUSED;
+                            event.pid = (int32_t)request_buffer.pid;
+                            event.arg0 = request_buffer.data.args[1];
+                            event.arg1 = in_use;
+                            send_event(status_fd, &event);
+                        }
+                        response.error = 0;
+                        response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+                        ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+                        continue;
+                    }
+                    // (Only x86_64's own numbers: a call through another ABI is a violation.)
+                    if (extrun_syscall_abi(request_buffer.data.arch, request_buffer.data.nr) == EXTRUN_ABI_NATIVE &&
+                        extrun_syscall_sends_signal(request_buffer.data.nr)) {
                         // A signal: it goes on if it is aimed at the run's own processes.
                         pid_t target;
                         int group, signal_number;
@@ -635,6 +768,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         event.syscall_nr = request_buffer.data.nr;
                         event.arch = request_buffer.data.arch;
                         event.arg0 = request_buffer.data.args[0];
+                        event.arg1 = request_buffer.data.args[3];  // mmap's flags
                         send_event(status_fd, &event);
                         kill(child, SIGKILL);
                         kill(-plugin, SIGKILL);
@@ -668,6 +802,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                 }
             }
             kill_and_reap_descendants(self, plugin);
+            // What it left, counted once more now that nothing can write.
+            check_disk(request, scratch_fd, status_fd, plugin, &disk_reported);
             memset(&event, 0, sizeof event);
             event.type = EXTRUN_EVENT_EXITED;
             event.pid = plugin;

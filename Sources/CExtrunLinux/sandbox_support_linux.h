@@ -6,6 +6,7 @@
 // async-signal-safe calls (plain system calls), no malloc, no stdio, no locks.
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <linux/seccomp.h>
 
@@ -27,8 +28,10 @@ int extrun_enter_namespaces(int wanted);
 /// In the new mount namespace: nothing propagates back to the host's; each of
 /// `hide` is covered by an empty, read-only tmpfs, with each of `reveal` bound
 /// at `targets[i]` (a path inside one of them). 0, or -1 and errno.
+/// With `private_dev`: first a /dev of the run's own, and one memory filesystem of
+/// `memory_bytes` and `memory_inodes` (0: none) at /dev/shm, /tmp and /var/tmp.
 int extrun_hide_directories(const char *const *hide, int hide_count, const char *const *reveal, const char *const *targets,
-                            const int *writable, int reveal_count);
+                            const int *writable, int reveal_count, uint64_t memory_bytes, uint64_t memory_inodes, int private_dev);
 
 // signal_policy_linux.c
 

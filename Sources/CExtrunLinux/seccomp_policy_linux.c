@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/audit.h>
 #include <linux/seccomp.h>
 
 /// System calls a plugin never makes. Each one is denied by the action the
@@ -35,6 +36,9 @@ static const char *const denied_syscalls[] = {
     "unshare", "setns",
     // Running another program (execve itself is allowed once, see below).
     "execveat",
+    // Memory that RLIMIT_DATA does not count (docs/sandbox.md, "Memory"): memory files,
+    // secret memory, System V shared memory and message queues.
+    "memfd_create", "memfd_secret", "shmget", "shmat", "msgget",
     NULL,
 };
 
@@ -56,6 +60,16 @@ int extrun_syscall_sends_signal(int nr) {
     }
     return 0;
 }
+
+/// The kernel reads fcntl's and ioctl's command as 32 bits.
+#define CMD_MASK 0xffffffffUL
+
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef F_SETPIPE_SZ
+#define F_SETPIPE_SZ 1031
+#endif
 
 static const unsigned long namespace_clone_flags[] = {
     CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWCGROUP,
@@ -83,8 +97,8 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     }
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     // Typing into the controlling terminal of the person who started the host.
-    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, TIOCSTI));
-    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, TIOCLINUX));
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, TIOCSTI));
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, TIOCLINUX));
     // execve only with the host's own pointer to the plugin's path: the exec that
     // starts the plugin passes; after it, that address belongs to no mapping the
     // plugin knows (the host's address space is randomized), so any later execve is denied.
@@ -98,10 +112,34 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     }
     // Signals without a signal call: a descriptor's owner gets SIGIO (or the signal F_SETSIG
     // names) when it becomes ready, checked by uid only. Setting an owner is refused (EPERM).
-    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1, SCMP_A1(SCMP_CMP_EQ, F_SETOWN));
-    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1, SCMP_A1(SCMP_CMP_EQ, F_SETOWN_EX));
-    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, FIOSETOWN));
-    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, SIOCSPGRP));
+    // fcntl's and ioctl's command is an int for the kernel: every comparison on it is masked
+    // to 32 bits, or F_SETOWN | (1 << 32) would pass the rule and still be F_SETOWN.
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, F_SETOWN));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, F_SETOWN_EX));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, FIOSETOWN));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, SIOCSPGRP));
+    // Pipe buffers are kernel memory no limit counts: they stay at their default size
+    // (EPERM, which is what the kernel answers past its own maximum).
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fcntl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, F_SETPIPE_SZ));
+    // Mappings RLIMIT_DATA does not count: shared anonymous memory, and MAP_GROWSDOWN
+    // (accounted as stack). A violation naming the flag.
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(mmap), 1,
+                                       SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_TYPE | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS));
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(mmap), 1,
+                                       SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_TYPE | MAP_ANONYMOUS, MAP_SHARED_VALIDATE | MAP_ANONYMOUS));
+    if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(mmap), 1, SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_GROWSDOWN, MAP_GROWSDOWN));
+    // Large private anonymous mappings (what malloc asks for a big block) go to the
+    // supervisor, which notes one the cap will refuse and lets the call go on: the
+    // evidence that a death that follows is the memory cap's, whatever was sampled.
+    if (rc == 0 && notify) {
+        // (Writable only: a PROT_NONE reservation, such as a malloc arena's, is not counted.)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(mmap), 3, SCMP_A1(SCMP_CMP_GE, EXTRUN_LARGE_MAPPING_BYTES),
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_WRITE, PROT_WRITE),
+                              SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_TYPE | MAP_ANONYMOUS | MAP_GROWSDOWN, MAP_PRIVATE | MAP_ANONYMOUS));
+    }
+    // Calls through another ABI (int 0x80: i386; the x32 bit): the filter's rules name
+    // x86_64 numbers only, so every such call is denied, and reported with its ABI.
+    if (rc == 0) rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, deny);
     if (rc != 0) {
         seccomp_release(ctx);
         return rc;
@@ -145,10 +183,32 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     return (int)(size / 8);  // sizeof(struct sock_filter)
 }
 
-const char *extrun_syscall_name(int nr) {
+const char *extrun_syscall_name(int nr) { return extrun_syscall_name_abi(EXTRUN_ABI_NATIVE, nr); }
+
+int extrun_is_large_private_mapping(const struct seccomp_data *data) {
+    return extrun_syscall_abi(data->arch, data->nr) == EXTRUN_ABI_NATIVE && data->nr == SCMP_SYS(mmap) &&
+           data->args[1] >= EXTRUN_LARGE_MAPPING_BYTES && (data->args[2] & PROT_WRITE) &&
+           (data->args[3] & (MAP_TYPE | MAP_ANONYMOUS | MAP_GROWSDOWN)) == (MAP_PRIVATE | MAP_ANONYMOUS);
+}
+
+int extrun_syscall_abi(uint32_t arch, int nr) {
+#if defined(__x86_64__)
+    if (arch == AUDIT_ARCH_I386) return EXTRUN_ABI_I386;
+    if (arch == AUDIT_ARCH_X86_64) return (nr & 0x40000000) ? EXTRUN_ABI_X32 : EXTRUN_ABI_NATIVE;
+    return EXTRUN_ABI_OTHER;
+#else
+    (void)nr;
+    return arch == (uint32_t)seccomp_arch_native() ? EXTRUN_ABI_NATIVE : EXTRUN_ABI_OTHER;
+#endif
+}
+
+const char *extrun_syscall_name_abi(int abi, int nr) {
     // seccomp_syscall_resolve_num_arch returns a malloc'd copy; keep a small cache-free copy for Swift.
     static __thread char name[64];
-    char *resolved = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+    uint32_t arch = abi == EXTRUN_ABI_I386 ? SCMP_ARCH_X86 : abi == EXTRUN_ABI_X32 ? SCMP_ARCH_X32 : SCMP_ARCH_NATIVE;
+    if (abi == EXTRUN_ABI_OTHER) return NULL;
+    char *resolved = seccomp_syscall_resolve_num_arch(arch, nr);
+    if (resolved == NULL && abi == EXTRUN_ABI_X32) resolved = seccomp_syscall_resolve_num_arch(arch, nr & ~0x40000000);
     if (resolved == NULL) return NULL;
     size_t i = 0;
     for (; resolved[i] != '\0' && i < sizeof name - 1; i++) name[i] = resolved[i];

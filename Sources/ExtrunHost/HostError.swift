@@ -23,6 +23,8 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     case memoryLimitExceeded
     /// The plugin made a system call the sandbox forbids.
     case sandboxViolation
+    /// The plugin's scratch directory went past its quota (bytes or files).
+    case diskLimitExceeded
     /// A plugin manifest, the plugin path or the host's policy is wrong.
     case configurationError
     /// A signed plugin's files changed after it was signed, or its signature is malformed
@@ -45,6 +47,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .configurationError: 11
         case .pluginError: 12
         case .confirmationDeclined: 13
+        case .diskLimitExceeded: 14
         case .signatureInvalid: 19
         case .internalError: 70
         }

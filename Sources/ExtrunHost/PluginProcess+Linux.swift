@@ -58,10 +58,18 @@ public struct SandboxViolation: Sendable, Equatable {
     public var syscallNumber: Int32
     public var syscallName: String
     public var argument0: UInt64
+    /// The fourth argument (mmap's flags).
+    public var argument3: UInt64 = 0
+    /// The ABI the call came through when it is not x86_64's own: "i386" (`int 0x80`) or "x32".
+    public var abi: String? = nil
 
-    /// "socket(AF_INET)", "ptrace", ...
+    /// "socket(AF_INET)", "ptrace", "mmap(MAP_GROWSDOWN)", "getpid through the i386 ABI (int 0x80)"...
     public var description: String {
-        if syscallName == "socket" {
+        if let abi {
+            return "\(syscallName) through the \(abi) ABI\(abi == "i386" ? " (int 0x80)" : "")"
+        }
+        switch syscallName {
+        case "socket":
             let family: String
             switch argument0 {
             case 2: family = "AF_INET"
@@ -71,9 +79,40 @@ public struct SandboxViolation: Sendable, Equatable {
             default: family = "family \(argument0)"
             }
             return "socket(\(family))"
+        case "mmap":
+            return "mmap(\(mmapFlag))"
+        default:
+            return syscallName
         }
-        return syscallName
     }
+
+    /// The flag of mmap's that the filter refuses (docs/sandbox.md, "Memory").
+    var mmapFlag: String {
+        if argument3 & UInt64(MAP_GROWSDOWN) != 0 { return "MAP_GROWSDOWN" }
+        return argument3 & 0x0f == 0x03 ? "MAP_SHARED_VALIDATE|MAP_ANONYMOUS" : "MAP_SHARED|MAP_ANONYMOUS"
+    }
+
+    /// The error's details.
+    var details: [String: JSONValue] {
+        var details: [String: JSONValue] = ["syscall": .string(syscallName), "syscallNumber": .int(Int64(syscallNumber))]
+        if let abi { details["abi"] = .string(abi) }
+        if syscallName == "mmap" && abi == nil { details["flag"] = .string(mmapFlag) }
+        return details
+    }
+}
+
+/// A mapping the memory cap refused: what the plugin asked for, with how much private memory in use.
+public struct RefusedAllocation: Sendable, Equatable {
+    public var requestedBytes: Int64
+    public var inUseBytes: Int64
+}
+
+/// The scratch directory past its quota.
+public struct DiskBreach: Sendable, Equatable {
+    public var bytes: Int64
+    public var files: Int64
+    /// Folders nested deeper than the supervisor counts (256).
+    public var tooDeep: Bool
 }
 
 /// A call the sandbox refused (with EPERM) without stopping the plugin: a
@@ -129,10 +168,19 @@ final class PluginProcess {
     var stderrFD: Int32
     private(set) var exit: ProcessExit?
     private(set) var violation: SandboxViolation?
+    /// The scratch directory past its quota, as the supervisor counted it.
+    private(set) var diskBreach: DiskBreach?
+    /// The scratch directory, removed by `removeScratch` once the process has ended.
+    private var scratch: String?
+    private var scratchRemoved = false
+    /// The first large mapping the memory cap refused (the supervisor saw it asked for).
+    private(set) var refusedAllocation: RefusedAllocation?
     /// Signals the supervisor refused (the plugin got EPERM and went on).
     private(set) var denied: [DeniedCall] = []
     private var eventBuffer: [UInt8] = []
     let memory: MemorySampler
+    /// The run's own uid, held until the process and all it started are gone.
+    private var uidLease: PluginUidLease?
 
     private init(supervisorPID: pid_t, statusFD: Int32, lifelineFD: Int32, toPlugin: Int32, fromPlugin: Int32, stdoutFD: Int32, stderrFD: Int32) {
         self.supervisorPID = supervisorPID
@@ -208,6 +256,9 @@ final class PluginProcess {
                withCStrings(sandbox.reveals.map(\.target)) { targetPointer in
                withCStrings(sandbox.hidePaths) { hidePointer in
                 withOptionalCString(spec.workingDirectory?.path) { cwd in
+                 withOptionalCString(sandbox.scratchPath) { scratchPointer in
+                  withCStrings(sandbox.landlock.map(\.path)) { landlockPointer in
+                   sandbox.landlock.map(\.kind).withUnsafeBufferPointer { landlockKinds in
                     mappings.withUnsafeBufferPointer { fds in
                       writable.withUnsafeBufferPointer { writablePointer in
                         var request = extrun_sandbox_request()
@@ -237,9 +288,22 @@ final class PluginProcess {
                         // that filter is the only one when none is asked for, the fallback otherwise.
                         request.filter_no_pid_ns = UnsafeRawPointer(programs?.checking?.bytes)
                         request.filter_no_pid_ns_length = UInt16(programs?.checking?.length ?? 0)
+                        request.private_dev = sandbox.privateDev ? 1 : 0
+                        request.memory_files_bytes = sandbox.memoryFilesBytes
+                        request.memory_files_inodes = sandbox.memoryFilesInodes
+                        request.scratch_path = scratchPointer
+                        request.disk_bytes = sandbox.diskBytes
+                        request.disk_files = sandbox.diskFiles
+                        request.disk_check_ms = SandboxSettings.diskCheckMs
+                        request.landlock_paths = UnsafeRawPointer(landlockPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
+                        request.landlock_kinds = landlockKinds.baseAddress
+                        request.landlock_count = Int32(sandbox.landlock.count)
                         extrun_sandbox_spawn(&request, &result)
                       }
                     }
+                   }
+                  }
+                 }
                 }
                }
                }
@@ -253,6 +317,8 @@ final class PluginProcess {
         let process = PluginProcess(
             supervisorPID: result.supervisor_pid, statusFD: result.status_fd, lifelineFD: result.lifeline_fd,
             toPlugin: input.write, fromPlugin: output.read, stdoutFD: out.read, stderrFD: err.read)
+        process.uidLease = sandbox.identity.lease
+        process.scratch = sandbox.scratchPath
         // The first event says whether the plugin started.
         guard let first = process.readEvent(blocking: true) else {
             process.finish()
@@ -288,6 +354,8 @@ final class PluginProcess {
                     .internalError, "cannot hide \(sandbox.hidePaths.joined(separator: " and ")) from the plugin in its mount namespace: \(reason)")
             case EXTRUN_STAGE_SECCOMP:
                 throw HostError(.internalError, "cannot install the seccomp filter: \(reason)")
+            case EXTRUN_STAGE_LANDLOCK:
+                throw HostError(.internalError, "cannot restrict the plugin with Landlock: \(reason)")
             case EXTRUN_STAGE_RLIMIT:
                 throw HostError(.internalError, "cannot set the plugin's resource limits: \(reason)")
             default:
@@ -315,12 +383,27 @@ final class PluginProcess {
             activeNamespaces = event.namespaces
             memory.attach(pid: pid)
         case EXTRUN_EVENT_VIOLATION.rawValue:
-            let name = extrun_syscall_name(event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
-            violation = violation ?? SandboxViolation(syscallNumber: event.syscall_nr, syscallName: name, argument0: event.arg0)
+            let abi = extrun_syscall_abi(event.arch, event.syscall_nr)
+            let name = extrun_syscall_name_abi(abi, event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
+            let abiName: String? =
+                switch Int(abi) {
+                case Int(EXTRUN_ABI_NATIVE): nil
+                case Int(EXTRUN_ABI_I386): "i386"
+                case Int(EXTRUN_ABI_X32): "x32"
+                default: "architecture 0x\(String(event.arch, radix: 16))"
+                }
+            violation = violation ?? SandboxViolation(
+                syscallNumber: event.syscall_nr, syscallName: name, argument0: event.arg0, argument3: event.arg1, abi: abiName)
         case EXTRUN_EVENT_DENIED.rawValue:
             let name = extrun_syscall_name(event.syscall_nr).map { String(cString: $0) } ?? "syscall \(event.syscall_nr)"
             if denied.count < 100 {
                 denied.append(DeniedCall(syscallName: name, target: Int64(bitPattern: event.arg0), signal: Int32(truncatingIfNeeded: event.arg1)))
+            }
+        case EXTRUN_EVENT_DISK_LIMIT.rawValue:
+            diskBreach = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
+        case EXTRUN_EVENT_ALLOCATION_REFUSED.rawValue:
+            if refusedAllocation == nil {
+                refusedAllocation = RefusedAllocation(requestedBytes: Int64(clamping: event.arg0), inUseBytes: Int64(clamping: event.arg1))
             }
         case EXTRUN_EVENT_EXITED.rawValue:
             memory.detach()
@@ -357,6 +440,14 @@ final class PluginProcess {
         return event
     }
 
+    /// Removes the scratch directory (by descriptor) once the process and all it started
+    /// are gone: nil, or what could not be removed and why. Once; later calls say nil.
+    func removeScratch() -> String? {
+        guard exit != nil, !scratchRemoved, let scratch else { return nil }
+        scratchRemoved = true
+        return ScratchDirectory.remove(URL(fileURLWithPath: scratch, isDirectory: true))
+    }
+
     /// Has the supervisor kill the plugin and everything it started.
     func kill() {
         guard lifelineFD >= 0, exit == nil else { return }
@@ -384,6 +475,7 @@ final class PluginProcess {
         var status: Int32 = 0
         while waitpid(supervisorPID, &status, 0) < 0 && errno == EINTR {}
         memory.detach()
+        uidLease = nil
         for fd in [toPlugin, fromPlugin, stdoutFD, stderrFD, statusFD] where fd >= 0 { close(fd) }
         toPlugin = -1
         fromPlugin = -1

@@ -166,7 +166,7 @@ struct PluginRun {
             throw error
         }
         if let log = options.log {
-            log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")), deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
+            log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)): \(ByteCount.format(limits.dataBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")) and \(ByteCount.format(limits.memoryFilesBytes)) of files in memory, deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
             log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? cgroupSupport.description)")
             log("[extrun] seccomp: \(policy.seccomp ? (capabilities.seccompNotify ? "on (forbidden calls reported by name)" : "on (forbidden calls kill with SIGSYS)") : "OFF (policy)"); no_new_privs; rlimits: \(policy.openFiles) files, \(policy.processes) processes, \(ByteCount.format(policy.fileSizeBytes)) per file, no core dumps")
             log("[extrun] namespaces: \(SandboxSettings.describe(namespaces: process.activeNamespaces)); scratch directory \(scratch.path)")
@@ -259,10 +259,39 @@ struct PluginRun {
             report.error = HostError(
                 .sandboxViolation,
                 "\(id) made the forbidden system call \(violation.description) during \(phase.rawValue) and was killed (the sandbox denies it: see docs/sandbox.md)",
-                details: ["syscall": .string(violation.syscallName), "syscallNumber": .int(Int64(violation.syscallNumber)), "phase": .string(phase.rawValue)])
+                details: violation.details.merging(["phase": .string(phase.rawValue)]) { _, new in new })
+        } else if let disk = process.diskBreach {
+            report.response = nil
+            report.responseIsSuccess = false
+            report.error = diskBreach(disk)
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
             report.error = breach
         }
+        // Nothing of the run's may outlive it: its scratch directory goes now, and the report says if it could not.
+        if let left = process.removeScratch() {
+            if report.error == nil {
+                report.error = HostError(.internalError, "the scratch directory of \(id)'s run could not be removed: \(left)", details: ["scratchLeft": .string(left)])
+            } else {
+                report.error?.details["scratchLeft"] = .string(left)
+            }
+        }
+    }
+
+    /// The scratch directory went past its quota (counted by the supervisor).
+    func diskBreach(_ disk: DiskBreach) -> HostError {
+        let what =
+            disk.tooDeep
+            ? "nested folders deeper than 256"
+            : disk.files > limits.diskFiles
+                ? "\(disk.files) files and folders, past its quota of \(limits.diskFiles)"
+                : "\(ByteCount.format(disk.bytes)), past its quota of \(ByteCount.format(limits.diskBytes))"
+        return HostError(
+            .diskLimitExceeded,
+            "\(id) wrote \(what) in its scratch directory during \(phase.rawValue) in \(mode.rawValue) mode and was stopped (policy \(mode.rawValue).diskBytes and diskFiles; docs/sandbox.md)",
+            details: [
+                "limitBytes": .int(limits.diskBytes), "limitFiles": .int(limits.diskFiles), "usedBytes": .int(disk.bytes),
+                "usedFiles": .int(disk.files), "mode": .string(mode.rawValue), "phase": .string(phase.rawValue),
+            ])
     }
 
     func peakMemory(_ process: PluginProcess) -> Int64 {
@@ -279,9 +308,13 @@ struct PluginRun {
         if let line = connection.stderr.lastLines(40).last(where: { line in MemoryFailureText.matches(line) }) {
             evidence.append("its runtime reported an allocation failure: \"\(line.trimmingCharacters(in: .whitespaces))\"")
         }
-        let peak = peakMemory(process)
-        if Double(peak) >= 0.9 * Double(limits.memoryBytes) {
-            evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.memoryBytes)) cap")
+        if let refused = process.refusedAllocation {
+            evidence.append(
+                "it asked for \(ByteCount.format(refused.requestedBytes)) at once with \(ByteCount.format(refused.inUseBytes)) in use, past the \(ByteCount.format(limits.dataBytes)) of private memory its cap allows, and the kernel refused it")
+        }
+        let peak = max(peakMemory(process), process.refusedAllocation?.inUseBytes ?? 0)
+        if Double(peak) >= 0.9 * Double(limits.dataBytes) {
+            evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.dataBytes)) the cap leaves it (\(ByteCount.format(limits.memoryFilesBytes)) are for files in memory)")
         }
         guard !evidence.isEmpty else { return nil }
         let maximum = policy.limits(for: mode).maxMemoryBytes

@@ -18,12 +18,14 @@ struct PluginIdentity: Sendable, Equatable {
     var gid: gid_t
     /// The user's name, when it has one.
     var name: String?
+    /// A uid of the run's own, held until the run's process is gone (see `PluginUidLease`).
+    var lease: PluginUidLease? = nil
 
     /// The default users, in order, when the policy names none.
     static let defaultUsers = ["extrun-plugin", "nobody"]
 
     var description: String {
-        let who = "\(name.map { "\($0) " } ?? "")(uid \(uid), gid \(gid))"
+        let who = lease != nil ? "uid \(uid), gid \(gid), of this run alone (pluginUidRange: no pid namespace)" : "\(name.map { "\($0) " } ?? "")(uid \(uid), gid \(gid))"
         return dropsPrivileges
             ? "\(who), no supplementary groups; the host runs as root"
             : "the host's user \(who): the host is not root, so there is no other uid to give it"
@@ -58,6 +60,10 @@ struct PluginIdentity: Sendable, Equatable {
     static func resolve(policy: SandboxPolicy, hostIsRoot: Bool = geteuid() == 0) throws(HostError) -> PluginIdentity {
         guard hostIsRoot else {
             return PluginIdentity(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: PluginUser.name(of: geteuid()))
+        }
+        if !policy.namespaces.pid && policy.pluginUidRange.count > 0 {
+            let lease = try PluginUidLease.take(from: policy.pluginUidRange)
+            return PluginIdentity(dropsPrivileges: true, uid: lease.uid, gid: lease.uid, name: nil, lease: lease)
         }
         if let configured = policy.pluginUser {
             guard let identity = PluginUser.lookUp(configured) else {
@@ -235,5 +241,53 @@ enum HomeProtection {
         } catch {
             throw HostError(.internalError, "cannot check \(home.path): \(error)")
         }
+    }
+}
+
+/// A uid of `pluginUidRange` held by one run: an exclusive lock (`flock`) on
+/// `/run/extrun/uids/<uid>`, which every root host on the machine takes before it
+/// uses that uid, released (and the file removed) when the run's process is gone;
+/// a host that dies leaves the file, unlocked.
+final class PluginUidLease: Sendable, Equatable {
+    let uid: uid_t
+    private let fd: Int32
+
+    static let directory = "/run/extrun/uids"
+
+    private init(uid: uid_t, fd: Int32) {
+        self.uid = uid
+        self.fd = fd
+    }
+
+    /// The lock file goes while still locked: a host that opened it meanwhile finds, once it
+    /// has the lock, that the path no longer names its file, and tries again (`take`).
+    deinit {
+        unlink("\(Self.directory)/\(uid)")
+        close(fd)
+    }
+
+    static func == (a: PluginUidLease, b: PluginUidLease) -> Bool { a === b }
+
+    static func take(from range: SandboxPolicy.UidRange) throws(HostError) -> PluginUidLease {
+        for folder in ["/run/extrun", directory] where mkdir(folder, 0o700) != 0 && errno != EEXIST {
+            throw HostError(.internalError, "cannot make \(folder) for the plugins' uids: \(String(cString: strerror(errno)))")
+        }
+        let start = UInt32.random(in: 0..<range.count)
+        for step in 0..<min(range.count, 4096) {
+            let uid = range.first + (start &+ step) % range.count
+            let fd = open("\(directory)/\(uid)", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            guard fd >= 0 else { continue }
+            var held = stat()
+            var named = stat()
+            if flock(fd, LOCK_EX | LOCK_NB) == 0, fstat(fd, &held) == 0, stat("\(directory)/\(uid)", &named) == 0,
+                held.st_ino == named.st_ino, held.st_dev == named.st_dev
+            {
+                return PluginUidLease(uid: uid, fd: fd)
+            }
+            close(fd)
+        }
+        throw HostError(
+            .internalError, "no uid of pluginUidRange (\(range.first), \(range.count) uids) is free: that many runs are going on at once",
+            details: ["field": "pluginUidRange"])
     }
 }

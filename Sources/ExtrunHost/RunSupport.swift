@@ -1,3 +1,4 @@
+import CExtrunLinux
 import ExtrunProtocol
 import Foundation
 
@@ -81,19 +82,14 @@ enum ScratchDirectory {
         return URL(fileURLWithPath: path, isDirectory: true)
     }
 
-    /// Removes the directory whatever the plugin left in it, folders it made
-    /// read-only included (their permissions are restored first; a root host
-    /// needs no permission). Symbolic links are removed, never followed.
-    static func remove(_ url: URL) {
-        if (try? FileManager.default.removeItem(at: url)) != nil { return }
-        if let walker = FileManager.default.enumerator(atPath: url.path) {
-            _ = chmod(url.path, 0o700)
-            while let relative = walker.nextObject() as? String {
-                let path = url.appendingPathComponent(relative).path
-                var info = stat()
-                if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { _ = chmod(path, 0o700) }
-            }
-        }
-        try? FileManager.default.removeItem(at: url)
+    /// Removes the directory whatever the plugin left in it, by descriptor (openat and
+    /// unlinkat: no path-length limit; symbolic links removed, never followed; folders
+    /// the plugin made unreadable opened again first), and checks that it is gone.
+    /// Nil, or what could not be removed and why.
+    @discardableResult
+    static func remove(_ url: URL) -> String? {
+        var failure = [CChar](repeating: 0, count: 512)
+        guard extrun_remove_tree(url.path, &failure, failure.count) != 0 else { return nil }
+        return "\(url.path): \(String(decoding: failure.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))"
     }
 }

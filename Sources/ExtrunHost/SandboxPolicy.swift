@@ -20,8 +20,21 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         public var maxExtendedDeadlineMs: Int
         /// RLIMIT_STACK, which is also the size of each thread's stack.
         public var stackBytes: Int64
+        /// The part of the memory cap for files in memory (/tmp, /var/tmp and /dev/shm are
+        /// one tmpfs of this size per run; at most a quarter of the run's cap). The rest is
+        /// the private memory RLIMIT_DATA allows.
+        public var memoryFilesBytes: Int64
+        /// The scratch directory's quota: bytes on disk (blocks) and entries (files and folders).
+        public var diskBytes: Int64
+        public var diskFiles: Int64
 
-        public init(memoryBytes: Int64, maxMemoryBytes: Int64, deadlineMs: Int, maxDeadlineMs: Int, maxExtendedDeadlineMs: Int, stackBytes: Int64) {
+        public init(
+            memoryBytes: Int64, maxMemoryBytes: Int64, deadlineMs: Int, maxDeadlineMs: Int, maxExtendedDeadlineMs: Int, stackBytes: Int64,
+            memoryFilesBytes: Int64 = 4 << 20, diskBytes: Int64 = 256 << 20, diskFiles: Int64 = 4096
+        ) {
+            self.memoryFilesBytes = memoryFilesBytes
+            self.diskBytes = diskBytes
+            self.diskFiles = diskFiles
             self.memoryBytes = memoryBytes
             self.maxMemoryBytes = maxMemoryBytes
             self.deadlineMs = deadlineMs
@@ -80,6 +93,10 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     public var namespaces: Namespaces
     /// The seccomp filter. Turning it off is for measuring its cost, not for production.
     public var seccomp: Bool
+    /// Landlock, where the kernel has it: the plugin may read and execute the system's
+    /// folders and its own, write only its scratch directory (and the run's /tmp, /var/tmp,
+    /// /dev/shm); no TCP; abstract sockets and signals only within its run.
+    public var landlock: Bool = true
     /// How long a plugin has, after `cancel`, before its process group is killed.
     public var cancelGraceMs: Int
     /// How long a plugin has to exit once the host has its answer and closes the channel.
@@ -95,6 +112,20 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     /// `uid` or `uid:gid`. Nil: `extrun-plugin` (made by Scripts/bootstrap),
     /// else `nobody`. Never root. Ignored when the host is not root.
     public var pluginUser: String?
+    /// Uids (and gids of the same number) a root host gives one run each when the plugin
+    /// has no pid namespace (policy `namespaces.pid: false`): RLIMIT_NPROC counts a uid's
+    /// processes across the machine, so one run's fork bomb must not use another's budget.
+    /// (With a pid namespace its pid_max bounds each run.) `count` 0: the shared `pluginUser`.
+    public var pluginUidRange: UidRange = UidRange()
+
+    public struct UidRange: Codable, Sendable, Equatable {
+        public var first: UInt32 = 0x7000_0000
+        public var count: UInt32 = 65_536
+        public init(first: UInt32 = 0x7000_0000, count: UInt32 = 65_536) {
+            self.first = first
+            self.count = count
+        }
+    }
 
     public static let `default` = SandboxPolicy(
         extension: ModeLimits(
@@ -102,7 +133,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             maxExtendedDeadlineMs: 30_000, stackBytes: 1 << 20),
         inApp: ModeLimits(
             memoryBytes: 1 << 30, maxMemoryBytes: 4 << 30, deadlineMs: 10_000, maxDeadlineMs: 60_000,
-            maxExtendedDeadlineMs: 0, stackBytes: 8 << 20),
+            maxExtendedDeadlineMs: 0, stackBytes: 8 << 20, memoryFilesBytes: 64 << 20, diskBytes: 2 << 30, diskFiles: 65_536),
         processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
         namespaces: Namespaces(pid: true, network: false, ipc: true, mount: true, user: true), seccomp: true,
         cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
@@ -133,8 +164,8 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp
-        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser
+        case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp, landlock
+        case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser, pluginUidRange
     }
 
     /// Decodes a policy file: every field is optional and falls back to the default.
@@ -149,12 +180,14 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         fileSizeBytes = try c.decodeIfPresent(Int64.self, forKey: .fileSizeBytes) ?? d.fileSizeBytes
         namespaces = try c.decodeIfPresent(Namespaces.self, forKey: .namespaces) ?? d.namespaces
         seccomp = try c.decodeIfPresent(Bool.self, forKey: .seccomp) ?? d.seccomp
+        landlock = try c.decodeIfPresent(Bool.self, forKey: .landlock) ?? d.landlock
         cancelGraceMs = try c.decodeIfPresent(Int.self, forKey: .cancelGraceMs) ?? d.cancelGraceMs
         exitGraceMs = try c.decodeIfPresent(Int.self, forKey: .exitGraceMs) ?? d.exitGraceMs
         maxMessageBytes = try c.decodeIfPresent(Int.self, forKey: .maxMessageBytes) ?? d.maxMessageBytes
         outputCaptureBytes = try c.decodeIfPresent(Int.self, forKey: .outputCaptureBytes) ?? d.outputCaptureBytes
         cgroup = try c.decodeIfPresent(String.self, forKey: .cgroup)
         pluginUser = try c.decodeIfPresent(String.self, forKey: .pluginUser)
+        pluginUidRange = try c.decodeIfPresent(UidRange.self, forKey: .pluginUidRange) ?? d.pluginUidRange
     }
 
     private struct PartialModeLimits: Decodable {
@@ -164,12 +197,17 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         var maxDeadlineMs: Int?
         var maxExtendedDeadlineMs: Int?
         var stackBytes: Int64?
+        var memoryFilesBytes: Int64?
+        var diskBytes: Int64?
+        var diskFiles: Int64?
 
         func merged(over base: ModeLimits) -> ModeLimits {
             ModeLimits(
                 memoryBytes: memoryBytes ?? base.memoryBytes, maxMemoryBytes: maxMemoryBytes ?? base.maxMemoryBytes,
                 deadlineMs: deadlineMs ?? base.deadlineMs, maxDeadlineMs: maxDeadlineMs ?? base.maxDeadlineMs,
-                maxExtendedDeadlineMs: maxExtendedDeadlineMs ?? base.maxExtendedDeadlineMs, stackBytes: stackBytes ?? base.stackBytes)
+                maxExtendedDeadlineMs: maxExtendedDeadlineMs ?? base.maxExtendedDeadlineMs, stackBytes: stackBytes ?? base.stackBytes,
+                memoryFilesBytes: memoryFilesBytes ?? base.memoryFilesBytes, diskBytes: diskBytes ?? base.diskBytes,
+                diskFiles: diskFiles ?? base.diskFiles)
         }
     }
 
@@ -186,11 +224,17 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
                 problems.append("\(name).deadlineMs: \(limits.deadlineMs) is above \(name).maxDeadlineMs (\(limits.maxDeadlineMs))")
             }
             if limits.stackBytes < 64 << 10 { problems.append("\(name).stackBytes: must be at least 65536") }
+            if limits.memoryFilesBytes < 64 << 10 { problems.append("\(name).memoryFilesBytes: must be at least 65536") }
+            if limits.diskBytes < 1 << 20 { problems.append("\(name).diskBytes: must be at least 1048576") }
+            if limits.diskFiles < 16 { problems.append("\(name).diskFiles: must be at least 16") }
         }
         if processes < 1 { problems.append("processes: must be at least 1") }
         if pidNamespaceMaxPids < 301 { problems.append("pidNamespaceMaxPids: the kernel's minimum is 301") }
         if openFiles < 16 { problems.append("openFiles: must be at least 16") }
         if let pluginUser, let problem = PluginUser.problem(with: pluginUser) { problems.append("pluginUser: \(problem)") }
+        if pluginUidRange.count > 0 && (pluginUidRange.first < 65_536 || UInt64(pluginUidRange.first) + UInt64(pluginUidRange.count) > 0x7fff_ffff) {
+            problems.append("pluginUidRange: must lie between 65536 and 2147483647 (uids of no user)")
+        }
         return problems
     }
 
@@ -222,10 +266,21 @@ public struct EffectiveLimits: Sendable, Equatable {
     public var deadlineMs: Int
     public var maxExtendedDeadlineMs: Int
     public var stackBytes: Int64
+    /// The policy's share for files in memory; the run gets at most a quarter of its cap.
+    var policyMemoryFilesBytes: Int64 = 4 << 20
+    /// The scratch directory's quota (the policy's, per mode).
+    public var diskBytes: Int64 = 256 << 20
+    public var diskFiles: Int64 = 4096
+
+    /// The run's memory filesystem (/tmp, /var/tmp, /dev/shm): part of the cap.
+    public var memoryFilesBytes: Int64 { min(policyMemoryFilesBytes, max(memoryBytes / 4, 64 << 10)) }
+    /// Private memory (RLIMIT_DATA): the cap less the memory filesystem.
+    public var dataBytes: Int64 { memoryBytes - memoryFilesBytes }
 
     public var json: JSONValue {
         var object: [String: JSONValue] = [
-            "memoryBytes": .int(memoryBytes), "deadlineMs": .int(Int64(deadlineMs)),
+            "memoryBytes": .int(memoryBytes), "deadlineMs": .int(Int64(deadlineMs)), "memoryFilesBytes": .int(memoryFilesBytes),
+            "diskBytes": .int(diskBytes), "diskFiles": .int(diskFiles),
         ]
         if maxExtendedDeadlineMs > deadlineMs { object["maxExtendedDeadlineMs"] = .int(Int64(maxExtendedDeadlineMs)) }
         return .object(object)
@@ -239,7 +294,8 @@ public struct EffectiveLimits: Sendable, Equatable {
         let base = policy.limits(for: mode)
         var limits = EffectiveLimits(
             mode: mode, memoryBytes: base.memoryBytes, deadlineMs: base.deadlineMs,
-            maxExtendedDeadlineMs: max(base.maxExtendedDeadlineMs, base.deadlineMs), stackBytes: base.stackBytes)
+            maxExtendedDeadlineMs: max(base.maxExtendedDeadlineMs, base.deadlineMs), stackBytes: base.stackBytes,
+            policyMemoryFilesBytes: base.memoryFilesBytes, diskBytes: base.diskBytes, diskFiles: base.diskFiles)
         func check(_ memory: Int64?, _ deadline: Int?, source: String, kind: ErrorKind) throws(HostError) {
             if let memory {
                 guard memory > 0, memory <= base.maxMemoryBytes else {

@@ -11,7 +11,11 @@ public struct SandboxCapabilities: Sendable {
     public var seccompNotify: Bool
     public var isRoot: Bool
 
-    public static let current = SandboxCapabilities(seccompNotify: extrun_seccomp_notify_supported() != 0, isRoot: geteuid() == 0)
+    /// The Landlock ABI (0: none).
+    public var landlockABI: Int32 = 0
+
+    public static let current = SandboxCapabilities(
+        seccompNotify: extrun_seccomp_notify_supported() != 0, isRoot: geteuid() == 0, landlockABI: extrun_landlock_abi())
 }
 
 /// The sandbox for one run: limits, filter and namespaces, in the form the launcher takes.
@@ -35,6 +39,42 @@ struct SandboxSettings {
     var revealPaths: [String] { reveals.map(\.target) }
     /// `$EXTRUN_HOME`, resolved, when it is hidden.
     var hiddenHome: String?
+    /// With a mount namespace: a /dev of the run's own, and one tmpfs of `memoryFilesBytes`
+    /// (part of the memory cap) and `memoryFilesInodes` files at /tmp, /var/tmp and /dev/shm.
+    var privateDev = false
+    var memoryFilesBytes: UInt64 = 0
+    var memoryFilesInodes: UInt64 = 0
+    /// Landlock's rules (path, EXTRUN_LANDLOCK_* kind); empty: no Landlock.
+    var landlock: [(path: String, kind: Int32)] = []
+
+    /// The system's folders a plugin reads and executes (its runtime: the C library,
+    /// Python, a Swift toolchain under /opt), and what of /sys runtimes read.
+    static let systemFolders = [
+        "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys/devices/system/cpu",
+        "/sys/fs/cgroup",
+    ]
+    /// Devices: read and write (no /dev/zero: its shared mappings are shared memory).
+    static let devices = ["/dev/null", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"]
+
+    static func landlockRules(pluginDirectory: URL?, executable: URL?, scratch: URL?) -> [(path: String, kind: Int32)] {
+        var rules = systemFolders.map { (path: $0, kind: Int32(EXTRUN_LANDLOCK_READ_EXECUTE)) }
+        var own: [String] = []
+        if let pluginDirectory { own += [pluginDirectory.path, resolved(pluginDirectory.path)].compactMap { $0 } }
+        if let executable { own += [executable.path, resolved(executable.path).map { URL(fileURLWithPath: $0).deletingLastPathComponent().path }].compactMap { $0 } }
+        rules += Set(own).sorted().map { (path: $0, kind: Int32(EXTRUN_LANDLOCK_READ_EXECUTE)) }
+        rules += devices.map { (path: $0, kind: Int32(EXTRUN_LANDLOCK_DEVICES)) }
+        if let scratch { rules.append((path: scratch.path, kind: Int32(EXTRUN_LANDLOCK_READ_WRITE))) }
+        rules += replacedFolders.map { (path: $0, kind: Int32(EXTRUN_LANDLOCK_PRIVATE_TEMPORARY)) }
+        return rules
+    }
+
+    /// The scratch directory and its quota, counted by the supervisor every `diskCheckMs`.
+    var scratchPath: String?
+    var diskBytes: UInt64 = 0
+    var diskFiles: UInt64 = 0
+    static let diskCheckMs: Int32 = 100
+    /// Files and folders the run's memory filesystem may hold.
+    static let memoryFilesInodes: UInt64 = 1024
 
     init(
         policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
@@ -42,7 +82,7 @@ struct SandboxSettings {
     ) {
         // No defaults: every launch says which user the plugin runs as and what it must not see.
         self.identity = identity
-        limits.data_bytes = UInt64(effective.memoryBytes)
+        limits.data_bytes = UInt64(effective.dataBytes)
         limits.stack_bytes = UInt64(effective.stackBytes)
         limits.open_files = UInt64(policy.openFiles)
         limits.processes = UInt64(policy.processes)
@@ -72,7 +112,10 @@ struct SandboxSettings {
             hiddenHome = home.flatMap { SandboxSettings.resolved($0.path) }.flatMap { path in
                 hidePaths.contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
             }
-            func isHidden(_ path: String) -> Bool { hidePaths.contains { path.hasPrefix($0 + "/") } }
+            // Also covered: what lies in /tmp, /var/tmp and /dev/shm, which are the run's own.
+            func isHidden(_ path: String) -> Bool {
+                (hidePaths + SandboxSettings.replacedFolders).contains { path.hasPrefix($0 + "/") }
+            }
             for folder in [pluginDirectory, scratch].compactMap({ $0 }) {
                 guard let source = SandboxSettings.resolved(folder.path), let target = SandboxSettings.logical(folder.path) else { continue }
                 // At the path the plugin is told (a link to it, say in $EXTRUN_HOME/plugins),
@@ -93,9 +136,23 @@ struct SandboxSettings {
                 reveals.append((file, file, false))
             }
         }
+        if policy.namespaces.mount {
+            privateDev = true
+            memoryFilesBytes = UInt64(effective.memoryFilesBytes)
+            memoryFilesInodes = SandboxSettings.memoryFilesInodes
+        }
+        scratchPath = scratch?.path
+        if policy.landlock && capabilities.landlockABI > 0 {
+            landlock = SandboxSettings.landlockRules(pluginDirectory: pluginDirectory, executable: executable, scratch: scratch)
+        }
+        diskBytes = UInt64(effective.diskBytes)
+        diskFiles = UInt64(effective.diskFiles)
         pidMax = policy.pidNamespaceMaxPids
         cgroupProcsFD = cgroup?.procsFD ?? -1
     }
+
+    /// Folders the mount namespace replaces with the run's memory filesystem.
+    static let replacedFolders = ["/tmp", "/var/tmp", "/dev/shm"]
 
     /// The path with symbolic links resolved in its folders but not in its last
     /// component: where a process that opens it finds it (nil if the folder is gone).
@@ -134,11 +191,25 @@ struct SandboxSettings {
             lines.append("store and keys: hidden by a mount namespace: \(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin\(revealed)")
         } else if let home, FileManager.default.fileExists(atPath: home.path) == false {
             lines.append("store and keys: \(home.path) does not exist (and could not be made)")
+        } else if !identity.dropsPrivileges && active & Int32(EXTRUN_NS_LANDLOCK) != 0 {
+            lines.append("store and keys: kept out by Landlock: no mount namespace here and the plugin runs as the host's user, but it may open only the system's folders, its own folder and its scratch directory, not \(home?.path ?? "$EXTRUN_HOME")")
         } else if identity.dropsPrivileges {
             lines.append("store and keys: no mount namespace\(hasMount ? "" : " here"): kept out by permissions alone (keys/ 700, store.sqlite and key files 600, owned by uid \(geteuid()); the plugin is uid \(identity.uid))")
         } else {
             lines.append("store and keys: NOT hidden: no mount namespace here and the plugin runs as the host's user, so permissions cannot keep it out of \(home?.path ?? "$EXTRUN_HOME"); run extrun as root (plugins then get their own uid) or allow user namespaces")
         }
+        if active & Int32(EXTRUN_NS_LANDLOCK) != 0 {
+            lines.append("landlock: ABI \(SandboxCapabilities.current.landlockABI): reads and executes only \(SandboxSettings.systemFolders.joined(separator: ", ")) and its own folder; writes only its scratch directory\(privateDev && active & Int32(EXTRUN_NS_MOUNT) != 0 ? " and the run's /tmp, /var/tmp, /dev/shm" : "")\(SandboxCapabilities.current.landlockABI >= 4 ? "; no TCP" : "")\(SandboxCapabilities.current.landlockABI >= 6 ? "; abstract Unix sockets and signals only within its run" : "")")
+        } else {
+            lines.append("landlock: \(landlock.isEmpty && SandboxCapabilities.current.landlockABI > 0 ? "OFF (policy)" : "not available on this kernel"): the plugin may read what its user may, and write where its user may\(hasMount ? " apart from what the mount namespace covers" : "")")
+        }
+        if privateDev && hasMount {
+            lines.append("memory files: /tmp, /var/tmp and /dev/shm are one tmpfs of \(ByteCount.format(Int64(memoryFilesBytes))) and \(memoryFilesInodes) files for this run (part of its memory cap), gone with it; /dev holds null, full, random, urandom, tty only")
+        } else {
+            lines.append("memory files: no mount namespace here: /tmp, /var/tmp and /dev/shm are the host's\(active & Int32(EXTRUN_NS_LANDLOCK) != 0 ? " (Landlock keeps the plugin from writing them)" : ": what the plugin writes there outlives the run and is not counted")")
+        }
+        lines.append("scratch directory: at most \(ByteCount.format(Int64(diskBytes))) and \(diskFiles) files and folders (diskLimitExceeded past them), removed by descriptor after the run")
+        lines.append("terminal: the plugin has a session of its own and no controlling terminal\(privateDev && hasMount ? "; no /dev/pts" : "")")
         if hasPid {
             lines.append("processes: pid namespace\(active & Int32(EXTRUN_NS_PROC) != 0 ? " with its own /proc" : ""): the plugin sees and can signal only its own processes; ptrace and process_vm_* are denied by seccomp")
         } else if seccomp && seccompNotify {

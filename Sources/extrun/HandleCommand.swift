@@ -18,8 +18,9 @@ struct Handle: ParsableCommand {
             confirms and handles the intent.
 
             Limits: in extension mode (the default when the plugin supports it) a plugin \
-            gets 30 MiB of private memory and 10 s from launch; in in-app mode 1 GiB and \
-            10 s. $EXTRUN_HOME/policy.json changes the defaults and maxima; a manifest or \
+            gets 30 MiB of memory (of which 4 MiB for its /tmp, /var/tmp and /dev/shm), \
+            a 256 MiB scratch directory quota and 10 s from launch; in in-app mode 1 GiB \
+            (64 MiB), 2 GiB and 10 s. $EXTRUN_HOME/policy.json changes the defaults and maxima; a manifest or \
             --memory-limit/--timeout may ask for other values within the maxima. --verbose \
             prints the limits and the sandbox mechanisms in force (docs/sandbox.md). The output (stdout) is one JSON object with intent, plugin, \
             mode, response or error, and metrics; docs/cli.md describes every field.
@@ -31,10 +32,17 @@ struct Handle: ParsableCommand {
             private to the host's user (else exit 11 naming the file and the chmod). \
             --verbose says which protection applies (docs/sandbox.md, Privileges).
 
+            Confinement: the plugin has a session of its own (no terminal), its own /dev, \
+            /tmp, /var/tmp and /dev/shm (one tmpfs within its memory cap), Landlock where the \
+            kernel has it (reads only the system's folders and its own, writes only its \
+            scratch directory; no TCP), and a seccomp filter (no network, no shared memory, \
+            no other ABI). --verbose prints one line per layer, and what holds without it \
+            (docs/sandbox.md, Every resource and reach).
+
             Exit status: 0 the plugin answered success; 1 it answered another code; \
             3 parameterUnresolved; 4 invalidIntent; 5 noHandler; 6 pluginCrashed; \
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \
-            11 configurationError; 12 pluginError; 13 confirmationDeclined; \
+            11 configurationError; 12 pluginError; 13 confirmationDeclined; 14 diskLimitExceeded; \
             19 signatureInvalid (a signed plugin's file changed after signing: it was not started); \
             64 bad command line; 70 internal error.
 

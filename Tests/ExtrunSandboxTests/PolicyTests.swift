@@ -13,6 +13,24 @@ struct PolicyTests {
         #expect(policy.inApp == SandboxPolicy.default.inApp)
     }
 
+    @Test func theConfinementFieldsHaveTheirDefaultsAndAreChecked() throws {
+        let policy = SandboxPolicy.default
+        #expect(policy.extension.memoryFilesBytes == 4 << 20 && policy.inApp.memoryFilesBytes == 64 << 20)
+        #expect(policy.extension.diskBytes == 256 << 20 && policy.extension.diskFiles == 4096)
+        #expect(policy.inApp.diskBytes == 2 << 30 && policy.inApp.diskFiles == 65_536)
+        #expect(policy.landlock && policy.pluginUidRange == SandboxPolicy.UidRange(first: 0x7000_0000, count: 65_536))
+        // The memory files are part of the cap: at most a quarter of it.
+        let limits = try EffectiveLimits.resolve(
+            policy: policy, mode: .extension, manifest: nil, manifestFile: "m.json", memoryOverride: 8 << 20, deadlineOverride: nil)
+        #expect(limits.memoryFilesBytes == 2 << 20 && limits.dataBytes == 6 << 20)
+        let decoded = try JSONCoding.decode(
+            SandboxPolicy.self,
+            fromJSON: Data(#"{"extension": {"diskFiles": 10}, "pluginUidRange": {"first": 1000, "count": 10}, "landlock": false}"#.utf8))
+        #expect(!decoded.landlock)
+        #expect(decoded.problems().contains { $0.hasPrefix("extension.diskFiles") }, "\(decoded.problems())")
+        #expect(decoded.problems().contains { $0.hasPrefix("pluginUidRange") }, "\(decoded.problems())")
+    }
+
     @Test func anInvalidPolicyFileIsAConfigurationErrorNamingTheFile() throws {
         let home = try temporaryHome()
         try writePolicy(#"{"extension": {"memoryBytes": 999999999999}}"#, home: home)

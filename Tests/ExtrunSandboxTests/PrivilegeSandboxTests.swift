@@ -94,6 +94,13 @@ struct PrivilegeSandboxTests {
                 #expect(outcome != "ok", "the plugin read \(path)")
             }
             #expect(log.contains { $0.contains("kept out by permissions alone") }, "\(log)")
+        } else if SandboxCapabilities.current.landlockABI > 0 {
+            // Same uid, no mount namespace: Landlock alone keeps it out.
+            for (path, outcome) in attempts {
+                #expect(outcome != "ok", "the plugin read \(path)")
+            }
+            #expect(attempts[setup.home + "/store.sqlite"] == "EACCES")
+            #expect(log.contains { $0.contains("store and keys: kept out by Landlock") }, "\(log)")
         } else {
             // Same uid, nothing hidden: the host says so rather than pretend.
             #expect(attempts[setup.home + "/store.sqlite"] == "ok")

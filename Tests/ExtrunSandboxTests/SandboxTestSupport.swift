@@ -29,7 +29,8 @@ struct HostilePlugin {
         let intents = [
             "NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout", "FloodStderr",
             "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome", "ReadContainer",
-            "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest",
+            "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal", "SignalOwner", "OtherABI",
+            "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach",
         ]
         let manifest = PluginManifest(
             id: "test.hostile", version: "1", owner: "TESTTEAM", executable: "hostile.py",

@@ -25,6 +25,7 @@ enum extrun_spawn_stage {
     EXTRUN_STAGE_PIPE = 9,
     EXTRUN_STAGE_CREDENTIALS = 10,  // setgroups/setgid/setuid to the plugin's user
     EXTRUN_STAGE_MOUNT = 11,        // hiding $EXTRUN_HOME in the mount namespace
+    EXTRUN_STAGE_LANDLOCK = 12,     // restricting the plugin with Landlock
 };
 
 /// pipe2(fds, O_CLOEXEC). 0, or -1 and errno.

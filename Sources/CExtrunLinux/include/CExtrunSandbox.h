@@ -28,6 +28,8 @@ enum {
     EXTRUN_NS_USER = 1 << 4,
     /// Reported only: /proc was remounted for the plugin's pid namespace.
     EXTRUN_NS_PROC = 1 << 5,
+    /// Reported only: Landlock restricts the plugin.
+    EXTRUN_NS_LANDLOCK = 1 << 6,
 };
 
 struct extrun_sandbox_request {
@@ -71,16 +73,61 @@ struct extrun_sandbox_request {
     /// lets through only those aimed at the plugin's own processes. NULL: `filter`.
     const void *filter_no_pid_ns;
     unsigned short filter_no_pid_ns_length;
+    /// With a mount namespace: a /dev of the run's own (null, full, random, urandom, tty;
+    /// no terminals, no /dev/zero), and, when `memory_files_bytes` > 0, one tmpfs of that
+    /// size and `memory_files_inodes` files for /dev/shm, /tmp and /var/tmp, gone with the run.
+    int private_dev;
+    uint64_t memory_files_bytes;
+    uint64_t memory_files_inodes;
+    /// The scratch directory (opened by the supervisor before anything else) and its
+    /// quota: past `disk_bytes` or `disk_files` (0: none) the plugin is killed and
+    /// EXTRUN_EVENT_DISK_LIMIT reported; counted every `disk_check_ms` and after the end.
+    const char *scratch_path;
+    uint64_t disk_bytes;
+    uint64_t disk_files;
+    int disk_check_ms;
+    /// Landlock (where the kernel has it): the paths the plugin may use, each with its
+    /// EXTRUN_LANDLOCK_* kind; everything else is refused (EACCES). 0 paths: no Landlock.
+    const char *const *landlock_paths;
+    const int *landlock_kinds;
+    int landlock_count;
 };
+
+enum {
+    EXTRUN_LANDLOCK_READ_EXECUTE = 0,       // read and execute (system folders, the plugin's)
+    EXTRUN_LANDLOCK_READ_WRITE = 1,         // everything (the scratch directory)
+    EXTRUN_LANDLOCK_PRIVATE_TEMPORARY = 2,  // everything, when it is the run's own memory filesystem
+    EXTRUN_LANDLOCK_DEVICES = 3,            // read, write, ioctl (the run's /dev)
+};
+
+/// The Landlock ABI this kernel offers (0: none).
+int extrun_landlock_abi(void);
+
+/// In the plugin's process, after no_new_privs: restricts it to the request's paths.
+/// 1 restricted, 0 Landlock unavailable, -1 and errno on failure.
+int extrun_landlock_restrict(const struct extrun_sandbox_request *request, int private_temporary);
 
 /// Events the supervisor writes to the status pipe, fixed size.
 enum extrun_event_type {
     EXTRUN_EVENT_STARTED = 1,    // pid: the plugin's pid in the host's namespace; namespaces: those active
-    EXTRUN_EVENT_VIOLATION = 2,  // syscall_nr, arch, arg0: a forbidden system call; the plugin is being killed
+    EXTRUN_EVENT_VIOLATION = 2,  // syscall_nr, arch, arg0, arg1 (its 4th argument): a forbidden system call; the plugin is being killed
     EXTRUN_EVENT_EXITED = 3,     // status (wait status), rusage fields; every descendant is gone
     EXTRUN_EVENT_SETUP_FAILED = 4, // stage, error: the plugin could not be started
     EXTRUN_EVENT_DENIED = 5,     // syscall_nr, arg0 (target), arg1 (signal): a call refused with EPERM; the plugin goes on
+    /// arg0 (bytes asked for), arg1 (its private memory then), pid: a mapping that the
+    /// memory cap (RLIMIT_DATA) refuses; the plugin goes on (and gets ENOMEM).
+    EXTRUN_EVENT_ALLOCATION_REFUSED = 6,
+    /// arg0 (bytes), arg1 (files), status (1: nested too deep): the scratch directory
+    /// went past its quota (sent while it runs, the plugin then killed, or after its end).
+    EXTRUN_EVENT_DISK_LIMIT = 7,
 };
+
+/// Private anonymous mappings at least this large are checked against the cap by the supervisor.
+#define EXTRUN_LARGE_MAPPING_BYTES (4UL << 20)
+
+struct seccomp_data;
+/// Whether a notified call is such a mapping (not a violation).
+int extrun_is_large_private_mapping(const struct seccomp_data *data);
 
 struct extrun_event {
     int32_t type;
@@ -125,7 +172,30 @@ int extrun_syscall_sends_signal(int nr);
 /// The name of a syscall number on this architecture (static storage or NULL).
 const char *extrun_syscall_name(int nr);
 
+/// The ABI a call came through (seccomp_data's arch and nr): x86_64's own, i386 (`int 0x80`), x32.
+enum { EXTRUN_ABI_NATIVE = 0, EXTRUN_ABI_I386 = 1, EXTRUN_ABI_X32 = 2, EXTRUN_ABI_OTHER = 3 };
+int extrun_syscall_abi(uint32_t arch, int nr);
+
+/// The name of call `nr` of `abi` (static storage or NULL).
+const char *extrun_syscall_name_abi(int abi, int nr);
+
 /// Whether this kernel supports SECCOMP_FILTER_FLAG_NEW_LISTENER.
 int extrun_seccomp_notify_supported(void);
+
+/// What a folder holds: every entry below it (folders included) and their blocks.
+struct extrun_disk_usage {
+    uint64_t bytes;
+    uint64_t files;
+    int too_deep;  // folders nested deeper than 256 (counted as over the quota)
+};
+
+/// Counts what `folder_fd` holds, by descriptor (no links followed); stops once past
+/// `max_bytes` or `max_files` (0: no limit). 0, or -1 and errno. Async-signal-safe.
+int extrun_disk_usage(int folder_fd, uint64_t max_bytes, uint64_t max_files, struct extrun_disk_usage *usage);
+
+/// Removes `path` and all it holds by descriptor (openat/unlinkat: no path-length limit,
+/// links removed, never followed; folders the plugin closed are opened again first),
+/// then checks it is gone. 0, or -1 with "what: why" in `failure`.
+int extrun_remove_tree(const char *path, char *failure, size_t failure_size);
 
 #endif

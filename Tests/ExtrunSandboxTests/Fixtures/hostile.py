@@ -181,6 +181,173 @@ def misbehave(intent, params, request):
         os.chmod("readonly", 0o400)
         results["chmod . 000"] = attempt(lambda: os.chmod(here, 0o000))
         return success(request, result=json.dumps(results), scratch=here)
+    if intent == "Terminal":
+        # The terminal of whoever started the host: /dev/tty, then any pseudo-terminal by name.
+        results = {"session leader": os.getsid(0) == os.getpid()}
+        stolen = []
+
+        def use(fd):
+            os.write(fd, b"PLUGIN WAS HERE\r\n")
+            import select
+            if select.select([fd], [], [], 1.5)[0]:
+                stolen.append(os.read(fd, 100).decode(errors="replace"))
+            os.close(fd)
+
+        results["/dev/tty"] = attempt(lambda: use(os.open("/dev/tty", os.O_RDWR | os.O_NONBLOCK)))
+        try:
+            names = [n for n in os.listdir("/dev/pts") if n.isdigit()]
+            results["/dev/pts"] = names
+        except OSError as error:
+            import errno as errno_names
+            names = []
+            results["/dev/pts"] = errno_names.errorcode.get(error.errno, str(error.errno))
+        for name in names:
+            results["/dev/pts/" + name] = attempt(
+                lambda name=name: use(os.open("/dev/pts/" + name, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)))
+        return success(request, result=json.dumps(results), stolen="stolen=" + "|".join(stolen))
+    if intent == "SignalOwner":
+        # fcntl's and ioctl's command is 32 bits for the kernel: the upper 32 set must not pass the filter.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        r, w = os.pipe()
+        results = {}
+
+        def call(number, fd, command, argument):
+            if libc.syscall(ctypes.c_long(number), ctypes.c_long(fd), ctypes.c_long(command), ctypes.c_long(argument)) < 0:
+                raise OSError(ctypes.get_errno(), "refused")
+
+        high = 1 << 32
+        owner = (ctypes.c_int * 2)(1, int(params.get("pid", 1)))  # F_OWNER_PID
+        for name, command, argument in [
+            ("F_SETOWN", 8, int(params.get("pid", 1))), ("F_SETOWN|1<<32", 8 | high, int(params.get("pid", 1))),
+            ("F_SETOWN_EX|1<<32", 15 | high, ctypes.addressof(owner)), ("F_SETPIPE_SZ", 1031, 1 << 20),
+            ("F_SETPIPE_SZ|1<<32", 1031 | high, 1 << 20),
+        ]:
+            results[name] = attempt(lambda command=command, argument=argument: call(72, r, command, argument))  # fcntl
+        pid = ctypes.c_int(int(params.get("pid", 1)))
+        results["FIOSETOWN|1<<32"] = attempt(lambda: call(16, r, 0x8901 | high, ctypes.addressof(pid)))  # ioctl
+        # F_SETSIG and O_ASYNC are harmless without an owner.
+        results["F_SETSIG"] = attempt(lambda: call(72, r, 10, 9))
+        results["O_ASYNC"] = attempt(lambda: call(72, r, 4, os.O_ASYNC))
+        os.write(w, b"x")
+        return success(request, result=json.dumps(results))
+    if intent == "OtherABI":
+        import ctypes
+        import mmap
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        if params.get("path") == "x32":
+            libc.syscall(ctypes.c_long(0x40000000 | 39))  # getpid, x32
+            return success(request, result="x32 call returned")
+        # getpid through int 0x80: mov eax, 20; int 0x80; ret
+        code = b"\xb8\x14\x00\x00\x00\xcd\x80\xc3"
+        page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                         prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        page.write(code)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+        ctypes.CFUNCTYPE(ctypes.c_int)(address)()
+        return success(request, result="int 0x80 returned")
+    if intent == "HoldMemory":
+        # Ways to hold memory that RLIMIT_DATA does not count.
+        import ctypes
+        import mmap
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        size = int(params.get("megabytes", 200)) << 20
+        how = params["path"]
+        if how == "shared":
+            held = mmap.mmap(-1, size)  # MAP_SHARED | MAP_ANONYMOUS
+            for _ in range(size >> 20):
+                held.write(b"x" * (1 << 20))
+        elif how == "memfd":
+            fd = os.memfd_create("held")
+            os.ftruncate(fd, size)
+            held = mmap.mmap(fd, size)
+            for _ in range(size >> 20):
+                held.write(b"x" * (1 << 20))
+        elif how == "sysv":
+            libc.shmget(0, size, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        elif how == "growsdown":
+            address = libc.mmap(None, size, 3, 0x22 | 0x100, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN
+            if address in (None, ctypes.c_void_p(-1).value):
+                raise OSError(ctypes.get_errno(), "mmap")
+            ctypes.memset(address, 1, size)
+        return success(request, held=how)
+    if intent == "AllocateOnce":
+        # One malloc past the cap, refused: then abort() without a word, as C code does.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        if not libc.malloc(int(params.get("megabytes", 200)) << 20):
+            os.abort()
+        return success(request, allocated=True)
+    if intent == "DeepScratch":
+        # Folders nested past PATH_MAX, one closed to everyone, links out of the scratch directory.
+        here = os.getcwd()
+        os.symlink("/etc", "escape")
+        os.symlink(os.environ.get("EXTRUN_PLUGIN_DIR", "/"), "plugin")
+        fd = os.open(".", os.O_RDONLY)
+        for level in range(int(params.get("steps", 30))):
+            name = ("d%03d" % level) + "x" * 240
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "wb") as f:
+            f.write(b"x" * 4096)
+        os.symlink("/etc/passwd", "passwd-link", dir_fd=fd)
+        os.chmod(fd, 0o000)
+        os.close(fd)
+        return success(request, scratch=here)
+    if intent == "ManyFiles":
+        count = int(params.get("steps", 100))
+        for i in range(count):
+            open("f%06d" % i, "wb").close()
+        return success(request, made=count)
+    if intent == "Reach":
+        # Outside its run: a world-writable folder of the host's, another folder, an abstract socket.
+        import socket
+        results = {"write /run/lock": attempt(lambda: (write_new("/run/lock/extrun-reach-%d" % os.getpid()),
+                                                       os.unlink("/run/lock/extrun-reach-%d" % os.getpid()))),
+                   "list /var/log": attempt(lambda: os.listdir("/var/log")),
+                   "read /usr/bin/env": attempt(lambda: read_anything("/usr/bin/env"))}
+        try:
+            with open("/proc/1/cmdline", "rb") as f:
+                results["/proc/1/cmdline"] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError as error:
+            results["/proc/1/cmdline"] = str(error)
+        try:
+            results["/proc/net/unix"] = str(len(open("/proc/net/unix").read().splitlines()) - 1)
+        except OSError as error:
+            results["/proc/net/unix"] = str(error)
+
+        def connect_abstract():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect("\0" + params["path"])
+            finally:
+                s.close()
+        results["abstract socket"] = attempt(connect_abstract)
+        return success(request, result=json.dumps(results))
+    if intent == "FillFolder":
+        # Write up to `megabytes` into a file in `path` (a memory filesystem or a scratch folder).
+        target = os.path.join(params["path"], "extrun-filled-%d" % os.getpid())
+        written = 0
+        outcome = "ok"
+        try:
+            with open(target, "wb") as f:
+                chunk = b"x" * (1 << 20)
+                for _ in range(int(params.get("megabytes", 200))):
+                    f.write(chunk)
+                    f.flush()
+                    written += len(chunk)
+        except OSError as error:
+            import errno as errno_names
+            outcome = errno_names.errorcode.get(error.errno, str(error.errno))
+        return success(request, result=json.dumps({"written": written, "outcome": outcome, "path": target}))
     answer(request, {"code": "failure"})
 
 
@@ -246,7 +413,8 @@ def main():
 
 INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout",
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
-           "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest"]
+           "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
+           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach"]
 
 if __name__ == "__main__":
     main()

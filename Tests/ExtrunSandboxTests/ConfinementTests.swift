@@ -1,0 +1,253 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a plugin can hold, reach or leave behind (issue 15): each hole reproduced
+/// by a hostile plugin, with the typed error and nothing left after the run.
+@Suite(.serialized)
+struct ConfinementTests {
+    /// The plugin's terminal: its own session, no controlling terminal; neither
+    /// /dev/tty nor any pseudo-terminal by name reaches what a person types.
+    @Test func thePluginCannotReachTheTerminalOfWhoeverStartedTheHost() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let intentFile = plugin.root.appendingPathComponent("terminal.json")
+        try Data(#"{"intent": "Terminal"}"#.utf8).write(to: intentFile)
+        let driver = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/tty_driver.py")
+        let measured = try CLIRun.measure(
+            ["/usr/bin/python3", driver.path, "hunter2-typed-secret", ExamplePlugins.extrunBinary.path, "handle", intentFile.path],
+            environment: ["EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TERM": "dumb"])
+        let result = try JSONCoding.decode(JSONValue.self, fromJSON: Data(measured.output.utf8))
+        let transcript = try #require(result["transcript"]?.stringValue)
+        #expect(result["status"] == .int(0), "\(transcript)")
+        #expect(!transcript.contains("PLUGIN WAS HERE"), "the plugin wrote on the terminal: \(transcript)")
+        #expect(transcript.contains("stolen="), "\(transcript)")
+        #expect(!transcript.contains("stolen=hunter2"), "the plugin read what was typed: \(transcript)")
+        // Its own session; /dev/tty has no terminal behind it; no /dev/pts in its /dev.
+        #expect(transcript.contains(#"\"session leader\": true"#), "\(transcript)")
+        #expect(transcript.contains(#"\"/dev/tty\": \"ENXIO\""#), "\(transcript)")
+        #expect(transcript.contains(#"\"/dev/pts\": \"ENOENT\""#), "\(transcript)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// fcntl's and ioctl's command is 32 bits for the kernel: F_SETOWN with the upper
+    /// bits set is still F_SETOWN and must be refused like it.
+    @Test func settingADescriptorsOwnerIsRefusedWhateverItsUpperBits() throws {
+        for policy in [nil, #"{"namespaces": {"pid": false}}"#] {
+            let plugin = try HostilePlugin(policy: policy)
+            defer { plugin.remove() }
+            let report = plugin.handle("SignalOwner", ["pid": .int(Int64(getpid()))])
+            let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+            let results = try JSONCoding.decode([String: String].self, fromJSON: Data(text.utf8))
+            for call in ["F_SETOWN", "F_SETOWN|1<<32", "F_SETOWN_EX|1<<32", "FIOSETOWN|1<<32", "F_SETPIPE_SZ", "F_SETPIPE_SZ|1<<32"] {
+                #expect(results[call] == "EPERM", "\(call): \(results[call] ?? "missing") (policy \(policy ?? "default"))")
+            }
+            #expect(results["F_SETSIG"] == "ok" && results["O_ASYNC"] == "ok", "\(results)")
+            #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+        }
+    }
+
+    /// A call through int 0x80 (i386) or with the x32 bit is a violation naming its ABI and call.
+    @Test(arguments: [("i386", "getpid"), ("x32", "getpid")])
+    func callsThroughAnotherABIAreNamedViolations(abi: String, call: String) throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("OtherABI", ["path": .string(abi)])
+        let error = try #require(report.error, "the \(abi) call went through: \(String(describing: report.response))")
+        #expect(error.kind == .sandboxViolation, "\(error)")
+        #expect(error.details["abi"] == .string(abi))
+        #expect(error.details["syscall"] == .string(call))
+        #expect(error.message.contains("\(call) through the \(abi) ABI"), "\(error.message)")
+        #expect(report.exitCode == 10)
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// Memory RLIMIT_DATA does not count is refused, the call (and flag) named.
+    @Test(arguments: [
+        ("shared", "mmap", "MAP_SHARED|MAP_ANONYMOUS"), ("memfd", "memfd_create", nil), ("sysv", "shmget", nil),
+        ("growsdown", "mmap", "MAP_GROWSDOWN"),
+    ])
+    func memoryTheDataLimitDoesNotCountIsAViolation(how: String, call: String, flag: String?) throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("HoldMemory", ["path": .string(how), "megabytes": 200])
+        let error = try #require(report.error, "\(how): 200 MB held: \(String(describing: report.response))")
+        #expect(error.kind == .sandboxViolation, "\(error)")
+        #expect(error.details["syscall"] == .string(call))
+        if let flag {
+            #expect(error.details["flag"] == .string(flag))
+            #expect(error.message.contains("mmap(\(flag))"), "\(error.message)")
+        }
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// One allocation past the cap, refused, then abort() without a word: the same
+    /// verdict every run, from what the supervisor saw the plugin ask for (not from sampling).
+    @Test func anAllocationRefusedByTheCapIsAMemoryBreachEveryRun() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        for _ in 0..<3 {
+            let report = plugin.handle("AllocateOnce", ["megabytes": 200])
+            let error = try #require(report.error)
+            #expect(error.kind == .memoryLimitExceeded, "\(error)")
+            let evidence = error.details["evidence"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(evidence.contains { $0.contains("asked for 200.0 MiB at once") || $0.contains("asked for 200 MiB at once") }, "\(evidence)")
+            #expect(error.details["limitBytes"] == .int(30 << 20))
+            #expect(error.details["signalName"] == "SIGABRT")
+        }
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// /tmp, /var/tmp and /dev/shm are one tmpfs of the run's own, sized by its share of
+    /// the memory cap, and gone with the run: nothing is left on the host's.
+    @Test(arguments: ["/dev/shm", "/var/tmp", "/tmp"])
+    func filesInMemoryFoldersAreBoundedAndGoWithTheRun(folder: String) throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("FillFolder", ["path": .string(folder), "megabytes": 200])
+        let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+        let result = try JSONCoding.decode(JSONValue.self, fromJSON: Data(text.utf8))
+        let share = try #require(report.limits?.json["memoryFilesBytes"]?.intValue)
+        #expect(share == 4 << 20)
+        #expect(result["outcome"] == "ENOSPC", "\(text)")
+        #expect((result["written"]?.intValue ?? .max) <= share, "\(text)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+        #expect(Leftovers.files(named: "extrun-filled-").isEmpty, "left: \(Leftovers.files(named: "extrun-filled-"))")
+    }
+}
+
+/// Landlock, a layer of its own: nothing outside the system's folders, the plugin's
+/// own and its scratch directory; no abstract socket outside its run.
+@Suite(.serialized)
+struct LandlockTests {
+    @Test func thePluginReachesNothingOutsideItsRun() throws {
+        guard SandboxCapabilities.current.landlockABI >= 6 else { return }  // this kernel: 7
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        // An abstract socket of the host's side, listening.
+        let name = "extrun-reach-\(plugin.marker)"
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = [UInt8(0)] + Array(name.utf8)
+        withUnsafeMutableBytes(of: &address.sun_path) { for (i, b) in bytes.enumerated() { $0[i] = b } }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        #expect(bound == 0 && listen(listener, 4) == 0)
+        let report = plugin.handle("Reach", ["path": .string(name)])
+        let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+        let results = try JSONCoding.decode([String: String].self, fromJSON: Data(text.utf8))
+        #expect(results["write /run/lock"] == "EACCES", "\(results)")
+        #expect(results["list /var/log"] == "EACCES", "\(results)")
+        #expect(results["read /usr/bin/env"] == "ok", "\(results)")
+        #expect(results["abstract socket"] == "EPERM", "\(results)")
+        // The pid namespace's /proc: its pid 1 does not show the host's command line.
+        #expect(results["/proc/1/cmdline"] == "extrun-init", "\(results)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+}
+
+/// The scratch directory: removed by descriptor whatever it holds, and a quota on it.
+@Suite(.serialized)
+struct ScratchTests {
+    @Test func aScratchDirectoryNestedPastPathMaxIsRemovedWithoutFollowingLinks() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("DeepScratch", ["steps": 30])
+        #expect(report.error == nil, "\(String(describing: report.error))")
+        let scratch = try #require(report.response?.properties["scratch"]?.stringValue)
+        var info = stat()
+        #expect(lstat(scratch, &info) != 0 && errno == ENOENT, "the scratch directory \(scratch) is still there")
+        // The links were removed, not followed.
+        #expect(FileManager.default.fileExists(atPath: "/etc/passwd"))
+        #expect(FileManager.default.fileExists(atPath: plugin.pluginPath.appendingPathComponent("\(plugin.marker)/manifest.json").path))
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    @Test func writingPastTheScratchQuotaIsATypedErrorWithItsNumbers() throws {
+        // Four files of 4 MiB, each under the file size limit, together past an 8 MiB quota.
+        let plugin = try HostilePlugin(policy: #"{"extension": {"diskBytes": 8388608}}"#)
+        defer { plugin.remove() }
+        let report = plugin.handle("FillFolder", ["path": ".", "megabytes": 16])
+        let error = try #require(report.error, "16 MiB written under an 8 MiB quota")
+        #expect(error.kind == .diskLimitExceeded, "\(error)")
+        #expect(error.details["limitBytes"] == .int(8 << 20))
+        #expect((error.details["usedBytes"]?.intValue ?? 0) > 8 << 20)
+        #expect(report.exitCode == 14)
+        #expect(report.response == nil)
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    @Test func makingMoreFilesThanTheQuotaIsATypedError() throws {
+        let plugin = try HostilePlugin(policy: #"{"extension": {"diskFiles": 100}}"#)
+        defer { plugin.remove() }
+        let report = plugin.handle("ManyFiles", ["steps": 500])
+        let error = try #require(report.error, "500 files made under a quota of 100")
+        #expect(error.kind == .diskLimitExceeded, "\(error)")
+        #expect(error.details["limitFiles"] == .int(100))
+        #expect((error.details["usedFiles"]?.intValue ?? 0) > 100)
+        let within = plugin.handle("ManyFiles", ["steps": 50])
+        #expect(within.error == nil, "\(String(describing: within.error))")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+}
+
+/// Files a run may have left in the host's shared folders.
+enum Leftovers {
+    static func files(named prefix: String) -> [String] {
+        var temporary = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+        if temporary.hasSuffix("/") { temporary.removeLast() }
+        return Set(["/tmp", "/var/tmp", "/dev/shm", temporary]).sorted().flatMap { folder in
+            ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasPrefix(prefix) }.map { "\(folder)/\($0)" }
+        }
+    }
+}
+
+/// One run's fork bomb must not keep other runs from starting (RLIMIT_NPROC counts
+/// per uid across the machine): 20 intents handled while it runs all succeed.
+@Suite(.serialized)
+struct RunIsolationTests {
+    @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
+    func aForkBombDoesNotStarveOtherRuns(policy: String?) throws {
+        let bomb = try HostilePlugin(policy: policy)
+        defer { bomb.remove() }
+        let others = try HostilePlugin(policy: policy)
+        defer { others.remove() }
+        let bombRunning = Atomic<Bool>(true)
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var bombReport: HandleReport?
+        Thread.detachNewThread {
+            bombReport = bomb.handle("ForkBomb") { $0.deadlineMs = 10_000 }
+            bombRunning.store(false, ordering: .sequentiallyConsistent)
+            done.signal()
+        }
+        // Let the bomb fill what it may. (Not counted through /proc: reading a forking
+        // process's command line waits for its memory map, seconds during a fork bomb.)
+        sleep(1)
+        // 20 runs, four at a time. (The bomb's processes also take the CPU: on 2 cores
+        // the runs are slow, so some may end after the bomb's 10 s; none may fail.)
+        let failures = Mutex<[String]>([])
+        let duringBomb = Atomic<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            for _ in 0..<5 {
+                let report = others.handle("WhoAmI")
+                if report.response?.code != "success" { failures.withLock { $0.append("\(String(describing: report.error))") } }
+                if bombRunning.load(ordering: .sequentiallyConsistent) { duringBomb.add(1, ordering: .sequentiallyConsistent) }
+            }
+        }
+        let failed = failures.withLock { $0 }
+        #expect(failed.isEmpty, "\(failed.count) of 20 runs failed while a fork bomb ran: \(failed.first ?? "")")
+        #expect(duringBomb.load(ordering: .sequentiallyConsistent) >= 4, "too few runs overlapped the fork bomb")
+        done.wait()
+        #expect(bombReport?.error?.kind == .timeout, "\(String(describing: bombReport?.error))")
+        #expect(ProcessTable.waitUntilGone(bomb.marker, seconds: 5).isEmpty)
+        #expect(ProcessTable.waitUntilGone(others.marker).isEmpty)
+    }
+}
