@@ -43,7 +43,18 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
         #expect(try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(dryRun: true)).isClean)
         withExtendedLifetime(running) {}
         _ = consume running
-        #expect(try fixture.store.migrate(from: "OLD", to: "NEW").isClean)
+        // The lock is the open file description: a process another test forks at this moment
+        // (a sandbox supervisor, before it closes what it inherited) holds it until it has
+        // closed its copy, which takes long on a loaded 2-core machine. Wait for that, briefly.
+        let start = Date()
+        while true {
+            do {
+                #expect(try fixture.store.migrate(from: "OLD", to: "NEW").isClean)
+                break
+            } catch let error as StoreError where error.kind == .storeBusy && Date().timeIntervalSince(start) < 30 {
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+        }
     }
 
     /// A migration removes the temporaries of killed runs in the folders it copies into, and
