@@ -380,11 +380,15 @@ final class MigrationRun {
 
     // MARK: - Writing a batch
 
-    func execute(_ db: Database, _ items: [PreparedItem], _ plan: Plan, kind: SealKind) throws {
+    /// Writes the plan's items; returns the global versions it gave them (one range: the
+    /// batch's transaction alone takes versions of the new owner while it runs).
+    @discardableResult
+    func execute(_ db: Database, _ items: [PreparedItem], _ plan: Plan, kind: SealKind) throws -> ClosedRange<Int64>? {
         guard let key = targetKey else { throw StoreError(.databaseError, "no key for the new owner '\(to)'") }
         let writes = plan.actions.filter { if case .none = $0 { return false } else { return true } }.count
-        guard writes > 0 else { return }
+        guard writes > 0 else { return nil }
         var version: Int64 = 0
+        var written: ClosedRange<Int64>?
         if kind == .global {
             guard let last = try Int64.fetchOne(
                 db, sql: "UPDATE owner SET lastVersion = lastVersion + ? WHERE name = ? RETURNING lastVersion", arguments: [writes, to])
@@ -392,6 +396,7 @@ final class MigrationRun {
                 throw StoreError(.databaseError, "owner '\(to)' has no row in the store's owner table", details: ["owner": .string(to)])
             }
             version = last - Int64(writes)
+            written = (version + 1)...last
         }
         let insert = try db.cachedStatement(
             sql: kind == .global
@@ -452,6 +457,7 @@ final class MigrationRun {
                 throw StoreError(.databaseError, "donation '\(item.name)' reached the migration of items, which moves only globals and bookmarks")
             }
         }
+        return written
     }
 
     /// Plans and writes one batch in one transaction, moving the record's
@@ -491,7 +497,9 @@ final class MigrationRun {
                 batchPlan.counts.filesCopied += copier.files
                 batchPlan.counts.bytesCopied += copier.bytes
             }
-            try execute(db, items, batchPlan, kind: kind)
+            if let written = try execute(db, items, batchPlan, kind: kind), kind == .global {
+                try MigrationRecord.recordWritten(db, migration: id, versions: written)
+            }
             for item in batchPlan.reports {
                 try MigrationRecord.recordItem(db, migration: id, kind: kind, item)
             }

@@ -41,6 +41,24 @@ enum MigrationRecord {
         ) WITHOUT ROWID;
         """
 
+    /// The versions of the new owner's globals a migration wrote, one row per batch
+    /// (schema migration `v5-migration-writes`): a version in a range is that migration's
+    /// copy, any other is the new owner's own write (`carriedChange`).
+    static let writtenSQL = """
+        CREATE TABLE ownerMigrationWrite (
+            migration INTEGER NOT NULL REFERENCES ownerMigration(id) ON DELETE CASCADE,
+            first INTEGER NOT NULL,
+            last INTEGER NOT NULL CHECK (last >= first),
+            PRIMARY KEY (migration, first)
+        ) WITHOUT ROWID;
+        """
+
+    static func recordWritten(_ db: Database, migration: Int64, versions: ClosedRange<Int64>) throws {
+        try db.execute(
+            sql: "INSERT INTO ownerMigrationWrite (migration, first, last) VALUES (?, ?, ?)",
+            arguments: [migration, versions.lowerBound, versions.upperBound])
+    }
+
     /// Phases, in order. A migration goes through the copy phases of its
     /// scope, then (with removeSource) verify and the remove phases, then done.
     enum Phase: String, Codable {
@@ -198,22 +216,30 @@ enum MigrationRecord {
 
     /// Whether the new owner's global `name` is still the copy that an earlier finished
     /// migration of this pair wrote, in a migration that kept the old owner's global because
-    /// it changed meanwhile: its version is not above the versions that migration had
-    /// written when its copying ended. Then the change may replace it without losing any
-    /// write of the new owner (issue 17, item 4).
+    /// it changed meanwhile: its version is one that migration's batches wrote
+    /// (`ownerMigrationWrite`), so a write the new owner made at any moment since, during
+    /// that migration's copying included, is never taken for the copy. Then the change may
+    /// replace it without losing any write of the new owner (issue 17, item 4). A migration
+    /// recorded by an extrun older than `v5-migration-writes` has no ranges: its copy is
+    /// recognized by a version not above what it had written when its copying ended.
     static func carriedChange(_ db: Database, source: String, target: String, name: String, targetVersion: Int64?) throws -> Bool {
         guard let targetVersion else { return false }
-        let copied = try Int64.fetchOne(
+        guard let row = try GRDB.Row.fetchOne(
             db,
             sql: """
-                SELECT m.targetCopiedVersion FROM ownerMigrationItem i JOIN ownerMigration m ON m.id = i.migration
+                SELECT m.id AS id, m.targetCopiedVersion AS copied,
+                       EXISTS (SELECT 1 FROM ownerMigrationWrite w WHERE w.migration = m.id) AS hasRanges,
+                       EXISTS (SELECT 1 FROM ownerMigrationWrite w WHERE w.migration = m.id AND ? BETWEEN w.first AND w.last) AS inRange
+                FROM ownerMigrationItem i JOIN ownerMigration m ON m.id = i.migration
                 WHERE m.source = ? AND m.target = ? AND m.origin = 'local' AND m.finished IS NOT NULL
                   AND i.kind = 'global' AND i.name = ? AND i.targetName IS NULL
                   AND i.kept LIKE 'it changed in the old owner during the migration;%'
                 ORDER BY m.id DESC LIMIT 1
                 """,
-            arguments: [source, target, name])
-        guard let copied else { return false }
+            arguments: [targetVersion, source, target, name])
+        else { return false }
+        if row["hasRanges"] as Bool? == true { return row["inRange"] as Bool? == true }
+        guard let copied = row["copied"] as Int64? else { return false }
         return targetVersion <= copied
     }
 

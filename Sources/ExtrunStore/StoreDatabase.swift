@@ -353,6 +353,11 @@ final class StoreDatabase: Sendable {
         migrator.registerMigration("v4-owner-quotas") { db in
             try db.execute(sql: Quotas.schemaSQL)
         }
+        // The global versions each migration wrote into the new owner, one range per batch
+        // (MigrationRecord.writtenSQL): what re-running a --remove-source migration compares against.
+        migrator.registerMigration("v5-migration-writes") { db in
+            try db.execute(sql: MigrationRecord.writtenSQL)
+        }
         return migrator
     }()
 

@@ -110,24 +110,31 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
     /// same command again carries it, under the default `fail`, as long as NEW's value is still
     /// the migration's copy, and never over a write NEW made since (issue 17, item 4).
     @Test func rerunningRemoveSourceCarriesChangesButNotOverNewWrites() throws {
-        for newWritesMeanwhile in [false, true] {
+        // NEW's own write: none, after the first run, or while the first run was still copying
+        // (after its copy of "text", before its copying ended: a version below the last one it wrote).
+        for newWrites in ["never", "after", "during the copy"] {
+            let newWritesMeanwhile = newWrites != "never"
             let fixture = try MigrationFixture()
             let changed = ChangeOnce {
                 try? fixture.test.reopen().globals(of: "OLD").set("text", to: "changed during the migration")
             }
+            let newWrite = ChangeOnce {
+                try? fixture.test.reopen().globals(of: "NEW").set("text", to: "NEW's own")
+            }
             let options = MigrationOptions(removeSource: true)
             let first = try fixture.store.migrate(from: "OLD", to: "NEW", options: options) { progress in
+                if progress.phase == "copy globals", newWrites == "during the copy" { newWrite.run() }
                 if progress.phase == "verify" { changed.run() }
             }
-            #expect(first.globals.kept == 1 && first.items.contains { $0.name == "text" }, "\(first.json)")
+            #expect(first.globals.kept == 1 && first.items.contains { $0.name == "text" }, "\(newWrites): \(first.json)")
             let new = try fixture.test.reopen().globals(of: "NEW")
-            #expect(try new.get("text")?.value == "clam chowder")
-            if newWritesMeanwhile { try new.set("text", to: "NEW's own") }
+            #expect(try new.get("text")?.value == (newWrites == "during the copy" ? "NEW's own" : "clam chowder"))
+            if newWrites == "after" { try new.set("text", to: "NEW's own") }
 
             let again = try fixture.store.migrate(from: "OLD", to: "NEW", options: options)
             let old = try fixture.test.reopen().globals(of: "OLD")
             if newWritesMeanwhile {
-                #expect(!again.isClean && again.globals.migrated == 0, "a conflict under fail: \(again.json)")
+                #expect(!again.isClean && again.globals.migrated == 0, "\(newWrites): a conflict under fail: \(again.json)")
                 #expect(try new.get("text")?.value == "NEW's own", "NEW's own write is never replaced")
                 #expect(try old.get("text")?.value == "changed during the migration", "and OLD's change is kept")
             } else {
