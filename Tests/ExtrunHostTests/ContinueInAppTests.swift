@@ -417,4 +417,42 @@ struct ContinueInAppTests {
         #expect(deleted.response?.properties["echo"] == #"{"deleted": 1}"#)
         #expect(try Store(home: f.home).donations(of: "TESTTEAM").list().map(\.identifier) == ["run-1"])
     }
+
+    /// The app's step is a new process: a file of a signed plugin changed while the
+    /// extension ran is seen before the app is started (issue 16: a signed plugin whose
+    /// files changed after signing does not start).
+    @Test("a signed plugin's file changed during the extension's step: the app's step is not started")
+    func aChangeDuringTheExtensionStopsTheAppStep() throws {
+        let script = #"""
+            def handle(msg):
+                if os.environ["EXTRUN_MODE"] == "extension":
+                    time.sleep(0.6)
+                    reply(msg, {"code": "continueInApp", "userActivity": {"activityType": "test.activity", "title": "Go on"}})
+                else:
+                    reply(msg, {"code": "success", "properties": {"echo": "the app ran"}})
+
+            def cont(msg):
+                reply(msg, {"code": "success", "properties": {"echo": "the app ran"}})
+
+            serve({"handle": handle, "continue": cont})
+            """#
+        let f = try Fixture("resign-app", extra: #""activityTypes": ["test.activity"]"#, script: "import time\n" + script)
+        try f.sign()
+        let scriptFile = f.plugin.directory.appendingPathComponent("plugin.py")
+        let changer = Thread {
+            Thread.sleep(forTimeInterval: 0.25)
+            if let handle = try? FileHandle(forWritingTo: scriptFile) {
+                _ = try? handle.seekToEnd()
+                try? handle.write(contentsOf: Data("\n# changed while the extension ran\n".utf8))
+                try? handle.close()
+            }
+        }
+        changer.start()
+        let report = f.run()
+        #expect(report.steps.first?.response?.code == "continueInApp", "\(report.steps)")
+        #expect(report.error?.kind == .signatureInvalid, "\(String(describing: report.error))")
+        #expect(report.error?.details["file"]?.stringValue?.hasSuffix("plugin.py") == true, "\(String(describing: report.error))")
+        #expect(report.response?.properties["echo"] != "the app ran")
+        #expect(processes(mentioning: f.plugin.directory.path).isEmpty)
+    }
 }
