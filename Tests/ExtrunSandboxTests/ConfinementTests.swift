@@ -126,9 +126,12 @@ struct ConfinementTests {
 /// own and its scratch directory; no abstract socket outside its run.
 @Suite(.serialized)
 struct LandlockTests {
-    @Test func thePluginReachesNothingOutsideItsRun() throws {
+    /// With its own network namespace (the default), and without one: then Landlock alone
+    /// keeps the host's abstract sockets out of reach, though /proc/net shows them.
+    @Test(arguments: [true, false])
+    func thePluginReachesNothingOutsideItsRun(networkNamespace: Bool) throws {
         guard SandboxCapabilities.current.landlockABI >= 6 else { return }  // this kernel: 7
-        let plugin = try HostilePlugin()
+        let plugin = try HostilePlugin(policy: networkNamespace ? nil : #"{"namespaces": {"network": false}}"#)
         defer { plugin.remove() }
         // An abstract socket of the host's side, listening.
         let name = "extrun-reach-\(plugin.marker)"
@@ -147,9 +150,15 @@ struct LandlockTests {
         #expect(results["write /run/lock"] == "EACCES", "\(results)")
         #expect(results["list /var/log"] == "EACCES", "\(results)")
         #expect(results["read /usr/bin/env"] == "ok", "\(results)")
-        #expect(results["abstract socket"] == "EPERM", "\(results)")
+        // Not found in its own network namespace; refused by Landlock's scope without one.
+        #expect(results["abstract socket"] == (networkNamespace ? "ECONNREFUSED" : "EPERM"), "\(results)")
         // The pid namespace's /proc: its pid 1 does not show the host's command line.
         #expect(results["/proc/1/cmdline"] == "extrun-init", "\(results)")
+        // A network namespace of its own: /proc/net shows none of the host's sockets or interfaces.
+        if networkNamespace {
+            #expect(results["/proc/net/unix"] == "own", "\(results)")
+            #expect(results["/proc/net/dev"] == "lo", "\(results)")
+        }
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
     }
 }

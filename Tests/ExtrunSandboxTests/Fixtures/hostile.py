@@ -320,9 +320,14 @@ def misbehave(intent, params, request):
         except OSError as error:
             results["/proc/1/cmdline"] = str(error)
         try:
-            results["/proc/net/unix"] = str(len(open("/proc/net/unix").read().splitlines()) - 1)
+            # The host's sockets (its abstract listener among them) are those of its network namespace.
+            results["/proc/net/unix"] = "shows the host's socket" if params["path"] in open("/proc/net/unix").read() else "own"
         except OSError as error:
             results["/proc/net/unix"] = str(error)
+        try:
+            results["/proc/net/dev"] = " ".join(sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:]))
+        except OSError as error:
+            results["/proc/net/dev"] = str(error)
 
         def connect_abstract():
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
