@@ -95,6 +95,8 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     /// `uid` or `uid:gid`. Nil: `extrun-plugin` (made by Scripts/bootstrap),
     /// else `nobody`. Never root. Ignored when the host is not root.
     public var pluginUser: String?
+    /// What the host itself may spend on a run (HostLimits.swift; docs/sandbox.md).
+    public var host: HostLimits = .default
 
     public static let `default` = SandboxPolicy(
         extension: ModeLimits(
@@ -105,7 +107,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             maxExtendedDeadlineMs: 0, stackBytes: 8 << 20),
         processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
         namespaces: Namespaces(pid: true, network: false, ipc: true, mount: true, user: true), seccomp: true,
-        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
+        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 16 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
 
     public init(
         extension: ModeLimits, inApp: ModeLimits, processes: Int, pidNamespaceMaxPids: Int, openFiles: Int, fileSizeBytes: Int64,
@@ -135,6 +137,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp
         case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser
+        case host
     }
 
     /// Decodes a policy file: every field is optional and falls back to the default.
@@ -155,6 +158,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         outputCaptureBytes = try c.decodeIfPresent(Int.self, forKey: .outputCaptureBytes) ?? d.outputCaptureBytes
         cgroup = try c.decodeIfPresent(String.self, forKey: .cgroup)
         pluginUser = try c.decodeIfPresent(String.self, forKey: .pluginUser)
+        host = try c.decodeIfPresent(HostLimits.self, forKey: .host) ?? d.host
     }
 
     private struct PartialModeLimits: Decodable {
@@ -191,6 +195,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         if pidNamespaceMaxPids < 301 { problems.append("pidNamespaceMaxPids: the kernel's minimum is 301") }
         if openFiles < 16 { problems.append("openFiles: must be at least 16") }
         if let pluginUser, let problem = PluginUser.problem(with: pluginUser) { problems.append("pluginUser: \(problem)") }
+        problems += host.problems(maxMessageBytes: maxMessageBytes)
         return problems
     }
 

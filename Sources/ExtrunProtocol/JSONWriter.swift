@@ -43,6 +43,47 @@ public enum JSONWriter {
         }
     }
 
+    /// Writes `value` as compact JSON (as `bytes` does) to `sink` in pieces of about
+    /// `chunkBytes` (a single long string is one piece): the whole text is never held.
+    public static func stream(_ value: JSONValue, chunkBytes: Int = 64 << 10, to sink: ([UInt8]) -> Void) {
+        var out: [UInt8] = []
+        out.reserveCapacity(chunkBytes + 1024)
+        func flushIfFull() {
+            if out.count >= chunkBytes {
+                sink(out)
+                out.removeAll(keepingCapacity: true)
+            }
+        }
+        func walk(_ value: JSONValue) {
+            switch value {
+            case .array(let items):
+                out.append(UInt8(ascii: "["))
+                for (index, item) in items.enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    walk(item)
+                    flushIfFull()
+                }
+                out.append(UInt8(ascii: "]"))
+            case .object(let members):
+                out.append(UInt8(ascii: "{"))
+                var first = true
+                for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                    if !first { out.append(UInt8(ascii: ",")) }
+                    first = false
+                    writeString(key, into: &out)
+                    out.append(UInt8(ascii: ":"))
+                    if let member = members[key] { walk(member) }
+                    flushIfFull()
+                }
+                out.append(UInt8(ascii: "}"))
+            default:
+                write(value, into: &out)
+            }
+        }
+        walk(value)
+        if !out.isEmpty { sink(out) }
+    }
+
     /// Pretty JSON exactly as `JSONCoding.encoder(pretty: true)` writes it (Foundation's
     /// layout: two-space indents, `"key" : value`, sorted keys, empty containers as
     /// `[\n\n]`, a double that is a whole number without its `.0`), without Codable:
@@ -55,7 +96,17 @@ public enum JSONWriter {
         return out
     }
 
-    static func writePretty(_ value: JSONValue, indent: Int, into out: inout [UInt8]) {
+    /// Pretty JSON if it takes at most `limit` bytes, else nil: the attempt stops as soon
+    /// as it passes the limit, so indentation cannot amplify a deeply nested value (a
+    /// million zeros 500 arrays deep is 2 MB compact and 2 GB pretty).
+    public static func prettyBytes(_ value: JSONValue, limit: Int) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(1024)
+        writePretty(value, indent: 0, into: &out, limit: limit)
+        return out.count <= limit ? out : nil
+    }
+
+    static func writePretty(_ value: JSONValue, indent: Int, into out: inout [UInt8], limit: Int = .max) {
         func newline(_ level: Int) {
             out.append(0x0A)
             out.append(contentsOf: repeatElement(UInt8(ascii: " "), count: level * 2))
@@ -73,9 +124,10 @@ public enum JSONWriter {
             out.append(UInt8(ascii: "["))
             if items.isEmpty { out.append(0x0A) }
             for (index, item) in items.enumerated() {
+                if out.count > limit { return }
                 if index > 0 { out.append(UInt8(ascii: ",")) }
                 newline(indent + 1)
-                writePretty(item, indent: indent + 1, into: &out)
+                writePretty(item, indent: indent + 1, into: &out, limit: limit)
             }
             newline(indent)
             out.append(UInt8(ascii: "]"))
@@ -84,12 +136,13 @@ public enum JSONWriter {
             if members.isEmpty { out.append(0x0A) }
             var first = true
             for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                if out.count > limit { return }
                 if !first { out.append(UInt8(ascii: ",")) }
                 first = false
                 newline(indent + 1)
                 writeString(key, into: &out)
                 out.append(contentsOf: " : ".utf8)
-                if let member = members[key] { writePretty(member, indent: indent + 1, into: &out) }
+                if let member = members[key] { writePretty(member, indent: indent + 1, into: &out, limit: limit) }
             }
             newline(indent)
             out.append(UInt8(ascii: "}"))
