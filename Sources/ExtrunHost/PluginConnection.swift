@@ -73,6 +73,8 @@ final class PluginConnection {
     private var requestBytes = 0
     /// When the outbound queue last got smaller (or went over the high-water mark).
     private var lastDrain: UInt64 = 0
+    /// False once the run is over (its deadline passed): nothing more of the plugin's is read or served.
+    private var readsPlugin = true
     /// When the plugin closed its output (fd 4) or its input (fd 3) while still running.
     private var outputClosedAt: UInt64?
     private var inputClosedAt: UInt64?
@@ -142,6 +144,12 @@ final class PluginConnection {
         }
     }
 
+    /// Reads and serves nothing more from the plugin (its deadline passed: the grace
+    /// it gets to exit is not time to go on asking the host for things).
+    func stopReading() {
+        readsPlugin = false
+    }
+
     /// Writes what is queued (a `cancel`, say) without waiting for an answer.
     func flushOutbound(deadline: UInt64) {
         guard outboundOffset < outbound.count else { return }
@@ -191,7 +199,7 @@ final class PluginConnection {
         while true {
             if let failure { return .failure(failure) }
             if done() { return .done }
-            if !spun, process.fromPlugin >= 0 {
+            if !spun, readsPlugin, process.fromPlugin >= 0 {
                 spun = true
                 let until = MonotonicClock.now() &+ spinNs
                 while process.fromPlugin >= 0 && !readProtocol(deadline: deadline) && MonotonicClock.now() < until { sched_yield() }
@@ -209,7 +217,7 @@ final class PluginConnection {
             if now >= limit { return .failure(.deadlineExpired) }
             if let stop = checkChannel(now: now) { return .failure(stop) }
             // Frames read while the queue was full are served once it has drained.
-            if !isBackpressured && decoder.hasBufferedBytes {
+            if readsPlugin && !isBackpressured && decoder.hasBufferedBytes {
                 if serveFrames(deadline: deadline) { continue }
             }
             // Wake up at least every few milliseconds to sample the plugin's memory.
@@ -220,7 +228,7 @@ final class PluginConnection {
                 if fd >= 0 { fds.append(pollfd(fd: fd, events: Int16(events), revents: 0)) }
             }
             // Backpressure: while the plugin leaves its answers unread, its requests stay in the pipe.
-            if !isBackpressured { watch(process.fromPlugin, Int32(POLLIN)) }
+            if readsPlugin && !isBackpressured { watch(process.fromPlugin, Int32(POLLIN)) }
             watch(process.stdoutFD, Int32(POLLIN))
             watch(process.stderrFD, Int32(POLLIN))
             if outboundOffset < outbound.count { watch(process.toPlugin, Int32(POLLOUT)) }
@@ -249,7 +257,7 @@ final class PluginConnection {
     /// After the process has ended, reads what is left in the pipes without waiting
     /// (a grandchild may hold them open; we do not wait for its end of file).
     private func drainAfterExit(deadline: () -> UInt64) {
-        while process.fromPlugin >= 0 && failure == nil && !isBackpressured {
+        while readsPlugin && process.fromPlugin >= 0 && failure == nil && !isBackpressured {
             if !readProtocol(deadline: deadline) { break }
         }
         while process.stdoutFD >= 0 && readOutput(isStdout: true) {}

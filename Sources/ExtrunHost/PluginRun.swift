@@ -233,13 +233,16 @@ struct PluginRun {
     func fail(_ error: any Error, _ connection: PluginConnection, into report: inout HandleReport) {
         switch error {
         case let failure as CallFailure:
+            // The time at the deadline, not after the grace below.
+            let elapsed = MonotonicClock.milliseconds(from: start)
             if case .deadlineExpired = failure {
+                connection.stopReading()
                 connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)
                 let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
                 connection.flushOutbound(deadline: grace)
                 _ = connection.closeAndWait(deadline: grace)
             }
-            report.error = self.error(for: failure, connection: connection)
+            report.error = self.error(for: failure, connection: connection, elapsedMs: elapsed)
         case let error as HostError:
             report.error = error
         default:
@@ -333,13 +336,13 @@ struct PluginRun {
 
     // MARK: Reporting
 
-    func error(for failure: CallFailure, connection: PluginConnection) -> HostError {
+    func error(for failure: CallFailure, connection: PluginConnection, elapsedMs: Double? = nil) -> HostError {
         let stderrTail = connection.stderr.lastLines(20)
         var details: [String: JSONValue] = ["phase": .string(phase.rawValue)]
         if !stderrTail.isEmpty { details["stderr"] = .array(stderrTail.map { .string($0) }) }
         switch failure {
         case .deadlineExpired:
-            let elapsed = MonotonicClock.milliseconds(from: start)
+            let elapsed = elapsedMs ?? MonotonicClock.milliseconds(from: start)
             let deadlineMs = deadline.currentMs
             details["deadlineMs"] = .int(Int64(deadlineMs))
             details["elapsedMs"] = .double(elapsed)
