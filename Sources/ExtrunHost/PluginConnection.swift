@@ -340,7 +340,7 @@ final class PluginConnection {
                 failure = .overLimit(
                     LimitBreach(
                         limit: "maxMessageBytes", limitValue: limit, measured: length,
-                        what: "it sent a frame of \(ByteCount.format(Int64(length))), over the limit of \(ByteCount.format(Int64(limit))) (maxMessageBytes)"))
+                        what: "it sent a \(error) (maxMessageBytes)"))
             } else {
                 failure = .protocolViolation("the plugin sent a malformed frame: \(error)")
             }

@@ -215,7 +215,7 @@ struct HostBoundsTests {
         try f.expectNothingLeft()
     }
 
-    @Test("a plugin that reads its 4 MB answers as fast as the host serves them still ends at its deadline")
+    @Test("a plugin that reads its 1 MB answers as fast as the host serves them still ends at its deadline")
     func deadlineWhileServing() throws {
         let idle = try Self.idlePeak()
         let f = try Fixture(
@@ -224,7 +224,7 @@ struct HostBoundsTests {
                 import threading
                 def flood(msg):
                     send({"jsonrpc": "2.0", "id": "set", "method": "globals.set",
-                          "params": {"name": "big", "value": "x" * (4 * 1024 * 1024 - 64)}})
+                          "params": {"name": "big", "value": "x" * (1 << 20)}})
                     read_message()
                     def drain():
                         while os.read(3, 1 << 20):
@@ -239,8 +239,8 @@ struct HostBoundsTests {
         #expect(run.kind == "timeout", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
         let elapsed = run.error?["elapsedMs"]?.doubleValue ?? .infinity
         // The deadline is checked between requests: it can be passed by the time one request
-        // takes to serve (a 4 MB global read, unsealed and encoded: ~150-300 ms in a debug build).
-        #expect(elapsed < 2_000 + 500, "the deadline of 2000 ms ended at \(elapsed) ms")
+        // takes to serve (a 1 MB global read, unsealed and encoded: tens of ms in a debug build).
+        #expect(elapsed < 2_000 + 250, "the deadline of 2000 ms ended at \(elapsed) ms")
         // Then cancel, a grace of 500 ms at most, and the report.
         #expect(run.wallMs < 2_000 + 500 + 500 + 1_500, "the run took \(run.wallMs) ms")
         expectBounded(run, idle: idle)
