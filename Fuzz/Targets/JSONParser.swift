@@ -10,6 +10,9 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     guard again.isSameJSON(as: value) else { fatalError("compact round trip changed the value") }
     if let pretty = JSONWriter.prettyBytes(value, limit: 1 << 20) {
         guard let back = try? JSONParser.parse(pretty), back.isSameJSON(as: value) else { fatalError("pretty round trip changed the value") }
+    } else if JSONWriter.prettyBytes(value).count <= (1 << 20) - (256 << 10) {
+        // (Counting may overestimate by a few bytes per value, never underestimate.)
+        fatalError("prettyBytes(limit:) refused a value whose pretty form is within the limit")
     }
     var streamed: [UInt8] = []
     JSONWriter.stream(value, chunkBytes: 16) { streamed += $0 }

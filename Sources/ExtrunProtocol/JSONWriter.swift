@@ -96,17 +96,59 @@ public enum JSONWriter {
         return out
     }
 
-    /// Pretty JSON if it takes at most `limit` bytes, else nil: the attempt stops as soon
-    /// as it passes the limit, so indentation cannot amplify a deeply nested value (a
-    /// million zeros 500 arrays deep is 2 MB compact and 2 GB pretty).
+    /// Pretty JSON if it takes at most `limit` bytes, else nil (its size is counted
+    /// first, without writing it), so that indentation cannot amplify a deeply nested
+    /// value: a million zeros 500 arrays deep is 2 MB compact and 2 GB pretty.
     public static func prettyBytes(_ value: JSONValue, limit: Int) -> [UInt8]? {
-        var out: [UInt8] = []
-        out.reserveCapacity(1024)
-        writePretty(value, indent: 0, into: &out, limit: limit)
-        return out.count <= limit ? out : nil
+        guard prettyCount(value, indent: 0, limit: limit) <= limit else { return nil }
+        return prettyBytes(value)
     }
 
-    static func writePretty(_ value: JSONValue, indent: Int, into out: inout [UInt8], limit: Int = .max) {
+    /// The size of `value` written pretty, counted without writing it: at least the real
+    /// size (a byte more per container, a whole double's `.0`). Counting stops once it
+    /// passes `limit` (the result is then some number above it).
+    static func prettyCount(_ value: JSONValue, indent: Int, limit: Int) -> Int {
+        switch value {
+        case .array(let items):
+            if items.isEmpty { return 4 + 2 * indent }  // "[\n\n", the indent, "]"
+            var count = 2 + 1 + 2 * indent  // "[", "]", the newline and indent before "]"
+            for item in items {
+                count += 2 + 2 * (indent + 1)  // "," (or not), newline, indent
+                count += prettyCount(item, indent: indent + 1, limit: limit)
+                if count > limit { return count }
+            }
+            return count
+        case .object(let members):
+            if members.isEmpty { return 4 + 2 * indent }
+            var count = 2 + 1 + 2 * indent
+            for (key, member) in members {
+                count += 2 + 2 * (indent + 1) + stringCount(key) + 3
+                count += prettyCount(member, indent: indent + 1, limit: limit)
+                if count > limit { return count }
+            }
+            return count
+        case .string(let text): return stringCount(text)
+        case .int(let number): return String(number).utf8.count
+        case .double(let number): return number.isFinite ? number.description.utf8.count : 4
+        case .bool(let flag): return flag ? 4 : 5
+        case .null: return 4
+        }
+    }
+
+    /// The size of a string written by `writeString`.
+    static func stringCount(_ text: String) -> Int {
+        var count = 2
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09, 0x08, 0x0C: count += 2
+            case 0..<0x20: count += 6
+            default: count += 1
+            }
+        }
+        return count
+    }
+
+    static func writePretty(_ value: JSONValue, indent: Int, into out: inout [UInt8]) {
         func newline(_ level: Int) {
             out.append(0x0A)
             out.append(contentsOf: repeatElement(UInt8(ascii: " "), count: level * 2))
@@ -124,10 +166,9 @@ public enum JSONWriter {
             out.append(UInt8(ascii: "["))
             if items.isEmpty { out.append(0x0A) }
             for (index, item) in items.enumerated() {
-                if out.count > limit { return }
                 if index > 0 { out.append(UInt8(ascii: ",")) }
                 newline(indent + 1)
-                writePretty(item, indent: indent + 1, into: &out, limit: limit)
+                writePretty(item, indent: indent + 1, into: &out)
             }
             newline(indent)
             out.append(UInt8(ascii: "]"))
@@ -136,13 +177,12 @@ public enum JSONWriter {
             if members.isEmpty { out.append(0x0A) }
             var first = true
             for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
-                if out.count > limit { return }
                 if !first { out.append(UInt8(ascii: ",")) }
                 first = false
                 newline(indent + 1)
                 writeString(key, into: &out)
                 out.append(contentsOf: " : ".utf8)
-                if let member = members[key] { writePretty(member, indent: indent + 1, into: &out, limit: limit) }
+                if let member = members[key] { writePretty(member, indent: indent + 1, into: &out) }
             }
             newline(indent)
             out.append(UInt8(ascii: "}"))

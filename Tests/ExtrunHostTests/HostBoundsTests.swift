@@ -134,6 +134,8 @@ struct HostBoundsTests {
     }
 
     func expectBounded(_ run: Fixture.Run, idle: Int64, sourceLocation: SourceLocation = #_sourceLocation) {
+        // The figures docs/sandbox.md quotes ("The host's own guarantees").
+        print("[host bounds] \(sourceLocation.line): host peak RSS \(run.peakRSSBytes >> 10) KiB, idle \(idle >> 10) KiB, wall \(Int(run.wallMs)) ms, \(run.kind ?? "no error")")
         #expect(run.peakRSSBytes > 0, "no rusage from the wrapper", sourceLocation: sourceLocation)
         #expect(
             run.peakRSSBytes < idle + Self.rssSlackBytes,
