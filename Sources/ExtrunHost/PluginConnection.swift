@@ -1,3 +1,4 @@
+import CExtrunLinux
 import ExtrunProtocol
 import Foundation
 
@@ -58,8 +59,14 @@ final class PluginConnection {
     let process: PluginProcess
     let limits: ConnectionLimits
     private var decoder: FrameDecoder
-    private var outbound: [UInt8] = []
+    /// Frames queued for the plugin, as chunks: a small frame is one chunk (header and
+    /// body, written with one `write`), a large one two (its body is not copied). Chunks
+    /// before `outboundHead` are written; `outboundOffset` bytes of the head are.
+    private var outbound: [[UInt8]] = []
+    private var outboundHead = 0
     private var outboundOffset = 0
+    /// Bytes queued for the plugin and not yet written.
+    private var outboundPending = 0
     private var nextID: Int64 = 1
     /// Requests the host stopped waiting for (deadline): a late answer to one is not a violation.
     private var abandoned: Set<RequestID> = []
@@ -99,7 +106,12 @@ final class PluginConnection {
     /// How often, at most, the plugin's memory is sampled while the host waits.
     static let sampleIntervalMs = 5
 
+    /// Once per process: blocks of 1 MiB and more are mapped and given back when freed
+    /// (glibc would otherwise keep what a plugin's large messages cost in the heap).
+    private static let mallocPolicy: Void = extrun_set_mmap_threshold(1 << 20)
+
     init(process: PluginProcess, limits: ConnectionLimits = ConnectionLimits()) {
+        Self.mallocPolicy
         self.process = process
         self.limits = limits
         self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
@@ -152,12 +164,9 @@ final class PluginConnection {
 
     /// Writes what is queued (a `cancel`, say) without waiting for an answer.
     func flushOutbound(deadline: UInt64) {
-        guard outboundOffset < outbound.count else { return }
-        _ = pump(deadline: { deadline }, until: { self.outboundOffset >= self.outbound.count })
+        guard outboundPending > 0 else { return }
+        _ = pump(deadline: { deadline }, until: { self.outboundPending == 0 })
     }
-
-    /// Bytes queued for the plugin and not yet written.
-    private var outboundPending: Int { outbound.count - outboundOffset }
 
     /// Whether the host stops reading the plugin's requests until it reads its answers.
     private var isBackpressured: Bool { outboundPending >= limits.outboundHighWater }
@@ -167,16 +176,17 @@ final class PluginConnection {
     }
 
     private func enqueue(body: [UInt8]) {
-        if outboundOffset == outbound.count {
-            // A queue that held a flood gives its memory back; a small one keeps its capacity.
-            outbound.removeAll(keepingCapacity: outbound.capacity <= 1 << 20)
-            outboundOffset = 0
-        } else if outboundOffset > 1 << 20 && outboundOffset > outbound.count / 2 {
-            outbound.removeSubrange(0..<outboundOffset)
-            outboundOffset = 0
-        }
         let wasBackpressured = isBackpressured
-        outbound.append(contentsOf: Framing.frame(body))
+        if body.count <= 64 << 10 {
+            let frame = Framing.frame(body)
+            outboundPending += frame.count
+            outbound.append(frame)
+        } else {
+            let header = Array("Content-Length: \(body.count)\r\n\r\n".utf8)
+            outboundPending += header.count + body.count
+            outbound.append(header)
+            outbound.append(body)
+        }
         if !wasBackpressured && isBackpressured { lastDrain = MonotonicClock.now() }
         // Written at once where the pipe takes it (it is non-blocking); what is left,
         // the loop writes when poll says the pipe has room.
@@ -231,7 +241,7 @@ final class PluginConnection {
             if readsPlugin && !isBackpressured { watch(process.fromPlugin, Int32(POLLIN)) }
             watch(process.stdoutFD, Int32(POLLIN))
             watch(process.stderrFD, Int32(POLLIN))
-            if outboundOffset < outbound.count { watch(process.toPlugin, Int32(POLLOUT)) }
+            if outboundPending > 0 { watch(process.toPlugin, Int32(POLLOUT)) }
             watch(process.statusFD, Int32(POLLIN))
             let ready = poll(&fds, nfds_t(fds.count), timeoutMs)
             if ready < 0 {
@@ -458,19 +468,49 @@ final class PluginConnection {
         return true
     }
 
+    /// Writes queued chunks while the pipe takes them (it is non-blocking).
     private func writeOutbound() {
-        guard process.toPlugin >= 0 else { return }
-        let written = outbound.withUnsafeBytes { raw in
-            write(process.toPlugin, raw.baseAddress! + outboundOffset, raw.count - outboundOffset)
+        while process.toPlugin >= 0, outboundHead < outbound.count {
+            let chunk = outbound[outboundHead]
+            let left = chunk.count - outboundOffset
+            let written = chunk.withUnsafeBytes { raw in
+                guard let base = raw.baseAddress else { return 0 }
+                return write(process.toPlugin, base + outboundOffset, left)
+            }
+            if written > 0 {
+                outboundOffset += written
+                outboundPending -= written
+                lastDrain = MonotonicClock.now()
+                if written < left { return }
+                outboundHead += 1
+                outboundOffset = 0
+                compactOutbound()
+            } else if written < 0 && errno == EINTR {
+                continue
+            } else if written < 0 && errno != EAGAIN {
+                // The plugin closed its input: what we wanted to say is lost; its exit will tell the rest.
+                outbound.removeAll()
+                outboundHead = 0
+                outboundOffset = 0
+                outboundPending = 0
+                process.closeToPlugin()
+                if process.exit == nil { inputClosedAt = MonotonicClock.now() }
+                return
+            } else {
+                return
+            }
         }
-        if written > 0 {
-            outboundOffset += written
-            lastDrain = MonotonicClock.now()
-        } else if written < 0 && errno != EAGAIN && errno != EINTR {
-            // The plugin closed its input: what we wanted to say is lost; its exit will tell the rest.
-            outboundOffset = outbound.count
-            process.closeToPlugin()
-            if process.exit == nil { inputClosedAt = MonotonicClock.now() }
+    }
+
+    /// Drops written chunks: all of them once the queue is empty (keeping the array's
+    /// small capacity), else the written ones when they are most of the array.
+    private func compactOutbound() {
+        if outboundHead == outbound.count {
+            outbound.removeAll(keepingCapacity: outbound.capacity <= 64)
+            outboundHead = 0
+        } else if outboundHead >= 64 && outboundHead * 2 >= outbound.count {
+            outbound.removeFirst(outboundHead)
+            outboundHead = 0
         }
     }
 }
