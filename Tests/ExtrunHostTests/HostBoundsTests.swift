@@ -361,4 +361,45 @@ struct HostBoundsTests {
         expectBounded(run, idle: idle)
         #expect(run.peakRSSBytes < idle + (16 << 20), "reading was not refused before: \(run.peakRSSBytes >> 20) MiB")
     }
+
+    // MARK: The policy
+
+    @Test("the host limits are policy fields, each optional, and checked")
+    func policyFields() throws {
+        let policy = try JSONCoding.decode(
+            SandboxPolicy.self, fromJSON: Data(#"{"host": {"extensionMemoryBytes": 8388608, "maxIntentFileBytes": 100000}}"#.utf8))
+        #expect(policy.host.extensionMemoryBytes == 8 << 20)
+        #expect(policy.host.maxIntentFileBytes == 100_000)
+        #expect(policy.host.inAppMemoryBytes == HostLimits.default.inAppMemoryBytes)
+        #expect(policy.host.maxMessageNodes == HostLimits.default.maxMessageNodes)
+        // The default frame limit (16 MiB) does not fit half of an 8 MiB budget.
+        #expect(policy.problems().contains { $0.hasPrefix("maxMessageBytes:") && $0.contains("host.extensionMemoryBytes") }, "\(policy.problems())")
+        var fixed = policy
+        fixed.maxMessageBytes = 4 << 20
+        #expect(fixed.problems().isEmpty, "\(fixed.problems())")
+        fixed.host.maxIntentFileBytes = 1000
+        #expect(fixed.problems() == ["host.maxIntentFileBytes: must be at least 65536"])
+        #expect(SandboxPolicy.default.problems().isEmpty)
+    }
+
+    @Test("a policy's smaller budget is the one a flood meets, named in the error")
+    func policyBudget() throws {
+        let f = try Fixture(
+            "smallbudget",
+            script: """
+                def flood(msg):
+                    chunk = b"".join(frame(json.dumps({"jsonrpc": "2.0", "id": i, "method": "no.such.method"}).encode())
+                                     for i in range(2000))
+                    while True:
+                        write_raw(chunk)
+                serve({"handle": flood})
+                """,
+            policy: #"{"maxMessageBytes": 1048576, "host": {"extensionMemoryBytes": 2097152, "unreadAnswersMs": 200}}"#)
+        let run = try f.handle()
+        #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["limit"]?.stringValue == "host.extensionMemoryBytes")
+        #expect(run.error?["limitValue"]?.intValue == 2 << 20)
+        #expect((run.error?["measured"]?.intValue ?? 0) >= 1 << 20)
+        try f.expectNothingLeft()
+    }
 }
