@@ -135,7 +135,9 @@ struct HostBoundsTests {
 
     func expectBounded(_ run: Fixture.Run, idle: Int64, sourceLocation: SourceLocation = #_sourceLocation) {
         // The figures docs/sandbox.md quotes ("The host's own guarantees").
-        print("[host bounds] \(sourceLocation.line): host peak RSS \(run.peakRSSBytes >> 10) KiB, idle \(idle >> 10) KiB, wall \(Int(run.wallMs)) ms, \(run.kind ?? "no error")")
+        let inProcess = run.report?["metrics"]?["hostPeakRSSBytes"]?.intValue.map { "\($0 >> 10) KiB" } ?? "-"
+        let elapsed = run.error?["elapsedMs"]?.doubleValue.map { ", elapsedMs \(Int($0))" } ?? ""
+        print("[host bounds] \(sourceLocation.line): peak RSS \(run.peakRSSBytes >> 10) KiB (host's VmHWM \(inProcess)), idle \(idle >> 10) KiB, wall \(Int(run.wallMs)) ms\(elapsed), \(run.kind ?? "no error")")
         #expect(run.peakRSSBytes > 0, "no rusage from the wrapper", sourceLocation: sourceLocation)
         #expect(
             run.peakRSSBytes < idle + Self.rssSlackBytes,
