@@ -69,11 +69,13 @@ extension Globals {
                     let name: String = row["name"]
                     let value = try open(row["sealed"], name: name, key: key)
                     out += Array((count == 0 ? "\n    " : ",\n    ").utf8) + string(name) + Array(" : ".utf8)
-                    // Pretty at the document's depth: every line break of the value is indented by
-                    // four more spaces (strings hold no raw line break: JSON escapes them).
-                    for byte in JSONWriter.prettyBytes(value) {
+                    // Pretty at the document's depth: every line of the value after its first is
+                    // indented by four more spaces, but the blank line of an empty container
+                    // (strings hold no raw line break: JSON escapes them).
+                    let pretty = JSONWriter.prettyBytes(value)
+                    for (index, byte) in pretty.enumerated() {
                         out.append(byte)
-                        if byte == 0x0A { out += [0x20, 0x20, 0x20, 0x20] }
+                        if byte == 0x0A, index + 1 < pretty.count, pretty[index + 1] != 0x0A { out += [0x20, 0x20, 0x20, 0x20] }
                     }
                     count += 1
                     try flush()

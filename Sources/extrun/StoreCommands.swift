@@ -285,7 +285,7 @@ struct GlobalsExport: ParsableCommand {
         }
         try StoreExit.run { store in
             // Streamed as the rows are read (memory stays flat in the number of globals).
-            let globals = store.globals(of: owner.owner)
+            let globals = try store.globals(of: owner.owner)
             guard let output else {
                 try globals.export { Output.write($0, to: STDOUT_FILENO) }
                 return
