@@ -282,11 +282,11 @@ final class PluginConnection {
     /// answers it does not read: why the conversation stops, if it must.
     private func checkChannel(now: UInt64) -> CallFailure? {
         let grace = UInt64(limits.closedChannelGraceMs) * 1_000_000
-        if waitingFor != nil, let closed = outputClosedAt, process.fromPlugin < 0, now &- closed >= grace {
+        if waitingFor != nil, let closed = outputClosedAt, process.fromPlugin < 0, now &- closed >= grace, pluginIsRunning() {
             return .protocolViolation(
                 "it closed its channel (fd 4, its output) and kept running: no answer to \(waitingMethod) can come (waited \(limits.closedChannelGraceMs) ms for its exit)")
         }
-        if waitingFor != nil, let closed = inputClosedAt, now &- closed >= grace {
+        if waitingFor != nil, let closed = inputClosedAt, now &- closed >= grace, pluginIsRunning() {
             return .protocolViolation(
                 "it closed its channel (fd 3, its input) and kept running: it cannot read \(waitingMethod) (waited \(limits.closedChannelGraceMs) ms for its exit)")
         }
@@ -299,6 +299,18 @@ final class PluginConnection {
                     extra: ["requests": .int(Int64(requestsServed)), "requestBytes": .int(Int64(requestBytes))]))
         }
         return nil
+    }
+
+    /// Whether the plugin's process is still running, not ending: a plugin that dies (a
+    /// crash, the memory cap) closes its channels before its exit is reported, and on a
+    /// busy machine that report can take longer than the grace. (Read only once a grace
+    /// has passed after a closed channel.)
+    private func pluginIsRunning() -> Bool {
+        guard process.pid > 0, let stat = try? String(contentsOfFile: "/proc/\(process.pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        let state = stat[stat.index(after: close)...].drop(while: { $0 == " " }).first
+        return state != "Z" && state != "X" && state != "x"
     }
 
     /// Reads once from the protocol channel and serves the frames completed. Returns whether bytes were read.
