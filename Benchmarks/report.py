@@ -300,6 +300,33 @@ def main():
           f"{dispatch['rssAfterKB'] / 1024:.1f} MiB, peak {dispatch['peakRSSKB'] / 1024:.1f} MiB")
     print()
 
+    flood_dir = os.path.join(d, "flood")
+    if os.path.isdir(flood_dir):
+        print("6. The host under a flood (extrun handle's peak RSS from wait4, host and plugin; median of runs)")
+
+        def peak(prefix):
+            values = []
+            for f in sorted(os.listdir(flood_dir)):
+                if f.startswith(prefix + "-") and f.endswith(".time"):
+                    fields = dict(line.strip().split("=", 1) for line in open(os.path.join(flood_dir, f)) if "=" in line)
+                    if "maxrss_kb" in fields:
+                        values.append(int(fields["maxrss_kb"]) / 1024)
+            return statistics.median(values) if values else None
+
+        idle = peak("idle")
+        worst = None
+        for name, label in [("idle", "ordinary run (MakeUppercase)"), ("FloodUnread", "requests, answers never read"),
+                            ("FloodNames", "1 MB method names until the deadline (3 s)"),
+                            ("FloodNested", "200,000 zeros 500 arrays deep (report)")]:
+            value = peak(name)
+            print(f"  {label:<48} {value:.1f} MiB" if value is not None else f"  {label:<48} n/a")
+            if name != "idle" and value is not None:
+                worst = value if worst is None else max(worst, value)
+        if idle is not None and worst is not None:
+            verdicts.append(("host peak RSS under the worst flood < idle + 64 MiB", worst < idle + 64,
+                             f"{worst:.1f} MiB, idle {idle:.1f} MiB"))
+        print()
+
     print("Targets")
     for what, ok, detail in verdicts:
         mark = "----" if ok is None else ("PASS" if ok else "MISS")

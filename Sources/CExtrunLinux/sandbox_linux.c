@@ -637,6 +637,12 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     if (child < 0) report_setup_failure(status_fd, EXTRUN_STAGE_FORK, errno);
     // (No setpgid from here: the plugin's process has made its own session before this
     // returns (CLONE_VFORK), and setsid fails in a process that already leads a group.)
+    // The plugin's descriptors are its own now: without this process's copies, the host
+    // sees the end of a channel the plugin closes (docs/protocol.md, "Limits").
+    for (int i = 0; i < request->fd_count; i++) {
+        int fd = request->fds[i].source;
+        if (fd > 2 && fd != status_fd && fd != lifeline_fd) close(fd);
+    }
 
     int listener = -1;
     if (notify_pair[0] >= 0) {

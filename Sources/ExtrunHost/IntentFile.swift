@@ -1,6 +1,10 @@
 import ExtrunProtocol
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// An intent to handle, as read from an intent file (or standard input).
 ///
 ///     {"intent": "MakeUppercase", "parameters": {"text": "hello world"}, "id": "optional", "mode": "extension"}
@@ -40,19 +44,64 @@ enum JSONInputFile {
         var baseDirectory: URL
     }
 
-    /// The file's bytes; `-` reads standard input (relative paths in it are then taken from the current directory).
-    static func read(path: String, what: String) throws(HostError) -> Input {
-        if path == "-" {
-            return Input(
-                data: FileHandle.standardInput.readDataToEndOfFile(), source: "<stdin>",
-                baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+    /// Inputs up to this size are read whatever the policy says (its
+    /// `host.maxIntentFileBytes` cannot be lower): the policy is read only for a larger one.
+    static let alwaysAcceptedBytes = 64 << 10
+
+    /// The file's bytes; `-` reads standard input (relative paths in it are then taken
+    /// from the current directory). A file larger than the policy's `host.maxIntentFileBytes`
+    /// is refused from its size, before it is read; standard input once that much is read.
+    static func read(path: String, what: String, maxBytes: Int? = nil) throws(HostError) -> Input {
+        let source = path == "-" ? "<stdin>" : path
+        let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw HostError(
+                .invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
         }
-        let url = URL(fileURLWithPath: path)
-        do {
-            return Input(data: try Data(contentsOf: url), source: path, baseDirectory: url.deletingLastPathComponent())
-        } catch {
-            throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(IntentFileParser.reason(error))", details: ["file": .string(path)])
+        defer { if fd != STDIN_FILENO { close(fd) } }
+        var limit = maxBytes ?? alwaysAcceptedBytes
+        func tooLarge(_ size: Int, exact: Bool) -> HostError {
+            HostError(
+                .invalidIntent,
+                "\(source): the \(what) is \(exact ? "" : "more than ")\(ByteCount.format(Int64(size))) (\(size) bytes), over the limit of \(ByteCount.format(Int64(limit))) on an \(what) (policy host.maxIntentFileBytes); it was not read",
+                details: [
+                    "file": .string(source), "limit": "host.maxIntentFileBytes", "limitValue": .int(Int64(limit)), "measured": .int(Int64(size)),
+                ])
         }
+        var info = stat()
+        let size = fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int(info.st_size) : nil
+        if maxBytes == nil, size.map({ $0 > limit }) ?? true { limit = policyLimit() }
+        if let size, size > limit { throw tooLarge(size, exact: true) }
+        // Read to the end, never more than the limit (a pipe, or a file that grows meanwhile).
+        var data = Data(count: min(size ?? 64 << 10, limit) + 1)
+        var filled = 0
+        while true {
+            if filled == data.count {
+                if filled > limit { throw tooLarge(limit, exact: false) }
+                data.count = min(data.count * 2, limit + 1)
+            }
+            let count = data.withUnsafeMutableBytes { raw in Glibc.read(fd, raw.baseAddress! + filled, raw.count - filled) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw HostError(
+                    .invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            }
+            if count == 0 { break }
+            filled += count
+        }
+        if filled > limit { throw tooLarge(limit, exact: false) }
+        data.count = filled
+        let baseDirectory =
+            path == "-" ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : URL(fileURLWithPath: path).deletingLastPathComponent()
+        return Input(data: data, source: source, baseDirectory: baseDirectory)
+    }
+
+    /// `host.maxIntentFileBytes` from `$EXTRUN_HOME/policy.json` (the default when it has
+    /// none or cannot be read: the run reports a bad policy itself).
+    static func policyLimit() -> Int {
+        let home = HostPaths.fromEnvironment().home
+        let limit = (try? SandboxPolicy.load(home: home).0.host.maxIntentFileBytes) ?? HostLimits.default.maxIntentFileBytes
+        return max(limit, alwaysAcceptedBytes)
     }
 
     /// `invalidIntent`, naming the file and the field.
@@ -86,9 +135,9 @@ enum JSONInputFile {
     static func object(_ data: Data, source: String, what: String, example: String, fields: [String]) throws(HostError) -> [String: JSONValue] {
         let value: JSONValue
         do {
-            value = try JSONCoding.decode(JSONValue.self, fromJSON: data)
+            value = try JSONParser.parse(data, maxNodes: HostLimits.default.maxMessageNodes)
         } catch {
-            throw failure(source: source, field: nil, data.isEmpty ? "the \(what) is empty" : JSONCoding.describe(error))
+            throw failure(source: source, field: nil, data.isEmpty ? "the \(what) is empty" : "not valid JSON: \(error)")
         }
         guard case .object(let object) = value else {
             throw failure(source: source, field: nil, "expected a JSON object like \(example), got \(value.typeName)")

@@ -172,10 +172,7 @@ struct PluginRun {
             log("[extrun] namespaces: \(SandboxSettings.describe(namespaces: process.activeNamespaces)); scratch directory \(scratch.path)")
             for line in sandbox.describeProtection(active: process.activeNamespaces, home: home) { log("[extrun] \(line)") }
         }
-        var connectionLimits = ConnectionLimits()
-        connectionLimits.maxFrameBytes = policy.maxMessageBytes
-        connectionLimits.outputCaptureBytes = policy.outputCaptureBytes
-        let connection = PluginConnection(process: process, limits: connectionLimits)
+        let connection = PluginConnection(process: process, limits: ConnectionLimits(policy: policy, mode: mode))
         return LaunchedPlugin(process: process, connection: connection, scratch: scratch, cgroup: cgroup)
     }
 
@@ -221,10 +218,11 @@ struct PluginRun {
     func closeAndWait(_ process: PluginProcess, _ connection: PluginConnection, into report: inout HandleReport) {
         let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
         if let failure = connection.closeAndWait(deadline: exitDeadline) {
-            if case .protocolViolation = failure {
+            switch failure {
+            case .protocolViolation, .overLimit:
                 report.response = nil
                 report.error = error(for: failure, connection: connection)
-            } else {
+            default:
                 options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
             }
         }
@@ -235,13 +233,16 @@ struct PluginRun {
     func fail(_ error: any Error, _ connection: PluginConnection, into report: inout HandleReport) {
         switch error {
         case let failure as CallFailure:
+            // The time at the deadline, not after the grace below.
+            let elapsed = MonotonicClock.milliseconds(from: start)
             if case .deadlineExpired = failure {
+                connection.stopReading()
                 connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)
                 let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
                 connection.flushOutbound(deadline: grace)
                 _ = connection.closeAndWait(deadline: grace)
             }
-            report.error = self.error(for: failure, connection: connection)
+            report.error = self.error(for: failure, connection: connection, elapsedMs: elapsed)
         case let error as HostError:
             report.error = error
         default:
@@ -368,13 +369,13 @@ struct PluginRun {
 
     // MARK: Reporting
 
-    func error(for failure: CallFailure, connection: PluginConnection) -> HostError {
+    func error(for failure: CallFailure, connection: PluginConnection, elapsedMs: Double? = nil) -> HostError {
         let stderrTail = connection.stderr.lastLines(20)
         var details: [String: JSONValue] = ["phase": .string(phase.rawValue)]
         if !stderrTail.isEmpty { details["stderr"] = .array(stderrTail.map { .string($0) }) }
         switch failure {
         case .deadlineExpired:
-            let elapsed = MonotonicClock.milliseconds(from: start)
+            let elapsed = elapsedMs ?? MonotonicClock.milliseconds(from: start)
             let deadlineMs = deadline.currentMs
             details["deadlineMs"] = .int(Int64(deadlineMs))
             details["elapsedMs"] = .double(elapsed)
@@ -385,6 +386,10 @@ struct PluginRun {
                 details: details)
         case .protocolViolation(let what):
             return HostError(.protocolError, "\(id) broke the protocol during \(phase.rawValue): \(what)", details: details)
+        case .overLimit(let breach):
+            details.merge(breach.details) { _, new in new }
+            return HostError(
+                .protocolError, "\(id) went over a limit of the host during \(phase.rawValue): \(breach.what); it was stopped", details: details)
         case .exited(let exit):
             switch exit.termination {
             case .exited(let code): details["exitStatus"] = .int(Int64(code))

@@ -127,6 +127,8 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             self.count = count
         }
     }
+    /// What the host itself may spend on a run (HostLimits.swift; docs/sandbox.md).
+    public var host: HostLimits = .default
 
     public static let `default` = SandboxPolicy(
         extension: ModeLimits(
@@ -137,7 +139,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
             maxExtendedDeadlineMs: 0, stackBytes: 8 << 20, memoryFilesBytes: 64 << 20, diskBytes: 2 << 30, diskFiles: 65_536),
         processes: 64, pidNamespaceMaxPids: 301, openFiles: 256, fileSizeBytes: 256 << 20,
         namespaces: Namespaces(pid: true, network: true, ipc: true, mount: true, user: true), seccomp: true,
-        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 64 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
+        cancelGraceMs: 500, exitGraceMs: 2_000, maxMessageBytes: 16 << 20, outputCaptureBytes: 64 << 10, cgroup: nil, pluginUser: nil)
 
     public init(
         extension: ModeLimits, inApp: ModeLimits, processes: Int, pidNamespaceMaxPids: Int, openFiles: Int, fileSizeBytes: Int64,
@@ -167,6 +169,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case `extension` = "extension", inApp = "in-app", processes, pidNamespaceMaxPids, openFiles, fileSizeBytes, namespaces, seccomp, landlock
         case cancelGraceMs, exitGraceMs, maxMessageBytes, outputCaptureBytes, cgroup, pluginUser, pluginUidRange
+        case host
     }
 
     /// Decodes a policy file: every field is optional and falls back to the default.
@@ -189,6 +192,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         cgroup = try c.decodeIfPresent(String.self, forKey: .cgroup)
         pluginUser = try c.decodeIfPresent(String.self, forKey: .pluginUser)
         pluginUidRange = try c.decodeIfPresent(UidRange.self, forKey: .pluginUidRange) ?? d.pluginUidRange
+        host = try c.decodeIfPresent(HostLimits.self, forKey: .host) ?? d.host
     }
 
     private struct PartialModeLimits: Decodable {
@@ -236,6 +240,7 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         if pluginUidRange.count > 0 && (pluginUidRange.first < 65_536 || UInt64(pluginUidRange.first) + UInt64(pluginUidRange.count) > 0x7fff_ffff) {
             problems.append("pluginUidRange: must lie between 65536 and 2147483647 (uids of no user)")
         }
+        problems += host.problems(maxMessageBytes: maxMessageBytes)
         return problems
     }
 

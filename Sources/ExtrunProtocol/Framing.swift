@@ -64,6 +64,9 @@ public struct FrameDecoder: Sendable {
     /// Bytes received but not yet returned as a frame.
     public var bufferedByteCount: Int { buffer.count - start }
 
+    /// Whether bytes were received that no frame returned yet.
+    public var hasBufferedBytes: Bool { buffer.count > start }
+
     public mutating func append(_ bytes: some Sequence<UInt8>) {
         buffer.append(contentsOf: bytes)
     }

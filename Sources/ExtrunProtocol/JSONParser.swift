@@ -11,18 +11,23 @@
 public enum JSONParser {
     /// The deepest nesting of arrays and objects accepted (`JSONDecoder` allows 512 too).
     public static let maxDepth = 512
+    /// The most values (each scalar, array and object counts one) a text may hold unless
+    /// the caller says otherwise: what parsing may cost is bounded by it, not by the
+    /// text's size (`[[0],[0],...]` costs ~50 bytes of memory per byte of text).
+    /// Frames from plugins have a lower limit of their own (policy `host.maxMessageNodes`).
+    public static let maxNodes = 16_000_000
 
-    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+    public static func parse(_ bytes: some Collection<UInt8>, maxNodes: Int = JSONParser.maxNodes) throws(JSONParseError) -> JSONValue {
         let result: Result<JSONValue, JSONParseError>? = bytes.withContiguousStorageIfAvailable { buffer in
-            parse(buffer: buffer)
+            parse(buffer: buffer, maxNodes: maxNodes)
         }
         if let result { return try result.get() }
         let array = Array(bytes)
-        return try array.withUnsafeBufferPointer { buffer in parse(buffer: buffer) }.get()
+        return try array.withUnsafeBufferPointer { buffer in parse(buffer: buffer, maxNodes: maxNodes) }.get()
     }
 
-    private static func parse(buffer: UnsafeBufferPointer<UInt8>) -> Result<JSONValue, JSONParseError> {
-        var reader = Reader(bytes: buffer)
+    private static func parse(buffer: UnsafeBufferPointer<UInt8>, maxNodes: Int) -> Result<JSONValue, JSONParseError> {
+        var reader = Reader(bytes: buffer, maxNodes: maxNodes)
         do throws(JSONParseError) {
             reader.skipWhitespace()
             let value = try reader.value(depth: 0)
@@ -46,6 +51,8 @@ public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible
     /// One-based line and column (characters, not bytes) of the problem.
     public var line: Int
     public var column: Int
+    /// The text holds more values than the parser was allowed to build (`maxNodes`).
+    public var exceedsNodeLimit = false
 
     /// "unexpected character '?' (line 3, column 8)".
     public var description: String { "\(reason) (line \(line), column \(column))" }
@@ -54,8 +61,13 @@ public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible
 private struct Reader {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
+    let maxNodes: Int
+    var nodes = 0
 
-    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    init(bytes: UnsafeBufferPointer<UInt8>, maxNodes: Int) {
+        self.bytes = bytes
+        self.maxNodes = maxNodes
+    }
 
     // MARK: Errors
 
@@ -107,6 +119,12 @@ private struct Reader {
 
     mutating func value(depth: Int) throws(JSONParseError) -> JSONValue {
         guard index < bytes.count else { throw endOfInput() }
+        nodes += 1
+        if nodes > maxNodes {
+            var failure = error("more than \(maxNodes) values (the limit on values in one text)", at: index)
+            failure.exceedsNodeLimit = true
+            throw failure
+        }
         switch bytes[index] {
         case UInt8(ascii: "{"): return try object(depth: depth + 1)
         case UInt8(ascii: "["): return try array(depth: depth + 1)

@@ -43,6 +43,47 @@ public enum JSONWriter {
         }
     }
 
+    /// Writes `value` as compact JSON (as `bytes` does) to `sink` in pieces of about
+    /// `chunkBytes` (a single long string is one piece): the whole text is never held.
+    public static func stream(_ value: JSONValue, chunkBytes: Int = 64 << 10, to sink: ([UInt8]) -> Void) {
+        var out: [UInt8] = []
+        out.reserveCapacity(chunkBytes + 1024)
+        func flushIfFull() {
+            if out.count >= chunkBytes {
+                sink(out)
+                out.removeAll(keepingCapacity: true)
+            }
+        }
+        func walk(_ value: JSONValue) {
+            switch value {
+            case .array(let items):
+                out.append(UInt8(ascii: "["))
+                for (index, item) in items.enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    walk(item)
+                    flushIfFull()
+                }
+                out.append(UInt8(ascii: "]"))
+            case .object(let members):
+                out.append(UInt8(ascii: "{"))
+                var first = true
+                for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                    if !first { out.append(UInt8(ascii: ",")) }
+                    first = false
+                    writeString(key, into: &out)
+                    out.append(UInt8(ascii: ":"))
+                    if let member = members[key] { walk(member) }
+                    flushIfFull()
+                }
+                out.append(UInt8(ascii: "}"))
+            default:
+                write(value, into: &out)
+            }
+        }
+        walk(value)
+        if !out.isEmpty { sink(out) }
+    }
+
     /// Pretty JSON exactly as `JSONCoding.encoder(pretty: true)` writes it (Foundation's
     /// layout: two-space indents, `"key" : value`, sorted keys, empty containers as
     /// `[\n\n]`, a double that is a whole number without its `.0`), without Codable:
@@ -53,6 +94,58 @@ public enum JSONWriter {
         out.reserveCapacity(1024)
         writePretty(value, indent: 0, into: &out)
         return out
+    }
+
+    /// Pretty JSON if it takes at most `limit` bytes, else nil (its size is counted
+    /// first, without writing it), so that indentation cannot amplify a deeply nested
+    /// value: a million zeros 500 arrays deep is 2 MB compact and 2 GB pretty.
+    public static func prettyBytes(_ value: JSONValue, limit: Int) -> [UInt8]? {
+        guard prettyCount(value, indent: 0, limit: limit) <= limit else { return nil }
+        return prettyBytes(value)
+    }
+
+    /// The size of `value` written pretty, counted without writing it: at least the real
+    /// size (a byte more per container, a whole double's `.0`). Counting stops once it
+    /// passes `limit` (the result is then some number above it).
+    static func prettyCount(_ value: JSONValue, indent: Int, limit: Int) -> Int {
+        switch value {
+        case .array(let items):
+            if items.isEmpty { return 4 + 2 * indent }  // "[\n\n", the indent, "]"
+            var count = 2 + 1 + 2 * indent  // "[", "]", the newline and indent before "]"
+            for item in items {
+                count += 2 + 2 * (indent + 1)  // "," (or not), newline, indent
+                count += prettyCount(item, indent: indent + 1, limit: limit)
+                if count > limit { return count }
+            }
+            return count
+        case .object(let members):
+            if members.isEmpty { return 4 + 2 * indent }
+            var count = 2 + 1 + 2 * indent
+            for (key, member) in members {
+                count += 2 + 2 * (indent + 1) + stringCount(key) + 3
+                count += prettyCount(member, indent: indent + 1, limit: limit)
+                if count > limit { return count }
+            }
+            return count
+        case .string(let text): return stringCount(text)
+        case .int(let number): return String(number).utf8.count
+        case .double(let number): return number.isFinite ? number.description.utf8.count : 4
+        case .bool(let flag): return flag ? 4 : 5
+        case .null: return 4
+        }
+    }
+
+    /// The size of a string written by `writeString`.
+    static func stringCount(_ text: String) -> Int {
+        var count = 2
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09, 0x08, 0x0C: count += 2
+            case 0..<0x20: count += 6
+            default: count += 1
+            }
+        }
+        return count
     }
 
     static func writePretty(_ value: JSONValue, indent: Int, into out: inout [UInt8]) {

@@ -97,6 +97,12 @@ extension Message {
 
     /// Decodes a frame body. Throws a `MessageError` that says what is wrong.
     public static func decode(_ body: some Collection<UInt8>) throws -> Message {
+        try decode(body, maxNodes: JSONParser.maxNodes)
+    }
+
+    /// Decodes a frame body holding at most `maxNodes` JSON values; past them the
+    /// error is the parser's (`JSONParseError.exceedsNodeLimit`), not a `MessageError`.
+    public static func decode(_ body: some Collection<UInt8>, maxNodes: Int) throws -> Message {
         let bytes = body as? [UInt8] ?? Array(body)
         // ASCII (most bodies) is valid UTF-8; only other bodies are validated as a whole.
         let ascii = bytes.withUnsafeBufferPointer { buffer in buffer.allSatisfy { $0 < 0x80 } }
@@ -105,8 +111,9 @@ extension Message {
         }
         let value: JSONValue
         do {
-            value = try JSONParser.parse(bytes)
+            value = try JSONParser.parse(bytes, maxNodes: maxNodes)
         } catch {
+            if error.exceedsNodeLimit { throw error }
             throw MessageError("message body is not valid JSON: \(error)")
         }
         return try decode(value)

@@ -39,29 +39,54 @@ extension Globals {
     /// sorted keys). Every value is opened, so a damaged row fails the export
     /// instead of being left out.
     public func export() throws -> Data {
-        var globals: [String: JSONValue] = [:]
+        var document = Data()
+        try export { document.append(contentsOf: $0) }
+        return document
+    }
+
+    /// The same document as `export()`, handed to `write` in pieces of about 64 KiB as
+    /// the rows are read: memory stays flat however many globals there are. On an error
+    /// (a damaged row), part of the document may have been written already.
+    public func export(to write: ([UInt8]) throws -> Void) throws {
+        var out: [UInt8] = []
+        out.reserveCapacity(80 << 10)
+        func flush(always: Bool = false) throws {
+            if always || out.count >= 64 << 10 {
+                try write(out)
+                out.removeAll(keepingCapacity: true)
+            }
+        }
+        func string(_ text: String) -> [UInt8] { JSONWriter.bytes(.string(text)) }
+        out += Array("{\n  \"exported\" : ".utf8) + string(ISODate.format(Date()))
+        out += Array(",\n  \"format\" : ".utf8) + string(Globals.documentFormat)
+        out += Array(",\n  \"globals\" : {".utf8)
+        var count = 0
         if let key = try store.readKey(owner) {
             try store.database.read { db in
                 let rows = try Row.fetchCursor(
                     db, sql: "SELECT name, sealed FROM global WHERE owner = ? ORDER BY name", arguments: [owner])
                 while let row = try rows.next() {
                     let name: String = row["name"]
-                    globals[name] = try open(row["sealed"], name: name, key: key)
+                    let value = try open(row["sealed"], name: name, key: key)
+                    out += Array((count == 0 ? "\n    " : ",\n    ").utf8) + string(name) + Array(" : ".utf8)
+                    // Pretty at the document's depth: every line of the value after its first is
+                    // indented by four more spaces, but the blank line of an empty container
+                    // (strings hold no raw line break: JSON escapes them).
+                    let pretty = JSONWriter.prettyBytes(value)
+                    for (index, byte) in pretty.enumerated() {
+                        out.append(byte)
+                        if byte == 0x0A, index + 1 < pretty.count, pretty[index + 1] != 0x0A { out += [0x20, 0x20, 0x20, 0x20] }
+                    }
+                    count += 1
+                    try flush()
                 }
             }
         }
-        let document: JSONValue = .object([
-            "format": .string(Globals.documentFormat),
-            "version": .int(Globals.documentVersion),
-            "owner": .string(owner),
-            "exported": .string(ISODate.format(Date())),
-            "globals": .object(globals),
-        ])
-        do {
-            return try JSONCoding.encoder(pretty: true).encode(document) + Data("\n".utf8)
-        } catch {
-            throw StoreError(.invalidValue, "cannot encode the export of owner '\(owner)': \(error)", details: ["owner": .string(owner)])
-        }
+        // An empty object is written "{", blank line, "}" (JSONEncoder's layout).
+        out += Array((count == 0 ? "\n\n  }" : "\n  }").utf8)
+        out += Array(",\n  \"owner\" : ".utf8) + string(owner)
+        out += Array(",\n  \"version\" : \(Globals.documentVersion)\n}\n".utf8)
+        try flush(always: true)
     }
 
     /// Imports a document made by `export()`. Everything is checked (format,

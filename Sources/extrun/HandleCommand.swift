@@ -15,14 +15,18 @@ struct Handle: ParsableCommand {
 
             The host checks the file against the plugin's manifest before starting \
             anything; then it starts the plugin in its sandbox, resolves each parameter, \
-            confirms and handles the intent.
+            confirms and handles the intent. An intent file over 4 MiB is refused before \
+            it is read (policy host.maxIntentFileBytes).
 
             Limits: in extension mode (the default when the plugin supports it) a plugin \
             gets 30 MiB of memory (of which 4 MiB for its /tmp, /var/tmp and /dev/shm), \
             a 256 MiB scratch directory quota and 10 s from launch; in in-app mode 1 GiB \
             (64 MiB), 2 GiB and 10 s. $EXTRUN_HOME/policy.json changes the defaults and maxima; a manifest or \
             --memory-limit/--timeout may ask for other values within the maxima. --verbose \
-            prints the limits and the sandbox mechanisms in force (docs/sandbox.md). The output (stdout) is one JSON object with intent, plugin, \
+            prints the limits and the sandbox mechanisms in force (docs/sandbox.md). The host \
+            bounds itself too: a plugin's message (16 MiB), its answer (8 MiB), the answers \
+            it leaves unread (32 MiB in extension mode); going over one is exit 7 naming the \
+            limit (docs/protocol.md, 11.1). The output (stdout) is one JSON object with intent, plugin, \
             mode, response or error, and metrics; docs/cli.md describes every field.
 
             Privileges: run as root, the host starts plugins as an unprivileged user \

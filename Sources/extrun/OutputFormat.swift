@@ -14,10 +14,19 @@ enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
 /// must not crash extrun (FileHandle.write traps on EPIPE); SIGPIPE is ignored
 /// from the first write on, and what could not be written is dropped.
 enum Output {
+    /// The largest output printed pretty; a larger one is streamed compact (one line),
+    /// so that indentation cannot multiply what a plugin answered and the whole text is
+    /// never held (docs/cli.md).
+    static let maxPrettyBytes = 4 << 20
+
     static func printJSON(_ value: JSONValue) {
-        var data = Data(JSONWriter.prettyBytes(value))
-        data.append(0x0A)
-        write(data, to: STDOUT_FILENO)
+        if var bytes = JSONWriter.prettyBytes(value, limit: maxPrettyBytes) {
+            bytes.append(0x0A)
+            write(bytes, to: STDOUT_FILENO)
+        } else {
+            JSONWriter.stream(value) { write($0, to: STDOUT_FILENO) }
+            write([0x0A], to: STDOUT_FILENO)
+        }
     }
 
     static func printLine(_ text: String) {
@@ -30,7 +39,7 @@ enum Output {
 
     private static let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
 
-    static func write(_ data: Data, to fd: Int32) {
+    static func write(_ data: some ContiguousBytes, to fd: Int32) {
         _ = ignoreSIGPIPE
         data.withUnsafeBytes { buffer in
             guard var pointer = buffer.baseAddress else { return }

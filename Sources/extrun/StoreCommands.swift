@@ -303,16 +303,34 @@ struct GlobalsExport: ParsableCommand {
             }
         }
         try StoreExit.run { store in
-            let document = try store.globals(of: owner.owner).export()
+            // Streamed as the rows are read (memory stays flat in the number of globals).
+            let globals = try store.globals(of: owner.owner)
             guard let output else {
-                FileHandle.standardOutput.write(document)
+                try globals.export { Output.write($0, to: STDOUT_FILENO) }
                 return
             }
             let fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw ValidationError("cannot write \(output): \(String(cString: strerror(errno)))") }
             defer { close(fd) }
-            let written = document.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            guard written == document.count else { throw ValidationError("cannot write \(output): \(String(cString: strerror(errno)))") }
+            do {
+                try globals.export { piece in
+                    var left = piece.count
+                    try piece.withUnsafeBytes { raw in
+                        guard var pointer = raw.baseAddress else { return }
+                        while left > 0 {
+                            let written = write(fd, pointer, left)
+                            if written < 0 && errno == EINTR { continue }
+                            guard written > 0 else { throw ValidationError("cannot write \(output): \(String(cString: strerror(errno)))") }
+                            left -= written
+                            pointer += written
+                        }
+                    }
+                }
+            } catch {
+                // No half document: the file is left empty, the error says why.
+                _ = ftruncate(fd, 0)
+                throw error
+            }
             Output.printError("Exported the globals of \(owner.owner) to \(output).")
         }
     }

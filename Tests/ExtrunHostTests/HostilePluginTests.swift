@@ -621,7 +621,7 @@ struct HostilePluginTests {
 
     // MARK: Size
 
-    @Test("closes its protocol channel and waits: the run still ends (at the deadline) and nothing is left")
+    @Test("closes its protocol channel and waits: reported at once (protocolError, the phase) and nothing is left")
     func closesChannel() throws {
         let f = try Fixture("mute", script: #"""
             def mute(msg):
@@ -630,11 +630,12 @@ struct HostilePluginTests {
             serve({"initialize": mute})
             """#)
         let started = Date()
-        let report = f.run(options: .with { $0.deadlineMs = 1_000 })
+        let report = f.run(options: .with { $0.deadlineMs = 5_000 })
         let error = try #require(report.error)
-        #expect(error.kind == .timeout, "\(error)")
+        #expect(error.kind == .protocolError, "\(error)")
+        #expect(error.message.contains("closed its channel"), "\(error.message)")
         #expect(error.details["phase"] == "launch")
-        #expect(Date().timeIntervalSince(started) < 10)
+        #expect(Date().timeIntervalSince(started) < 3)
         try f.expectNoProcessLeft()
     }
 

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 #include <sys/resource.h>
 #include <stdint.h>
+#include "CExtrunHostMemory.h"
 
 /// One descriptor to install in the child: `source` (in the parent) becomes `target`.
 struct extrun_fd_mapping {

@@ -1,0 +1,410 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The host stays bounded whatever a plugin or a caller sends (issue 14): hostile
+/// Python plugins flood it, and `extrun handle` runs as a child whose peak RSS is
+/// read from outside (`wait4`'s ru_maxrss), with its wall time, its exit, its report
+/// and what it leaves behind.
+@Suite("The host's own bounds", .serialized)
+struct HostBoundsTests {
+    /// The built `extrun`, next to the test bundle or in `<root>/.build/debug`.
+    static func extrunBinary() throws -> URL {
+        var candidates: [URL] = []
+        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+            if dir.pathExtension == "xctest" { dir = dir.deletingLastPathComponent() }
+            candidates.append(dir.appendingPathComponent("extrun"))
+            candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("extrun"))
+        }
+        candidates.append(StagedPlugins.packageRoot.appendingPathComponent(".build/debug/extrun"))
+        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+        throw StagedPlugins.NotStaged(description: "the extrun binary is not built (looked for \(candidates.map(\.path))); run Scripts/test")
+    }
+
+    /// How much more than an ordinary run a flooded host may use.
+    static let rssSlackBytes: Int64 = 64 << 20
+
+    /// One plugin (the kit, then `script`) and what `extrun handle` needs around it.
+    struct Fixture {
+        let tmp: TempDirectory
+        let plugin: ScriptPlugin
+        let home: URL
+        /// The host's $TMPDIR: the run's scratch directory is made (and must be removed) here.
+        let scratchParent: URL
+
+        init(_ name: String, script: String, policy: String? = nil) throws {
+            tmp = try TempDirectory(name)
+            plugin = try ScriptPlugin(in: tmp.url.appendingPathComponent("plugins"), name: name, script: script)
+            home = try tmp.directory("home")
+            scratchParent = try tmp.directory("tmp")
+            chmod(scratchParent.path, 0o711)
+            if let policy {
+                let file = home.appendingPathComponent("policy.json")
+                try Data(policy.utf8).write(to: file)
+                chmod(file.path, 0o600)
+            }
+        }
+
+        struct Run {
+            var status: Int32
+            var report: JSONValue?
+            var stdoutBytes: Int
+            var stderr: String
+            var wallMs: Double
+            /// The child's peak RSS from wait4 (the host's; its plugin's too, which it waited for).
+            var peakRSSBytes: Int64
+
+            var error: JSONValue? { report?["error"] }
+            var kind: String? { error?["kind"]?.stringValue }
+        }
+
+        /// Runs `extrun handle` on an intent file with `parameters`, as a child of a small
+        /// wrapper that reports the child's rusage.
+        func handle(_ parameters: [String: JSONValue] = ["text": "hi"], arguments: [String] = [], intentFile: URL? = nil) throws -> Run {
+            let intent = try intentFile ?? {
+                let url = tmp.url.appendingPathComponent("intent-\(UUID().uuidString.prefix(6)).json")
+                try Data(JSONWriter.bytes(.object(["intent": "Echo", "parameters": .object(parameters)]))).write(to: url)
+                return url
+            }()
+            let wrapper = try tmp.write(
+                "wait4.py",
+                """
+                import os, sys
+                pid = os.fork()
+                if pid == 0:
+                    os.execv(sys.argv[2], sys.argv[2:])
+                _, status, usage = os.wait4(pid, 0)
+                with open(sys.argv[1], "w") as f:
+                    f.write(str(usage.ru_maxrss * 1024))
+                sys.exit(os.waitstatus_to_exitcode(status) & 255)
+                """)
+            let rssFile = tmp.url.appendingPathComponent("rss-\(UUID().uuidString.prefix(6))")
+            let out = tmp.url.appendingPathComponent("out-\(UUID().uuidString.prefix(6))")
+            let err = tmp.url.appendingPathComponent("err-\(UUID().uuidString.prefix(6))")
+            FileManager.default.createFile(atPath: out.path, contents: nil)
+            FileManager.default.createFile(atPath: err.path, contents: nil)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            process.arguments = [wrapper.path, rssFile.path, try HostBoundsTests.extrunBinary().path, "handle", intent.path] + arguments
+            process.environment = [
+                "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.path, "EXTRUN_HOME": home.path, "TMPDIR": scratchParent.path,
+                "EXTRUN_PLUGIN_PATH": tmp.url.appendingPathComponent("plugins").path,
+            ]
+            process.standardOutput = try FileHandle(forWritingTo: out)
+            process.standardError = try FileHandle(forWritingTo: err)
+            process.standardInput = FileHandle.nullDevice
+            let began = Date()
+            try process.run()
+            process.waitUntilExit()
+            let wallMs = Date().timeIntervalSince(began) * 1000
+            let stdout = try Data(contentsOf: out)
+            defer { for file in [rssFile, out, err] { try? FileManager.default.removeItem(at: file) } }
+            // A report too large to hold is a failure of its own: parse only a sane one.
+            let report = stdout.count < 32 << 20 ? try? JSONParser.parse(stdout) : nil
+            return Run(
+                status: process.terminationStatus, report: report, stdoutBytes: stdout.count,
+                stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? "", wallMs: wallMs,
+                peakRSSBytes: Int64((try? String(contentsOf: rssFile, encoding: .utf8)).flatMap { Int64($0) } ?? -1))
+        }
+
+        /// No process of the plugin and no scratch directory of the run is left.
+        func expectNothingLeft(sourceLocation: SourceLocation = #_sourceLocation) throws {
+            if let pid = try? plugin.pid() {
+                expectGone(noted: pid, mentioning: plugin.directory.path, sourceLocation: sourceLocation)
+            }
+            let left = processes(mentioning: plugin.directory.path)
+            #expect(left.isEmpty, "processes of the plugin still running: \(left)", sourceLocation: sourceLocation)
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: scratchParent.path)) ?? []
+            #expect(files.isEmpty, "the run left \(files) in its TMPDIR", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// The peak RSS of an ordinary run (the same script, the plugin answering at once).
+    static func idlePeak() throws -> Int64 {
+        let f = try Fixture("idle", script: "serve()")
+        let run = try f.handle()
+        #expect(run.status == 0, "the idle run failed: \(run.stderr)")
+        return run.peakRSSBytes
+    }
+
+    func expectBounded(_ run: Fixture.Run, idle: Int64, sourceLocation: SourceLocation = #_sourceLocation) {
+        // The figures docs/sandbox.md quotes ("The host's own guarantees").
+        let inProcess = run.report?["metrics"]?["hostPeakRSSBytes"]?.intValue.map { "\($0 >> 10) KiB" } ?? "-"
+        let elapsed = run.error?["elapsedMs"]?.doubleValue.map { ", elapsedMs \(Int($0))" } ?? ""
+        print("[host bounds] \(sourceLocation.line): peak RSS \(run.peakRSSBytes >> 10) KiB (host's VmHWM \(inProcess)), idle \(idle >> 10) KiB, wall \(Int(run.wallMs)) ms\(elapsed), \(run.kind ?? "no error")")
+        #expect(run.peakRSSBytes > 0, "no rusage from the wrapper", sourceLocation: sourceLocation)
+        #expect(
+            run.peakRSSBytes < idle + Self.rssSlackBytes,
+            "host peak RSS \(run.peakRSSBytes >> 20) MiB, idle \(idle >> 20) MiB: more than \(Self.rssSlackBytes >> 20) MiB over",
+            sourceLocation: sourceLocation)
+    }
+
+    // MARK: Requests the host serves (items 1 and 2)
+
+    @Test("a plugin that floods requests without reading the answers is stopped, naming the budget, with the host's memory flat")
+    func unreadAnswers() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "unread",
+            script: """
+                def flood(msg):
+                    chunk = b"".join(frame(json.dumps({"jsonrpc": "2.0", "id": i, "method": "no.such.method", "params": {}}).encode())
+                                     for i in range(2000))
+                    while True:
+                        write_raw(chunk)
+                serve({"handle": flood})
+                """)
+        let run = try f.handle()
+        #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["limit"]?.stringValue == "host.extensionMemoryBytes")
+        #expect(run.error?["limitValue"]?.intValue == Int64(HostLimits.default.extensionMemoryBytes))
+        #expect((run.error?["requests"]?.intValue ?? 0) > 1000)
+        #expect(run.error?["phase"]?.stringValue == "handle")
+        #expect(run.error?["message"]?.stringValue?.contains("read none") == true)
+        #expect(run.wallMs < 12_000, "stopped after \(run.wallMs) ms, not before its deadline")
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("4 MB answers to a plugin that does not read them: backpressure, then a typed error; memory flat")
+    func unreadLargeAnswers() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "bigget",
+            script: """
+                def flood(msg):
+                    send({"jsonrpc": "2.0", "id": "set", "method": "globals.set",
+                          "params": {"name": "big", "value": "x" * (4 * 1024 * 1024 - 64)}})
+                    answer = read_message()
+                    note("set", json.dumps(answer)[:300])
+                    chunk = b"".join(frame(json.dumps({"jsonrpc": "2.0", "id": i, "method": "globals.get",
+                                                       "params": {"name": "big"}}).encode()) for i in range(1000))
+                    write_raw(chunk)
+                    hang()
+                serve({"handle": flood})
+                """)
+        let run = try f.handle(arguments: ["--memory-limit", "100MiB"])
+        #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr); set: \(f.plugin.note("set") ?? "-")")
+        #expect(run.error?["limit"]?.stringValue == "host.extensionMemoryBytes")
+        // Stopped by the budget, before its deadline (10 s); the plugin's Python takes seconds
+        // to write 4 MB and its requests on a busy machine.
+        #expect(run.wallMs < 12_000)
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("requests with 1 MB method names, written without end: the run ends at its deadline, memory flat")
+    func hugeMethodNames() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "names",
+            script: """
+                def flood(msg):
+                    name = "m" * (1 << 20)
+                    request = frame(json.dumps({"jsonrpc": "2.0", "id": 1, "method": name}).encode())
+                    while True:
+                        write_raw(request)
+                serve({"handle": flood})
+                """)
+        let run = try f.handle(arguments: ["--timeout", "2s", "--memory-limit", "100MiB"])
+        #expect(run.kind == "timeout", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        let elapsed = run.error?["elapsedMs"]?.doubleValue ?? .infinity
+        #expect(elapsed < 2_000 + 100, "the deadline of 2000 ms ended at \(elapsed) ms")
+        #expect(run.wallMs < 2_000 + 500 + 1_500, "the run took \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("a plugin that reads its 256 KB answers as fast as the host serves them still ends at its deadline")
+    func deadlineWhileServing() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "serving",
+            script: """
+                import threading
+                def flood(msg):
+                    send({"jsonrpc": "2.0", "id": "set", "method": "globals.set",
+                          "params": {"name": "big", "value": "x" * (256 << 10)}})
+                    read_message()
+                    def drain():
+                        while os.read(3, 1 << 20):
+                            pass
+                    threading.Thread(target=drain, daemon=True).start()
+                    request = frame(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "globals.get", "params": {"name": "big"}}).encode())
+                    while True:
+                        write_raw(request * 50)
+                serve({"handle": flood})
+                """)
+        let run = try f.handle(arguments: ["--timeout", "2s", "--memory-limit", "100MiB"])
+        #expect(run.kind == "timeout", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        let elapsed = run.error?["elapsedMs"]?.doubleValue ?? .infinity
+        // The deadline is checked between requests: it can be passed by the time one request
+        // takes to serve (a 256 KB global read, unsealed and encoded: ms in a debug build, more
+        // when the whole suite runs on 2 cores).
+        #expect(elapsed < 2_000 + 400, "the deadline of 2000 ms ended at \(elapsed) ms")
+        // Then cancel, a grace of 500 ms at most, and the report.
+        #expect(run.wallMs < 2_000 + 500 + 500 + 1_500, "the run took \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    // MARK: A closed channel (item 5)
+
+    @Test("a plugin that closes fd 4 and keeps running is reported at once, with the phase")
+    func closedChannel() throws {
+        let f = try Fixture(
+            "closed",
+            script: """
+                def close_and_stay(msg):
+                    os.close(4)
+                    hang()
+                serve({"handle": close_and_stay})
+                """)
+        let run = try f.handle()
+        #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["message"]?.stringValue?.contains("closed its channel") == true)
+        #expect(run.error?["phase"]?.stringValue == "handle")
+        #expect(run.wallMs < 3_000, "reported after \(run.wallMs) ms")
+        try f.expectNothingLeft()
+    }
+
+    // MARK: Sizes and parsing cost (item 3)
+
+    @Test("a deeply nested answer within the limits cannot amplify the report: it is printed compact, memory flat")
+    func nestedAnswerReport() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "nested",
+            script: """
+                def deep(msg):
+                    body = '{"jsonrpc":"2.0","id":%d,"result":{"code":"success","properties":{"deep":%s%s%s}}}' % (
+                        msg["id"], "[" * 500, ",".join(["0"] * 200000), "]" * 500)
+                    write_raw(frame(body.encode()))
+                serve({"handle": deep})
+                """)
+        let run = try f.handle()
+        #expect(run.status == 0, "\(run.stderr)")
+        // 400 KB of answer: pretty, every zero would be indented 1,000 spaces (200 MB).
+        #expect(run.stdoutBytes < 2 << 20, "the report is \(run.stdoutBytes) bytes")
+        #expect(run.report?["response"]?["code"]?.stringValue == "success")
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("an answer holding more JSON values than host.maxMessageNodes is refused before it costs memory")
+    func tooManyNodes() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "nodes",
+            script: """
+                def many(msg):
+                    body = '{"jsonrpc":"2.0","id":%d,"result":{"code":"success","properties":{"x":[%s]}}}' % (
+                        msg["id"], ",".join(["[0]"] * 1000000))
+                    write_raw(frame(body.encode()))
+                    hang()
+                serve({"handle": many})
+                """)
+        let run = try f.handle(arguments: ["--memory-limit", "100MiB"])
+        #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["limit"]?.stringValue == "host.maxMessageNodes")
+        #expect(run.error?["limitValue"]?.intValue == Int64(HostLimits.default.maxMessageNodes))
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("a frame over maxMessageBytes, an answer over host.maxResponseBytes, a log over host.maxNotificationBytes: each named with its size")
+    func sizeLimits() throws {
+        let f = try Fixture(
+            "sizes",
+            script: """
+                def big(msg):
+                    what = msg["params"]["parameters"]["text"]
+                    if what == "frame":
+                        write_raw(b"Content-Length: %d\\r\\n\\r\\n" % (17 << 20))
+                    elif what == "response":
+                        reply(msg, {"code": "success", "properties": {"x": "y" * (9 << 20)}})
+                    elif what == "log":
+                        send({"jsonrpc": "2.0", "method": "log", "params": {"level": "info", "message": "z" * (100 << 10)}})
+                    hang()
+                serve({"handle": big})
+                """)
+        let cases: [(String, String, Int)] = [
+            ("frame", "maxMessageBytes", 17 << 20), ("response", "host.maxResponseBytes", 9 << 20),
+            ("log", "host.maxNotificationBytes", 100 << 10),
+        ]
+        for (what, limit, atLeast) in cases {
+            let run = try f.handle(["text": .string(what)], arguments: ["--memory-limit", "100MiB"])
+            #expect(run.kind == "protocolError", "\(what): \(run.report.map { String(describing: $0) } ?? run.stderr)")
+            #expect(run.error?["limit"]?.stringValue == limit, "\(what)")
+            #expect((run.error?["measured"]?.intValue ?? 0) >= Int64(atLeast), "\(what)")
+            #expect(run.wallMs < 5_000, "\(what): \(run.wallMs) ms")
+            try f.expectNothingLeft()
+        }
+    }
+
+    // MARK: Input from the caller (item 4)
+
+    @Test("a 200 MB intent file is refused from its size, before it is read")
+    func hugeIntentFile() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture("bigintent", script: "serve()")
+        let file = f.tmp.url.appendingPathComponent("huge.json")
+        FileManager.default.createFile(atPath: file.path, contents: Data("{\"intent\": \"Echo\", \"parameters\": {\"text\": \"".utf8))
+        // Sparse: 200 MB that cost no disk.
+        #expect(truncate(file.path, 200_000_000) == 0)
+        let run = try f.handle(intentFile: file)
+        #expect(run.kind == "invalidIntent", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["measured"]?.intValue == 200_000_000)
+        #expect(run.error?["limit"]?.stringValue == "host.maxIntentFileBytes")
+        #expect(run.error?["message"]?.stringValue?.contains("200000000 bytes") == true)
+        expectBounded(run, idle: idle)
+        #expect(run.peakRSSBytes < idle + (16 << 20), "reading was not refused before: \(run.peakRSSBytes >> 20) MiB")
+    }
+
+    // MARK: The policy
+
+    @Test("the host limits are policy fields, each optional, and checked")
+    func policyFields() throws {
+        let policy = try JSONCoding.decode(
+            SandboxPolicy.self, fromJSON: Data(#"{"host": {"extensionMemoryBytes": 8388608, "maxIntentFileBytes": 100000}}"#.utf8))
+        #expect(policy.host.extensionMemoryBytes == 8 << 20)
+        #expect(policy.host.maxIntentFileBytes == 100_000)
+        #expect(policy.host.inAppMemoryBytes == HostLimits.default.inAppMemoryBytes)
+        #expect(policy.host.maxMessageNodes == HostLimits.default.maxMessageNodes)
+        // The default frame limit (16 MiB) does not fit half of an 8 MiB budget.
+        #expect(policy.problems().contains { $0.hasPrefix("maxMessageBytes:") && $0.contains("host.extensionMemoryBytes") }, "\(policy.problems())")
+        var fixed = policy
+        fixed.maxMessageBytes = 4 << 20
+        #expect(fixed.problems().isEmpty, "\(fixed.problems())")
+        fixed.host.maxIntentFileBytes = 1000
+        #expect(fixed.problems() == ["host.maxIntentFileBytes: must be at least 65536"])
+        #expect(SandboxPolicy.default.problems().isEmpty)
+    }
+
+    @Test("a policy's smaller budget is the one a flood meets, named in the error")
+    func policyBudget() throws {
+        let f = try Fixture(
+            "smallbudget",
+            script: """
+                def flood(msg):
+                    chunk = b"".join(frame(json.dumps({"jsonrpc": "2.0", "id": i, "method": "no.such.method"}).encode())
+                                     for i in range(2000))
+                    while True:
+                        write_raw(chunk)
+                serve({"handle": flood})
+                """,
+            policy: #"{"maxMessageBytes": 1048576, "host": {"extensionMemoryBytes": 2097152, "unreadAnswersMs": 200}}"#)
+        let run = try f.handle()
+        #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["limit"]?.stringValue == "host.extensionMemoryBytes")
+        #expect(run.error?["limitValue"]?.intValue == 2 << 20)
+        #expect((run.error?["measured"]?.intValue ?? 0) >= 1 << 20)
+        try f.expectNothingLeft()
+    }
+}
