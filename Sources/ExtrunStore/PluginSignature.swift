@@ -20,7 +20,10 @@ import Glibc
 /// The signature covers `"extrun-plugin-signature-v1\n"` followed by the compact JSON
 /// (sorted keys) of every field but `signature`. The files are every regular file
 /// under the folder (symbolic links followed, the signature file excepted) and the
-/// manifest's executable when it lies outside the folder.
+/// manifest's executable when it lies outside the folder (or is reached through `..`).
+/// A file that is a symbolic link also has `link`: where it leads (relative to the
+/// folder when inside it, else absolute), since an interpreter or the dynamic loader
+/// looks for the plugin's modules and libraries beside the file the link leads to.
 public struct PluginSignature: Sendable, Equatable {
     public static let fileName = "extrun-signature.json"
     public static let formatName = "extrun-plugin-signature"
@@ -34,6 +37,8 @@ public struct PluginSignature: Sendable, Equatable {
         public var path: String
         public var sha256: String
         public var size: Int64
+        /// Where the file, a symbolic link, leads (`PluginFiles.linkTarget`); nil for a file that is no link.
+        public var link: String? = nil
     }
 
     public var owner: String
@@ -56,7 +61,11 @@ public struct PluginSignature: Sendable, Equatable {
         .object([
             "format": .string(Self.formatName), "version": 1, "owner": .string(owner), "plugin": .string(plugin), "signed": .string(signed),
             "signingKey": .string(signingKey.base64EncodedString()), "signingFingerprint": .string(signingFingerprint),
-            "files": .array(files.map { .object(["path": .string($0.path), "sha256": .string($0.sha256), "size": .int($0.size)]) }),
+            "files": .array(files.map { file in
+                var fields: [String: JSONValue] = ["path": .string(file.path), "sha256": .string(file.sha256), "size": .int(file.size)]
+                if let link = file.link { fields["link"] = .string(link) }
+                return .object(fields)
+            }),
         ])
     }
 
@@ -83,7 +92,9 @@ public struct PluginSignature: Sendable, Equatable {
                 owner: try fields.string("owner"), plugin: try fields.string("plugin"), signed: try fields.string("signed"),
                 signingKey: try fields.base64("signingKey"),
                 files: try fields.objects("files") { file in
-                    File(path: try file.string("path"), sha256: try file.string("sha256"), size: Int64(try file.int("size")))
+                    File(
+                        path: try file.string("path"), sha256: try file.string("sha256"), size: Int64(try file.int("size")),
+                        link: try file.optionalString("link"))
                 },
                 signature: try fields.base64("signature"))
             guard signature.files.count <= maxFiles else {
@@ -176,10 +187,32 @@ public enum PluginFiles {
             }
         }
         try walk("")
-        if executable.hasPrefix("/"), !executable.hasPrefix(directory + "/") {
+        // An executable outside the folder, or reached through `..` (`../bin/x` leads out of it
+        // although its path starts with the folder's), is signed under its absolute path.
+        if executable.hasPrefix("/"),
+            !executable.hasPrefix(directory + "/") || executable.dropFirst(directory.count + 1).split(separator: "/").contains("..")
+        {
             found.append((executable, executable))
         }
         return found.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+    }
+
+    /// Where the file at `path` leads when it is a symbolic link (nil when it is none): its real
+    /// path, relative to the folder's real path when it lies inside it. Python puts the
+    /// directory of the script's real path first on its module path, and `$ORIGIN` is the
+    /// real executable's directory: a link to a copy elsewhere brings that place's modules.
+    static func linkTarget(_ path: String, directory: String) -> String? {
+        var link = stat()
+        guard lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK else { return nil }
+        guard let resolved = realpath(path, nil) else { return "" }
+        defer { free(resolved) }
+        let target = String(cString: resolved)
+        if let folder = realpath(directory, nil) {
+            defer { free(folder) }
+            let root = String(cString: folder)
+            if target.hasPrefix(root + "/") { return String(target.dropFirst(root.count + 1)) }
+        }
+        return target
     }
 
     /// Digests by absolute path and identity, for this process.
@@ -243,7 +276,8 @@ public enum PluginFiles {
         var files: [PluginSignature.File] = []
         for (signedPath, path) in try list(directory: directory, executable: executable) {
             let digest = try digest(path, cache: slot)
-            files.append(PluginSignature.File(path: signedPath, sha256: digest.sha256, size: digest.size))
+            files.append(
+                PluginSignature.File(path: signedPath, sha256: digest.sha256, size: digest.size, link: linkTarget(path, directory: directory)))
         }
         return files
     }
@@ -265,6 +299,12 @@ public enum PluginFiles {
             let digest = try digest(path, cache: cache)
             guard digest.sha256 == file.sha256.lowercased(), digest.size == file.size else {
                 throw .fileChanged(path: path, reason: "its contents changed after signing (SHA-256 \(digest.sha256), signed \(file.sha256))")
+            }
+            let link = linkTarget(path, directory: directory)
+            guard link == file.link else {
+                let now = link.map { "it is a symbolic link to \($0)" } ?? "it is not a symbolic link"
+                let signed = file.link.map { "it was signed as a symbolic link to \($0)" } ?? "it was signed as a file, not a symbolic link"
+                throw .fileChanged(path: path, reason: "\(now), but \(signed) (modules and libraries are looked for beside where a link leads)")
             }
         }
     }
