@@ -173,4 +173,31 @@ struct OwnerProofAttackTests {
         #expect(report.error?.kind == .signatureInvalid, "\(String(describing: report.error))")
         #expect(report.error?.message.contains("echo.py") == true, "\(String(describing: report.error?.message))")
     }
+
+    @Test("a file added after signing under a name that Swift's String equality takes for a signed one (NFD for NFC) is refused")
+    func canonicallyEquivalentNameIsAnAddedFile() throws {
+        let published = try Published("nfd")
+        // BANKTEAM's plugin has a resource named in NFC, and is signed with it.
+        let composed = "caf\u{E9}.txt"
+        let decomposed = "cafe\u{301}.txt"
+        #expect(composed == decomposed && !composed.utf8.elementsEqual(decomposed.utf8))
+        func create(_ name: String, _ text: String) throws {
+            let path = published.directory.path + "/" + name
+            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+            defer { close(fd) }
+            _ = Array(text.utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        }
+        try create(composed, "menu")
+        try ExtrunHost.Host(paths: HostPaths(home: published.home, pluginSearchPath: [])).sign(pluginIn: published.directory)
+        let plugin = try PluginCatalog.plugin(in: published.directory)
+        let host = ExtrunHost.Host(paths: HostPaths(home: published.home, pluginSearchPath: []))
+        guard case .verified = host.signatureStatus(of: plugin, store: try Store(home: published.home)) else { Issue.record("not verified"); return }
+        // Another file, whose name differs in its bytes: the signature never covered it.
+        try create(decomposed, "import os  # anything")
+        let status = host.signatureStatus(of: plugin, store: try Store(home: published.home))
+        guard case .broken(let file, let message) = status else { Issue.record("an unsigned file was accepted: \(status)"); return }
+        #expect(file.utf8.elementsEqual((published.directory.path + "/" + decomposed).utf8), "\(file)")
+        #expect(message.contains("added after signing"), "\(message)")
+    }
 }
