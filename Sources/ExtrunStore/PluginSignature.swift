@@ -286,12 +286,14 @@ public enum PluginFiles {
     /// The first difference is the error, naming the file.
     static func check(_ signature: PluginSignature, directory: String, executable: String, cache: DigestCache.Slot) throws(PluginSignatureProblem) {
         let present = try list(directory: directory, executable: executable)
-        let signedPaths = Set(signature.files.map(\.path))
-        for (signedPath, path) in present where !signedPaths.contains(signedPath) {
+        // Compared by their bytes: Swift's String equality would take "cafe\u{301}" for "caf\u{E9}",
+        // two names, and two files, on Linux.
+        let signedPaths = Set(signature.files.map { Array($0.path.utf8) })
+        for (signedPath, path) in present where !signedPaths.contains(Array(signedPath.utf8)) {
             throw .fileChanged(path: path, reason: "it was added after signing")
         }
-        let presentPaths = Set(present.map(\.0))
-        for file in signature.files where !presentPaths.contains(file.path) {
+        let presentPaths = Set(present.map { Array($0.0.utf8) })
+        for file in signature.files where !presentPaths.contains(Array(file.path.utf8)) {
             throw .fileChanged(path: file.path.hasPrefix("/") ? file.path : directory + "/" + file.path, reason: "it was removed after signing")
         }
         for file in signature.files {
@@ -419,7 +421,7 @@ extension PluginSignature {
         guard signature.owner.utf8.elementsEqual(owner.utf8) else {
             throw .otherPlugin("it was signed for owner '\(signature.owner)', but the manifest names owner '\(owner)'")
         }
-        guard signature.plugin == plugin else {
+        guard signature.plugin.utf8.elementsEqual(plugin.utf8) else {
             throw .otherPlugin("it was signed for plugin '\(signature.plugin)', but the manifest's id is '\(plugin)'")
         }
         let cache = DigestCache.Slot(home: home)
