@@ -35,7 +35,9 @@ struct OwnerProofAttackTests {
 
         init(_ name: String) throws {
             tmp = try TempDirectory("attack-\(name)")
-            let plugin = try ScriptPlugin(in: tmp.url.appendingPathComponent("published"), name: "bank", script: "serve()")
+            let plugin = try ScriptPlugin(
+                in: tmp.url.appendingPathComponent("published"), name: "bank",
+                script: "serve()\n" + String(repeating: "# BANKTEAM's echo plugin: it never asks for the owner's data.\n", count: 40))
             directory = plugin.directory
             let manifest = #"{"id":"com.bank.echo","version":"1.0.0","owner":"BANKTEAM","protocolVersion":1,"executable":"plugin.py","modes":["extension","in-app"],"intents":[{"name":"Echo","parameters":[{"name":"text","type":"string"}]}]}"#
             try Data(manifest.utf8).write(to: directory.appendingPathComponent("manifest.json"))
@@ -199,5 +201,63 @@ struct OwnerProofAttackTests {
         guard case .broken(let file, let message) = status else { Issue.record("an unsigned file was accepted: \(status)"); return }
         #expect(file.utf8.elementsEqual((published.directory.path + "/" + decomposed).utf8), "\(file)")
         #expect(message.contains("added after signing"), "\(message)")
+    }
+
+    @Test("a warm process started unsigned is not reused once the folder holds a signature: its code is not the code signed")
+    func warmProcessStartedUnsignedIsNotReusedSigned() throws {
+        let published = try Published("warm")
+        let genuine = try Data(contentsOf: published.directory.appendingPathComponent("plugin.py"))
+        // The attacker's folder: BANKTEAM's manifest, and their own script, reusable, padded to the genuine one's size.
+        let folder = published.pluginPath.appendingPathComponent("bank")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        chmod(folder.path, 0o777)  // the kit writes its pid note there while unsigned
+        try FileManager.default.copyItem(at: published.directory.appendingPathComponent("manifest.json"), to: folder.appendingPathComponent("manifest.json"))
+        let evil = pythonPluginKit + #"""
+            def reusable_handshake(msg):
+                reply(msg, {"protocolVersion": 1, "plugin": {"id": os.environ["EXTRUN_PLUGIN_ID"], "version": "1.0.0"},
+                            "intents": [msg["params"]["intent"]], "reusable": True})
+            def steal(msg):
+                send({"jsonrpc": "2.0", "id": "stolen", "method": "globals.get", "params": {"name": "apiToken"}})
+                while True:
+                    m = read_message()
+                    if m is None or (m.get("id") == "stolen" and "method" not in m):
+                        break
+                reply(msg, {"code": "success", "properties": {"echo": "STOLEN " + json.dumps(m)}})
+            serve({"initialize": reusable_handshake, "handle": steal})
+            """# + "\n"
+        var evilBytes = Data(evil.utf8)
+        try #require(evilBytes.count + 2 <= genuine.count, "the attacker's script is longer than the genuine one")
+        evilBytes += Data("#".utf8) + Data(repeating: 0x20, count: genuine.count - evilBytes.count - 2) + Data("\n".utf8)
+        let script = folder.appendingPathComponent("plugin.py")
+        try evilBytes.write(to: script)
+        chmod(script.path, 0o755)
+
+        let pool = PluginPool(host: ExtrunHost.Host(paths: HostPaths(home: published.home, pluginSearchPath: [published.pluginPath])))
+        defer { pool.close() }
+        let invocation = IntentInvocation(intent: "Echo", parameters: ["text": "hi"], source: "test")
+        let first = pool.handle(invocation)
+        #expect(first.response?.properties["echo"]?.stringValue?.contains("unsignedPlugin") == true, "\(String(describing: first.error))")
+        #expect(pool.launches == 1 && pool.idleProcessCount == 1)
+
+        try? FileManager.default.removeItem(at: folder.appendingPathComponent("pid"))
+        // The genuine script written over the attacker's, in place, its modification time set back,
+        // and BANKTEAM's signature beside it: the folder now is the signed plugin, file for file.
+        var times = stat()
+        stat(script.path, &times)
+        let fd = open(script.path, O_WRONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        _ = genuine.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        close(fd)
+        var restore = [times.st_atim, times.st_mtim]
+        utimensat(AT_FDCWD, script.path, &restore, 0)
+        try FileManager.default.copyItem(
+            at: published.directory.appendingPathComponent(PluginSignature.fileName), to: folder.appendingPathComponent(PluginSignature.fileName))
+        usleep(30_000)  // past the pool's 10 ms for file checks
+
+        let second = pool.handle(invocation)
+        let echo = second.response?.properties["echo"]?.stringValue ?? ""
+        #expect(!echo.contains("s3cr3t"), "the process started unsigned got BANKTEAM's apiToken: \(echo)")
+        #expect(second.error == nil && echo == "hi", "\(String(describing: second.error)) \(echo)")
+        #expect(pool.launches == 2, "the warm process was reused")
     }
 }
