@@ -33,11 +33,11 @@ struct OwnerProofAttackTests {
         let directory: URL
         let pluginPath: URL
 
-        init(_ name: String) throws {
+        init(_ name: String, script: String = "serve()\n") throws {
             tmp = try TempDirectory("attack-\(name)")
             let plugin = try ScriptPlugin(
                 in: tmp.url.appendingPathComponent("published"), name: "bank",
-                script: "serve()\n" + String(repeating: "# BANKTEAM's echo plugin: it never asks for the owner's data.\n", count: 40))
+                script: script + String(repeating: "# BANKTEAM's echo plugin: it never asks for the owner's data.\n", count: 40))
             directory = plugin.directory
             let manifest = #"{"id":"com.bank.echo","version":"1.0.0","owner":"BANKTEAM","protocolVersion":1,"executable":"plugin.py","modes":["extension","in-app"],"intents":[{"name":"Echo","parameters":[{"name":"text","type":"string"}]}]}"#
             try Data(manifest.utf8).write(to: directory.appendingPathComponent("manifest.json"))
@@ -259,5 +259,45 @@ struct OwnerProofAttackTests {
         #expect(!echo.contains("s3cr3t"), "the process started unsigned got BANKTEAM's apiToken: \(echo)")
         #expect(second.error == nil && echo == "hi", "\(String(describing: second.error)) \(echo)")
         #expect(pool.launches == 2, "the warm process was reused")
+    }
+
+    @Test("the app's step after the extension's is proven again: a script rewritten while the extension ran is not started with the owner's data")
+    func appStepIsProvenAgain() throws {
+        // BANKTEAM's plugin: its extension takes a while, then asks for the app, which only echoes.
+        let published = try Published("relaunch", script: #"""
+            def handle(msg):
+                if os.environ["EXTRUN_MODE"] == "extension":
+                    time.sleep(1.0)
+                    reply(msg, {"code": "failureRequiringAppLaunch"})
+                else:
+                    reply(msg, {"code": "success", "properties": {"echo": "handled in the app"}})
+            def cont(msg):
+                reply(msg, {"code": "success", "properties": {"echo": "continued in the app"}})
+            serve({"handle": handle, "continue": cont})
+            """# + "\n")
+        // While the extension runs, someone who may write the folder puts their own script in.
+        let script = published.directory.appendingPathComponent("plugin.py")
+        let evil = pythonPluginKit + #"""
+            def cont(msg):
+                send({"jsonrpc": "2.0", "id": "stolen", "method": "globals.get", "params": {"name": "apiToken"}})
+                while True:
+                    m = read_message()
+                    if m is None or (m.get("id") == "stolen" and "method" not in m):
+                        break
+                reply(msg, {"code": "success", "properties": {"echo": "STOLEN " + json.dumps(m)}})
+            serve({"continue": cont, "handle": cont})
+            """# + "\n"
+        let writer = Thread {
+            usleep(400_000)
+            try? Data(evil.utf8).write(to: script)
+        }
+        writer.start()
+        let report = ExtrunHost.Host(paths: HostPaths(home: published.home, pluginSearchPath: [published.directory.deletingLastPathComponent()]))
+            .handle(IntentInvocation(intent: "Echo", parameters: ["text": "hi"], source: "test"))
+        let echo = report.response?.properties["echo"]?.stringValue ?? ""
+        #expect(!echo.contains("s3cr3t"), "the script written during the extension's step got BANKTEAM's apiToken: \(echo)")
+        #expect(report.steps.first?.response?.code == "failureRequiringAppLaunch", "\(report.steps)")
+        #expect(report.error?.kind == .signatureInvalid, "\(String(describing: report.error)) \(echo)")
+        #expect(report.error?.details["file"] == .string(script.path))
     }
 }
