@@ -300,4 +300,26 @@ struct OwnerProofAttackTests {
         #expect(report.error?.kind == .signatureInvalid, "\(String(describing: report.error)) \(echo)")
         #expect(report.error?.details["file"] == .string(script.path))
     }
+
+    @Test("a file added after signing under a name that is not UTF-8 is not overlooked")
+    func nonUTF8NameIsNotOverlooked() throws {
+        let published = try Published("utf8")
+        let host = ExtrunHost.Host(paths: HostPaths(home: published.home, pluginSearchPath: []))
+        let plugin = try PluginCatalog.plugin(in: published.directory)
+        guard case .verified = host.signatureStatus(of: plugin, store: try Store(home: published.home)) else { Issue.record("not verified"); return }
+        // A plugin that loads every file of its folder (templates, say) would load this one.
+        let name: [UInt8] = Array(published.directory.path.utf8) + [0x2F, 0xFF, 0x2E, 0x6A, 0x73, 0x6F, 0x6E, 0]  // "/\xff.json"
+        let fd = name.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars -> Int32 in
+                guard let base = chars.baseAddress else { return -1 }
+                return open(base, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            }
+        }
+        try #require(fd >= 0)
+        _ = Array("{}".utf8).withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        let status = host.signatureStatus(of: plugin, store: try Store(home: published.home))
+        guard case .broken(_, let message) = status else { Issue.record("a file the signature does not cover was accepted: \(status)"); return }
+        #expect(message.contains("not UTF-8"), "\(message)")
+    }
 }
