@@ -158,8 +158,12 @@ public enum PluginFiles {
             defer { closedir(dir) }
             var names: [String] = []
             while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                let bytes = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+                // Decoding would turn the name into another one (U+FFFD), whose lstat fails: the file would be overlooked.
+                guard let name = String(validating: bytes, as: UTF8.self) else {
+                    let shown = String(decoding: bytes, as: UTF8.self)
+                    throw .unsupported(
+                        "\(absolute)/\(shown) has a name that is not UTF-8, which a signature cannot name; rename or remove that file")
                 }
                 if name == "." || name == ".." || (relative.isEmpty && name == PluginSignature.fileName) { continue }
                 names.append(name)
