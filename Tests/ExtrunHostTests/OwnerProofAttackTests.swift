@@ -322,4 +322,18 @@ struct OwnerProofAttackTests {
         guard case .broken(_, let message) = status else { Issue.record("a file the signature does not cover was accepted: \(status)"); return }
         #expect(message.contains("not UTF-8"), "\(message)")
     }
+
+    @Test("a named pipe added after signing is not overlooked: whoever writes into it feeds the plugin unsigned bytes")
+    func namedPipeIsNotOverlooked() throws {
+        let published = try Published("fifo")
+        let host = ExtrunHost.Host(paths: HostPaths(home: published.home, pluginSearchPath: []))
+        let plugin = try PluginCatalog.plugin(in: published.directory)
+        guard case .verified = host.signatureStatus(of: plugin, store: try Store(home: published.home)) else { Issue.record("not verified"); return }
+        let pipe = published.directory.appendingPathComponent("settings.json")
+        try #require(mkfifo(pipe.path, 0o644) == 0)
+        let status = host.signatureStatus(of: plugin, store: try Store(home: published.home))
+        guard case .broken(let file, let message) = status else { Issue.record("a file the signature does not cover was accepted: \(status)"); return }
+        #expect(file == pipe.path || message.contains(pipe.path), "\(file) \(message)")
+        #expect(message.contains("not a regular file"), "\(message)")
+    }
 }
