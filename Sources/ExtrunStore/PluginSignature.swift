@@ -183,7 +183,12 @@ public enum PluginFiles {
                 if info.st_mode & S_IFMT == S_IFDIR {
                     throw .unsupported("\(directory)/\(path) is a symbolic link to a folder; copy the folder in, so that its files can be signed")
                 }
-                guard info.st_mode & S_IFMT == S_IFREG else { continue }
+                // A named pipe, socket or device has no contents to sign, yet the plugin can read from it.
+                guard info.st_mode & S_IFMT == S_IFREG else {
+                    throw .fileChanged(
+                        path: directory + "/" + path,
+                        reason: "it is not a regular file (a named pipe, socket or device), whose contents a signature cannot cover; remove it from the plugin's folder")
+                }
                 found.append((path, directory + "/" + path))
                 if found.count > PluginSignature.maxFiles {
                     throw .unsupported("the plugin folder \(directory) holds over \(PluginSignature.maxFiles) files; the limit is \(PluginSignature.maxFiles)")
