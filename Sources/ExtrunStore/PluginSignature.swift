@@ -312,7 +312,8 @@ public enum PluginFiles {
                 throw .fileChanged(path: path, reason: "its contents changed after signing (SHA-256 \(digest.sha256), signed \(file.sha256))")
             }
             let link = linkTarget(path, directory: directory)
-            guard link == file.link else {
+            // By their bytes, as the paths are (two spellings of "é" are two places).
+            guard link.map({ Array($0.utf8) }) == file.link.map({ Array($0.utf8) }) else {
                 let now = link.map { "it is a symbolic link to \($0)" } ?? "it is not a symbolic link"
                 let signed = file.link.map { "it was signed as a symbolic link to \($0)" } ?? "it was signed as a file, not a symbolic link"
                 throw .fileChanged(path: path, reason: "\(now), but \(signed) (modules and libraries are looked for beside where a link leads)")
