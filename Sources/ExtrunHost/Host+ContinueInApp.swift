@@ -178,6 +178,23 @@ extension Host {
             report.recordStep(reason: "could not launch the app")
             return nil
         }
+        // The app is a new process started from the folder as it is now: proven again, as every
+        // launch is (the extension's step may have lasted long enough for its files to be rewritten).
+        do throws(HostError) {
+            let seal = try PluginVerification.seal(of: first.plugin, home: paths.home)
+            guard seal == first.services?.seal else {
+                let directory = first.plugin.directory.path
+                throw HostError(
+                    .signatureInvalid,
+                    "\(first.plugin.manifest.id) (\(directory)) is not started in in-app mode: its signature changed while the extension ran (\(directory)/\(PluginSignature.fileName)). Handle the intent again",
+                    details: ["plugin": .string(first.plugin.manifest.id), "directory": .string(directory), "file": .string(directory + "/" + PluginSignature.fileName)])
+            }
+        } catch {
+            report.startStep(mode: .inApp, limits: limits)
+            report.error = error
+            report.recordStep(reason: "could not launch the app")
+            return nil
+        }
         report.startStep(mode: .inApp, limits: limits)
         var run = first.relaunch(limits: limits)
         // The app's step is a new process: its files are checked again, so that a change made

@@ -351,7 +351,8 @@ public enum ByteCount {
         case "gb": scale = 1_000_000_000
         default: return nil
         }
-        return Int64(number * scale)
+        // Int64(_:) traps on a value it cannot hold: a size beyond it is no size.
+        return Int64(exactly: (number * scale).rounded(.towardZero))
     }
 
     public static func format(_ bytes: Int64) -> String {
@@ -369,11 +370,14 @@ public enum DurationText {
         let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
         let digits = trimmed.prefix { $0.isNumber || $0 == "." }
         guard let number = Double(digits), number >= 0 else { return nil }
+        let scale: Double
         switch trimmed.dropFirst(digits.count) {
-        case "", "ms": return Int(number)
-        case "s": return Int(number * 1000)
-        case "m", "min": return Int(number * 60_000)
+        case "", "ms": scale = 1
+        case "s": scale = 1000
+        case "m", "min": scale = 60_000
         default: return nil
         }
+        // Int(_:) traps on a value it cannot hold: a duration beyond it is no duration.
+        return Int(exactly: (number * scale).rounded(.towardZero))
     }
 }

@@ -1,5 +1,6 @@
 import ExtrunProtocol
 import Foundation
+import ExtrunStore
 
 /// One plugin process that may run several sessions, one after another (warm
 /// reuse, docs/protocol.md §15). It reuses PluginRun's session code (initialize,
@@ -21,6 +22,10 @@ final class WarmProcess {
         /// while the pool runs gets a new process, not the old one.
         var manifest: FileIdentity?
         var executable: FileIdentity?
+        /// What the plugin's signature proved when the process was started: a process started
+        /// unsigned (or signed by another key) runs the code it read then, which the signature
+        /// found later did not cover (a file rewritten in place, its modification time set back).
+        var seal: PluginSeal?
     }
 
     let key: Key
@@ -53,7 +58,7 @@ final class WarmProcess {
         Key(
             manifestPath: run.plugin.manifestPath, pluginID: run.id, limits: run.limits, policy: run.policy,
             owner: run.plugin.manifest.owner, manifest: identity(run.plugin.manifestPath),
-            executable: identity(run.plugin.executablePath))
+            executable: identity(run.plugin.executablePath), seal: run.services?.seal)
     }
 
     /// Starts the plugin for `run` in its sandbox, with `PluginRun.launch`, as every run does.

@@ -20,7 +20,10 @@ import Glibc
 /// The signature covers `"extrun-plugin-signature-v1\n"` followed by the compact JSON
 /// (sorted keys) of every field but `signature`. The files are every regular file
 /// under the folder (symbolic links followed, the signature file excepted) and the
-/// manifest's executable when it lies outside the folder.
+/// manifest's executable when it lies outside the folder (or is reached through `..`).
+/// A file that is a symbolic link also has `link`: where it leads (relative to the
+/// folder when inside it, else absolute), since an interpreter or the dynamic loader
+/// looks for the plugin's modules and libraries beside the file the link leads to.
 public struct PluginSignature: Sendable, Equatable {
     public static let fileName = "extrun-signature.json"
     public static let formatName = "extrun-plugin-signature"
@@ -34,6 +37,8 @@ public struct PluginSignature: Sendable, Equatable {
         public var path: String
         public var sha256: String
         public var size: Int64
+        /// Where the file, a symbolic link, leads (`PluginFiles.linkTarget`); nil for a file that is no link.
+        public var link: String? = nil
     }
 
     public var owner: String
@@ -56,7 +61,11 @@ public struct PluginSignature: Sendable, Equatable {
         .object([
             "format": .string(Self.formatName), "version": 1, "owner": .string(owner), "plugin": .string(plugin), "signed": .string(signed),
             "signingKey": .string(signingKey.base64EncodedString()), "signingFingerprint": .string(signingFingerprint),
-            "files": .array(files.map { .object(["path": .string($0.path), "sha256": .string($0.sha256), "size": .int($0.size)]) }),
+            "files": .array(files.map { file in
+                var fields: [String: JSONValue] = ["path": .string(file.path), "sha256": .string(file.sha256), "size": .int(file.size)]
+                if let link = file.link { fields["link"] = .string(link) }
+                return .object(fields)
+            }),
         ])
     }
 
@@ -83,7 +92,9 @@ public struct PluginSignature: Sendable, Equatable {
                 owner: try fields.string("owner"), plugin: try fields.string("plugin"), signed: try fields.string("signed"),
                 signingKey: try fields.base64("signingKey"),
                 files: try fields.objects("files") { file in
-                    File(path: try file.string("path"), sha256: try file.string("sha256"), size: Int64(try file.int("size")))
+                    File(
+                        path: try file.string("path"), sha256: try file.string("sha256"), size: Int64(try file.int("size")),
+                        link: try file.optionalString("link"))
                 },
                 signature: try fields.base64("signature"))
             guard signature.files.count <= maxFiles else {
@@ -147,8 +158,12 @@ public enum PluginFiles {
             defer { closedir(dir) }
             var names: [String] = []
             while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                let bytes = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+                // Decoding would turn the name into another one (U+FFFD), whose lstat fails: the file would be overlooked.
+                guard let name = String(validating: bytes, as: UTF8.self) else {
+                    let shown = String(decoding: bytes, as: UTF8.self)
+                    throw .unsupported(
+                        "\(absolute)/\(shown) has a name that is not UTF-8, which a signature cannot name; rename or remove that file")
                 }
                 if name == "." || name == ".." || (relative.isEmpty && name == PluginSignature.fileName) { continue }
                 names.append(name)
@@ -168,7 +183,12 @@ public enum PluginFiles {
                 if info.st_mode & S_IFMT == S_IFDIR {
                     throw .unsupported("\(directory)/\(path) is a symbolic link to a folder; copy the folder in, so that its files can be signed")
                 }
-                guard info.st_mode & S_IFMT == S_IFREG else { continue }
+                // A named pipe, socket or device has no contents to sign, yet the plugin can read from it.
+                guard info.st_mode & S_IFMT == S_IFREG else {
+                    throw .fileChanged(
+                        path: directory + "/" + path,
+                        reason: "it is not a regular file (a named pipe, socket or device), whose contents a signature cannot cover; remove it from the plugin's folder")
+                }
                 found.append((path, directory + "/" + path))
                 if found.count > PluginSignature.maxFiles {
                     throw .unsupported("the plugin folder \(directory) holds over \(PluginSignature.maxFiles) files; the limit is \(PluginSignature.maxFiles)")
@@ -176,10 +196,32 @@ public enum PluginFiles {
             }
         }
         try walk("")
-        if executable.hasPrefix("/"), !executable.hasPrefix(directory + "/") {
+        // An executable outside the folder, or reached through `..` (`../bin/x` leads out of it
+        // although its path starts with the folder's), is signed under its absolute path.
+        if executable.hasPrefix("/"),
+            !executable.hasPrefix(directory + "/") || executable.dropFirst(directory.count + 1).split(separator: "/").contains("..")
+        {
             found.append((executable, executable))
         }
         return found.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+    }
+
+    /// Where the file at `path` leads when it is a symbolic link (nil when it is none): its real
+    /// path, relative to the folder's real path when it lies inside it. Python puts the
+    /// directory of the script's real path first on its module path, and `$ORIGIN` is the
+    /// real executable's directory: a link to a copy elsewhere brings that place's modules.
+    static func linkTarget(_ path: String, directory: String) -> String? {
+        var link = stat()
+        guard lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK else { return nil }
+        guard let resolved = realpath(path, nil) else { return "" }
+        defer { free(resolved) }
+        let target = String(cString: resolved)
+        if let folder = realpath(directory, nil) {
+            defer { free(folder) }
+            let root = String(cString: folder)
+            if target.hasPrefix(root + "/") { return String(target.dropFirst(root.count + 1)) }
+        }
+        return target
     }
 
     /// Digests by absolute path and identity, for this process.
@@ -243,7 +285,8 @@ public enum PluginFiles {
         var files: [PluginSignature.File] = []
         for (signedPath, path) in try list(directory: directory, executable: executable) {
             let digest = try digest(path, cache: slot)
-            files.append(PluginSignature.File(path: signedPath, sha256: digest.sha256, size: digest.size))
+            files.append(
+                PluginSignature.File(path: signedPath, sha256: digest.sha256, size: digest.size, link: linkTarget(path, directory: directory)))
         }
         return files
     }
@@ -252,12 +295,14 @@ public enum PluginFiles {
     /// The first difference is the error, naming the file.
     static func check(_ signature: PluginSignature, directory: String, executable: String, cache: DigestCache.Slot) throws(PluginSignatureProblem) {
         let present = try list(directory: directory, executable: executable)
-        let signedPaths = Set(signature.files.map(\.path))
-        for (signedPath, path) in present where !signedPaths.contains(signedPath) {
+        // Compared by their bytes: Swift's String equality would take "cafe\u{301}" for "caf\u{E9}",
+        // two names, and two files, on Linux.
+        let signedPaths = Set(signature.files.map { Array($0.path.utf8) })
+        for (signedPath, path) in present where !signedPaths.contains(Array(signedPath.utf8)) {
             throw .fileChanged(path: path, reason: "it was added after signing")
         }
-        let presentPaths = Set(present.map(\.0))
-        for file in signature.files where !presentPaths.contains(file.path) {
+        let presentPaths = Set(present.map { Array($0.0.utf8) })
+        for file in signature.files where !presentPaths.contains(Array(file.path.utf8)) {
             throw .fileChanged(path: file.path.hasPrefix("/") ? file.path : directory + "/" + file.path, reason: "it was removed after signing")
         }
         for file in signature.files {
@@ -265,6 +310,13 @@ public enum PluginFiles {
             let digest = try digest(path, cache: cache)
             guard digest.sha256 == file.sha256.lowercased(), digest.size == file.size else {
                 throw .fileChanged(path: path, reason: "its contents changed after signing (SHA-256 \(digest.sha256), signed \(file.sha256))")
+            }
+            let link = linkTarget(path, directory: directory)
+            // By their bytes, as the paths are (two spellings of "é" are two places).
+            guard link.map({ Array($0.utf8) }) == file.link.map({ Array($0.utf8) }) else {
+                let now = link.map { "it is a symbolic link to \($0)" } ?? "it is not a symbolic link"
+                let signed = file.link.map { "it was signed as a symbolic link to \($0)" } ?? "it was signed as a file, not a symbolic link"
+                throw .fileChanged(path: path, reason: "\(now), but \(signed) (modules and libraries are looked for beside where a link leads)")
             }
         }
     }
@@ -379,7 +431,7 @@ extension PluginSignature {
         guard signature.owner.utf8.elementsEqual(owner.utf8) else {
             throw .otherPlugin("it was signed for owner '\(signature.owner)', but the manifest names owner '\(owner)'")
         }
-        guard signature.plugin == plugin else {
+        guard signature.plugin.utf8.elementsEqual(plugin.utf8) else {
             throw .otherPlugin("it was signed for plugin '\(signature.plugin)', but the manifest's id is '\(plugin)'")
         }
         let cache = DigestCache.Slot(home: home)
