@@ -197,22 +197,6 @@ extension Host {
         }
         report.startStep(mode: .inApp, limits: limits)
         var run = first.relaunch(limits: limits)
-        // The app's step is a new process: its files are checked again, so that a change made
-        // after the first step's check is not started either (`signatureInvalid`).
-        do throws(HostError) {
-            let seal = try PluginVerification.seal(of: first.plugin, home: paths.home)
-            if let services = first.services, services.seal != seal {
-                let fresh = StoreServices(
-                    home: services.home, owner: services.owner, plugin: services.plugin, directory: services.directory, seal: seal,
-                    donate: services.donate, log: services.log)
-                fresh.storeSource = services.storeSource
-                run.services = fresh
-            }
-        } catch {
-            report.error = error
-            report.recordStep(reason: "could not launch the app")
-            return nil
-        }
         options.log?("[extrun] launching \(first.plugin.manifest.id) in in-app mode: \(next.reason)")
         switch next {
         case .continueInApp(let activity, let interaction, let reason):
