@@ -126,12 +126,13 @@ struct ConfinementTests {
 /// own and its scratch directory; no abstract socket outside its run.
 @Suite(.serialized)
 struct LandlockTests {
-    /// With its own network namespace (the default), and without one: then Landlock alone
-    /// keeps the host's abstract sockets out of reach, though /proc/net shows them.
+    /// With its own network namespace (policy `namespaces.network`), and without one (the
+    /// default): then Landlock alone keeps the host's abstract sockets out of reach, though
+    /// /proc/net shows them.
     @Test(arguments: [true, false])
     func thePluginReachesNothingOutsideItsRun(networkNamespace: Bool) throws {
         guard SandboxCapabilities.current.landlockABI >= 6 else { return }  // this kernel: 7
-        let plugin = try HostilePlugin(policy: networkNamespace ? nil : #"{"namespaces": {"network": false}}"#)
+        let plugin = try HostilePlugin(policy: #"{"namespaces": {"network": \#(networkNamespace)}}"#)
         defer { plugin.remove() }
         // An abstract socket of the host's side, listening.
         let name = "extrun-reach-\(plugin.marker)"
