@@ -165,7 +165,11 @@ struct LimitExampleTests {
         #expect(error.details["limitBytes"] == JSONValue.int(30 << 20))
         #expect(error.details["mode"] == "extension")
         let peak = try #require(error.details["peakBytes"]?.intValue)
-        #expect(peak > 10 << 20 && peak <= 31 << 20, "peak \(peak)")
+        // The peak is sampled (every 5 ms; issue 15, item 2, "exact peak", is still open): on a
+        // loaded machine the last sample can come early (9.4 MB seen once in a full suite), so
+        // the figure is checked as a bound, and the verdict by its evidence.
+        #expect(peak > 0 && peak <= 31 << 20, "peak \(peak)")
+        #expect(error.details["evidence"]?.arrayValue?.isEmpty == false, "\(error)")
         #expect(error.message.contains("--mode in-app"))
         #expect(report.exitCode == 9)
     }
