@@ -32,13 +32,7 @@ public struct OwnerSigningKey: Sendable {
 /// Names an Ed25519 public key: `hex(SHA-256("extrun-signing-key-fingerprint-v1" ‖ key)[0..<16])`.
 public enum SigningKeyFingerprint {
     public static func of(_ publicKey: Data) -> String {
-        var hasher = SHA256()
-        hasher.update(data: Data("extrun-signing-key-fingerprint-v1".utf8))
-        hasher.update(data: publicKey)
-        return hasher.finalize().prefix(16).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
+        KeyFingerprint.hex(publicKey, domain: "extrun-signing-key-fingerprint-v1")
     }
 
     /// Whether `signature` is an Ed25519 signature of `message` by `publicKey`.

@@ -32,13 +32,7 @@ public struct OwnerPublicKey: Sendable, Equatable {
     }
 
     public static func fingerprint(of publicKey: Data) -> String {
-        var hasher = SHA256()
-        hasher.update(data: Data("extrun-public-key-fingerprint-v1".utf8))
-        hasher.update(data: publicKey)
-        return hasher.finalize().prefix(16).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
+        KeyFingerprint.hex(publicKey, domain: "extrun-public-key-fingerprint-v1")
     }
 
     private struct File: Codable {
@@ -108,5 +102,19 @@ extension Store {
         let key = try writeKey(owner)
         let signing = try signingKey(of: owner)
         return OwnerPublicKey(owner: owner, publicKey: key.publicKey.rawRepresentation, signingKey: signing.publicKey)
+    }
+}
+
+/// A public key's name for people: `hex(SHA-256(domain ‖ key)[0..<16])`, one domain per
+/// kind of key (X25519 for migrations, Ed25519 for signing), so the two never read alike.
+enum KeyFingerprint {
+    static func hex(_ publicKey: Data, domain: String) -> String {
+        var hasher = SHA256()
+        hasher.update(data: Data(domain.utf8))
+        hasher.update(data: publicKey)
+        return hasher.finalize().prefix(16).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
     }
 }

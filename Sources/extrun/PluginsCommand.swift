@@ -115,13 +115,7 @@ struct PluginsSign: ParsableCommand {
     @Option(help: ArgumentHelp("The owner to sign for: the manifest's owner.", valueName: "owner")) var owner: String
 
     func run() throws {
-        let plugin: DiscoveredPlugin
-        do {
-            plugin = try PluginCatalog.plugin(in: URL(fileURLWithPath: directory, isDirectory: true))
-        } catch {
-            Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
-            throw ExitCode(error.kind.exitCode)
-        }
+        let plugin = try PluginsSign.plugin(in: directory)
         guard plugin.manifest.owner == owner else {
             Output.printError(
                 "extrun: configurationError: \(plugin.manifestPath) names owner '\(plugin.manifest.owner)', not '\(owner)': sign it for its owner (--owner \(plugin.manifest.owner)), or change the manifest's owner first")
@@ -136,6 +130,18 @@ struct PluginsSign: ParsableCommand {
                 directory: plugin.directory.path, owner: owner, plugin: plugin.manifest.id, executable: plugin.executablePath, store: store)
             Output.printLine(
                 "Signed \(plugin.manifest.id) for \(owner) with key \(signature.signingFingerprint): \(signature.files.count) files, in \(plugin.directory.path)/\(PluginSignature.fileName)")
+        }
+    }
+}
+
+extension PluginsSign {
+    /// The plugin in `directory` (its manifest read as the catalog reads it), or the error printed and its exit status.
+    static func plugin(in directory: String) throws -> DiscoveredPlugin {
+        do {
+            return try PluginCatalog.plugin(in: URL(fileURLWithPath: directory, isDirectory: true))
+        } catch {
+            Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
+            throw ExitCode(error.kind.exitCode)
         }
     }
 }
@@ -162,13 +168,7 @@ struct PluginsVerify: ParsableCommand {
 
     func run() throws {
         let host = ExtrunHost.Host()
-        let plugin: DiscoveredPlugin
-        do {
-            plugin = try PluginCatalog.plugin(in: URL(fileURLWithPath: directory, isDirectory: true))
-        } catch {
-            Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
-            throw ExitCode(error.kind.exitCode)
-        }
+        let plugin = try PluginsSign.plugin(in: directory)
         let (store, storeProblem) = Self.openStore(host)
         let status = host.signatureStatus(of: plugin, store: store, storeProblem: storeProblem)
         switch status {
