@@ -23,7 +23,7 @@
 //   ExtrunBench exchange [--count N] [--warmup N] [--seconds S]
 //       The framing and JSON cost of the four exchanges of one MakeUppercase
 //       intent (initialize, resolve, confirm, handle), both sides, no I/O:
-//       exactly the calls the host (PluginConnection, PluginRun) and the SDK
+//       exactly the calls the host (PluginConnection, IntentLifecycle) and the SDK
 //       (PluginChannel, Server) make per message.
 //   ExtrunBench handle --intent FILE
 //       What `extrun handle FILE` does (Sources/extrun/HandleCommand.swift:
@@ -436,7 +436,7 @@ struct Side {
         _ method: String, _ params: Params, answer: (Params) -> Result
     ) -> Result {
         do {
-            // Host: PluginRun.call → JSONCoding.value(of:), PluginConnection.enqueue → encoded + frame.
+            // Host: IntentLifecycle.call → JSONCoding.value(of:), PluginConnection.enqueue → encoded + frame.
             let id = RequestID.int(nextID)
             nextID += 1
             let request = Side.send(.request(id: id, method: method, params: try JSONCoding.value(of: params)))
@@ -445,7 +445,7 @@ struct Side {
             let decoded = try JSONCoding.decode(Params.self, from: gotParams ?? .null)
             // Plugin: Server.answer → JSONCoding.value(of: result); PluginChannel.send → encoded + frame.
             let response = Side.send(.response(id: gotID, result: try JSONCoding.value(of: answer(decoded))))
-            // Host: PluginConnection.readProtocol → FrameDecoder + Message.decode; PluginRun → JSONCoding.decode.
+            // Host: PluginConnection.readProtocol → FrameDecoder + Message.decode; IntentLifecycle → JSONCoding.decode.
             guard case .response(_, let result) = host.receive(response) else { fail("not a response") }
             return try JSONCoding.decode(Result.self, from: result)
         } catch {
@@ -482,7 +482,7 @@ struct Side {
     ]
 
     /// A later warm session: one `session` request and its answer (docs/protocol.md §15), as
-    /// PluginRun.requestSession and the SDK's Server.session convert them.
+    /// IntentLifecycle.requestSession and the SDK's Server.session convert them.
     func session() {
         do {
             let id = RequestID.int(nextID)

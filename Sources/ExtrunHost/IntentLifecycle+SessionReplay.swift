@@ -12,8 +12,8 @@ struct SessionReplay {
     var next = 0
 }
 
-extension PluginRun {
-    /// Asks a warm plugin for the whole session at once; the steps that follow take
+extension IntentLifecycle {
+    /// Asks a warm plugin for the whole intent at once; the steps that follow take
     /// their answers from it while they agree with it.
     mutating func requestSession(_ connection: PluginConnection, parameters: [String: JSONValue]) throws {
         phase = .session

@@ -1,11 +1,93 @@
 import ExtrunProtocol
 import Foundation
 
-/// The lifecycle of an intent, as in SiriKit: handshake, resolve each parameter,
-/// confirm, handle. Where a person is needed (a missing value, a choice, a
-/// confirmation) the run asks through `options.prompter`, with the deadline's
-/// clock stopped; without a prompter those end the run with a clear error.
-extension PluginRun {
+/// The lifecycle of one intent, as in SiriKit: handshake, resolve each parameter,
+/// confirm, handle (or: the options of a parameter; or: continue a user activity).
+/// It runs over any plugin session (`PluginSession`, from a `SessionSource`: a new
+/// process, or a warm one) and keeps what belongs to the intent, not to the process:
+/// the phase, the deadline, the values resolved, the confirmation, the replay of a
+/// `session` answer. Where a person is needed (a missing value, a choice, a
+/// confirmation) it asks through `options.prompter`, with the deadline's clock
+/// stopped; without a prompter those end the intent with a clear error.
+///
+/// The steps are here; running them on a session, and what a failure becomes, is in
+/// IntentLifecycle+Execution.swift; the replay of a `session` answer in
+/// IntentLifecycle+SessionReplay.swift.
+struct IntentLifecycle {
+    let plugin: DiscoveredPlugin
+    let definition: IntentDefinition
+    let limits: EffectiveLimits
+    let policy: SandboxPolicy
+    let options: HandleOptions
+    var mode: Mode { limits.mode }
+    var id: String { plugin.manifest.id }
+    var phase: Phase = .launch
+    /// When this intent's budget started: the launch for a process's first intent,
+    /// the `initialize` (or `session` request) for a later one in a warm process.
+    var start: UInt64 = 0
+    let deadline = Deadline()
+    /// Answers the plugin's requests for its owner's globals and bookmarks.
+    var services: StoreServices?
+    /// `$EXTRUN_HOME`, which the sandbox hides from the plugin.
+    var home: URL?
+    /// Where relative file paths typed at a prompt are taken from.
+    var baseDirectory: URL {
+        get { givenBaseDirectory ?? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) }
+        set { givenBaseDirectory = newValue }
+    }
+    /// Set by the caller (the intent file's folder); the working directory is looked up
+    /// only when needed (a URL for it costs a `getcwd` and a `stat` per intent in a pool).
+    private var givenBaseDirectory: URL?
+    /// The parameters once every one was resolved (set by `handle`), for a later step.
+    var resolved: [String: JSONValue]?
+    /// Whether a person (or --yes) confirmed the intent.
+    var intentConfirmed = false
+    /// Continuing an activity that no intent comes with: `initialize` names no intent.
+    var activityOnly = false
+    /// Ask for the whole session in one `session` request (a warm process whose plugin
+    /// declared it; docs/protocol.md §15) instead of one request per step.
+    var sessionRequest = false
+    /// The `session` answer, replayed step by step while the host walks the lifecycle.
+    var replay: SessionReplay?
+
+    /// What an intent's run is for.
+    enum Work {
+        /// Resolve, confirm and handle the intent.
+        case handle(parameters: [String: JSONValue])
+        /// Ask for a parameter's possible values.
+        case options(parameter: String, parameters: [String: JSONValue], search: String?)
+        /// In in-app mode: carry on with a user activity (and the interaction an extension handed over).
+        case continueActivity(UserActivity, interaction: Interaction?)
+    }
+
+    init(plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions) {
+        self.plugin = plugin
+        self.definition = definition
+        self.limits = limits
+        self.policy = policy
+        self.options = options
+    }
+
+    /// What the session it runs over must be.
+    var sessionSpec: SessionSpec {
+        SessionSpec(plugin: plugin, limits: limits, policy: policy, home: home, seal: services?.seal, log: options.log)
+    }
+
+    /// The same plugin, intent, policy, store and home, with other limits: the app's
+    /// step after the extension's (in a new process).
+    func appStep(limits: EffectiveLimits) -> IntentLifecycle {
+        var next = IntentLifecycle(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
+        next.services = services
+        next.home = home
+        next.givenBaseDirectory = givenBaseDirectory
+        next.activityOnly = activityOnly
+        return next
+    }
+}
+
+// MARK: - The steps
+
+extension IntentLifecycle {
     @discardableResult
     mutating func initialize(_ connection: PluginConnection) throws -> InitializeResult {
         phase = .launch
@@ -301,69 +383,6 @@ extension PluginRun {
                 details: ["phase": .string(phase.rawValue), "code": .int(Int64(rpcError.code))])
         case .failure(let failure):
             throw failure
-        }
-    }
-}
-
-/// Turns what a person typed into a parameter value.
-enum PromptedValue {
-    struct Problem: Error {
-        var message: String
-    }
-
-    static func parse(_ text: String, for parameter: ParameterDefinition, baseDirectory: URL) -> Result<JSONValue, Problem> {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        if parameter.multiple {
-            var items: [JSONValue] = []
-            for part in trimmed.split(separator: ",") {
-                switch single(String(part).trimmingCharacters(in: .whitespaces), parameter, baseDirectory) {
-                case .success(let value): items.append(value)
-                case .failure(let problem): return .failure(problem)
-                }
-            }
-            return items.isEmpty ? .failure(Problem(message: "Please enter at least one value.")) : .success(.array(items))
-        }
-        return single(trimmed, parameter, baseDirectory)
-    }
-
-    static func single(_ text: String, _ parameter: ParameterDefinition, _ baseDirectory: URL) -> Result<JSONValue, Problem> {
-        switch parameter.type {
-        case .string:
-            return .success(.string(text))
-        case .integer:
-            guard let value = Int64(text) else { return .failure(Problem(message: "'\(text)' is not a whole number.")) }
-            return .success(.int(value))
-        case .number:
-            guard let value = Double(text), value.isFinite else { return .failure(Problem(message: "'\(text)' is not a number.")) }
-            return .success(.double(value))
-        case .boolean:
-            switch text.lowercased() {
-            case "y", "yes", "true", "1", "on": return .success(.bool(true))
-            case "n", "no", "false", "0", "off": return .success(.bool(false))
-            default: return .failure(Problem(message: "Please answer yes or no."))
-            }
-        case .date:
-            guard ISODate.parse(text) != nil else { return .failure(Problem(message: "'\(text)' is not a date like 2026-11-22.")) }
-            return .success(.string(text))
-        case .enum:
-            let values = parameter.values ?? []
-            let folded = text.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: nil)
-            if let match = values.first(where: {
-                $0.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: nil) == folded
-                    || (parameter.valueTitles?[$0]?.folding(options: [.caseInsensitive, .diacriticInsensitive], locale: nil) == folded)
-            }) {
-                return .success(.string(match))
-            }
-            return .failure(Problem(message: "'\(text)' is not one of \(values.map { parameter.valueTitles?[$0] ?? $0 }.joined(separator: ", "))."))
-        case .file:
-            let invocation = IntentInvocation(intent: "", parameters: [:], source: "prompt", baseDirectory: baseDirectory)
-            do {
-                return .success(try IntentFileParser.loadFile(.string(text), parameter: parameter, field: parameter.name, invocation: invocation))
-            } catch {
-                return .failure(Problem(message: error.message))
-            }
-        case .custom:
-            return .success(.object(["identifier": .string(text), "title": .string(text)]))
         }
     }
 }

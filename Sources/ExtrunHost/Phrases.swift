@@ -3,9 +3,13 @@ import Foundation
 
 /// `extrun phrase "Order clam chowder in Soup Chef"`: finds the intent whose
 /// phrase matches (case- and accent-insensitive), fills its one parameter
-/// (from the plugin's options when it has dynamic ones), and handles it.
+/// (from the plugin's options when it has dynamic ones), and handles it. Both steps
+/// take their session from one pool: a plugin that declares `"reusable": true` answers
+/// the options and handles the intent in one process.
 extension Host {
     public func phrase(_ text: String, options: HandleOptions = HandleOptions()) -> HandleReport {
+        let sessions = PooledSessions(maxIdle: 1)
+        defer { sessions.close() }
         let catalog = self.catalog()
         var candidates: [PhraseMatch] = []
         var definitions: [String: IntentDefinition] = [:]
@@ -41,16 +45,18 @@ extension Host {
         if let slot = match.slot, let slotText = match.slotText {
             var report = HandleReport(intent: match.intent)
             guard let definition = definitions[match.intent],
-                let value = fill(slot, with: slotText, definition: definition, options: options, report: &report)
+                let value = fill(slot, with: slotText, definition: definition, options: options, sessions: sessions, report: &report)
             else { return report }
             invocation.parameters[slot] = value
         }
-        return handle(invocation, options: options)
+        return run(invocation, options: options, sessions: sessions)
     }
 
     /// The value for a phrase's parameter, from the words that filled its slot.
-    func fill(_ parameter: String, with text: String, definition: IntentDefinition, options: HandleOptions, report: inout HandleReport)
-        -> JSONValue?
+    func fill(
+        _ parameter: String, with text: String, definition: IntentDefinition, options: HandleOptions, sessions: any SessionSource,
+        report: inout HandleReport
+    ) -> JSONValue?
     {
         let intent = definition.name
         guard let parameterDefinition = definition.parameter(named: parameter) else {
@@ -59,7 +65,7 @@ extension Host {
         }
         let folded = PhraseMatch.fold(text)
         if parameterDefinition.dynamicOptions {
-            let offered = self.options(IntentInvocation(intent: intent), parameter: parameter, search: text, options: options)
+            let offered = self.options(IntentInvocation(intent: intent), parameter: parameter, search: text, options: options, sessions: sessions)
             guard let items = offered.options?.allItems else {
                 report = offered
                 return nil

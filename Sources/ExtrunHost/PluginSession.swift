@@ -1,144 +1,189 @@
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// One plugin process from launch to reaping.
-struct PluginRun {
+/// What a plugin session is started for: the plugin, its limits and sandbox policy,
+/// the home the sandbox hides, and what the plugin's signature proved at the check
+/// before the launch. An intent's lifecycle asks a `SessionSource` for a session
+/// that fits it (`IntentLifecycle.sessionSpec`).
+struct SessionSpec {
     let plugin: DiscoveredPlugin
-    let definition: IntentDefinition
     let limits: EffectiveLimits
     let policy: SandboxPolicy
-    let options: HandleOptions
-    var mode: Mode { limits.mode }
-    var phase: Phase = .launch
-    var start: UInt64 = 0
-    let deadline = Deadline()
-    var cgroup: CgroupRun?
-    /// Answers the plugin's requests for its owner's globals and bookmarks.
-    var services: StoreServices?
     /// `$EXTRUN_HOME`, which the sandbox hides from the plugin.
-    var home: URL?
-    /// Where relative file paths typed at a prompt are taken from.
-    var baseDirectory: URL {
-        get { givenBaseDirectory ?? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) }
-        set { givenBaseDirectory = newValue }
-    }
-    /// Set by the caller (the intent file's folder); the working directory is looked up
-    /// only when needed (a URL for it costs a `getcwd` and a `stat` per intent in a pool).
-    private var givenBaseDirectory: URL?
-    /// The parameters once every one was resolved (set by `handle`), for a later step.
-    var resolved: [String: JSONValue]?
-    /// Whether a person (or --yes) confirmed the intent in this run.
-    var intentConfirmed = false
-    /// Continuing an activity that no intent comes with: `initialize` names no intent.
-    var activityOnly = false
-    /// Ask for the whole session in one `session` request (a warm process whose plugin
-    /// declared it; docs/protocol.md §15) instead of one request per step.
-    var sessionRequest = false
-    /// The `session` answer, replayed step by step while the host walks the lifecycle.
-    var replay: SessionReplay?
-
-    /// What a run is for.
-    enum Work {
-        /// Resolve, confirm and handle the intent.
-        case handle(parameters: [String: JSONValue])
-        /// Ask for a parameter's possible values.
-        case options(parameter: String, parameters: [String: JSONValue], search: String?)
-        /// In in-app mode: carry on with a user activity (and the interaction an extension handed over).
-        case continueActivity(UserActivity, interaction: Interaction?)
-    }
-
-    init(plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions) {
-        self.plugin = plugin
-        self.definition = definition
-        self.limits = limits
-        self.policy = policy
-        self.options = options
-    }
+    let home: URL?
+    let seal: PluginSeal?
+    let log: (@Sendable (String) -> Void)?
 
     var id: String { plugin.manifest.id }
+    var mode: Mode { limits.mode }
+}
 
-    /// The same plugin, intent, policy, store and home, in a new process with other
-    /// limits: the app's step after the extension's.
-    func relaunch(limits: EffectiveLimits) -> PluginRun {
-        var run = PluginRun(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
-        run.services = services
-        run.home = home
-        run.givenBaseDirectory = givenBaseDirectory
-        run.activityOnly = activityOnly
-        return run
+/// One plugin process in its sandbox, with its channel, its scratch directory, its
+/// cgroup and its limits, from launch to reaping. An intent's lifecycle
+/// (`IntentLifecycle`) talks to the plugin through it; a session source
+/// (`OneShotSessions`, `PooledSessions`) starts it and decides what happens after an
+/// intent: a session that `keepsWarm` stays up for the next intent while its plugin
+/// declares `"reusable": true` and nothing went wrong (docs/protocol.md §15); any other
+/// ends after its intent, as does every one after a failure.
+///
+/// Not thread-safe: one intent at a time uses a session.
+final class PluginSession {
+    /// What must be equal for an intent to run in this process (a pool's lookup).
+    struct Key: Equatable {
+        var manifestPath: String
+        var pluginID: String
+        var limits: EffectiveLimits
+        var policy: SandboxPolicy
+        var owner: String
+        /// The manifest's and the executable's versions: a plugin reinstalled or edited
+        /// while the pool runs gets a new process, not the old one.
+        var manifest: FileIdentity?
+        var executable: FileIdentity?
+        /// What the plugin's signature proved when the process was started: a process started
+        /// unsigned (or signed by another key) runs the code it read then, which the signature
+        /// found later did not cover (a file rewritten in place, its modification time set back).
+        var seal: PluginSeal?
+
+        init(_ spec: SessionSpec, identity: (String) -> FileIdentity? = { FileIdentity(path: $0) }) {
+            manifestPath = spec.plugin.manifestPath
+            pluginID = spec.id
+            limits = spec.limits
+            policy = spec.policy
+            owner = spec.plugin.manifest.owner
+            manifest = identity(spec.plugin.manifestPath)
+            executable = identity(spec.plugin.executablePath)
+            seal = spec.seal
+        }
     }
 
-    /// Starts the plugin in its sandbox, does `work`, and ends the plugin, whatever
-    /// happens; everything that happened is in `report`.
-    mutating func execute(_ work: Work, into report: inout HandleReport) {
-        let launched: LaunchedPlugin
-        do throws(HostError) {
-            launched = try launch()
-        } catch {
-            report.error = error
-            return
-        }
-        defer { launched.release() }
-        let (process, connection) = (launched.process, launched.connection)
-        bind(connection)
-        var launchMs: Double?
-        do {
-            try initialize(connection)
-            launchMs = MonotonicClock.milliseconds(from: start)
-            options.log?("[extrun] \(id) started in \(mode.rawValue) mode, handshake after \(launchMs ?? 0) ms")
-            try perform(work, connection, into: &report)
-            closeAndWait(process, connection, into: &report)
-        } catch {
-            fail(error, connection, into: &report)
+    let plugin: DiscoveredPlugin
+    let limits: EffectiveLimits
+    let policy: SandboxPolicy
+    let home: URL?
+    /// The current intent's `--verbose` lines (set by each intent that runs on the session).
+    var log: (@Sendable (String) -> Void)?
+    var id: String { plugin.manifest.id }
+    var mode: Mode { limits.mode }
+    /// Set by a source that looks sessions up (`PooledSessions`); nil for a one-shot session.
+    let key: Key?
+    /// Whether the session may stay up for another intent: its source keeps warm processes.
+    let keepsWarm: Bool
+    let process: PluginProcess
+    let connection: PluginConnection
+    let scratch: URL
+    let cgroup: CgroupRun?
+    /// When the launch began: the first intent's deadline counts from here.
+    let launchStart: UInt64
+    /// Intents run so far (the first one included).
+    var intents = 0
+    /// Whether another intent may run: the plugin declared `reusable` in its last
+    /// handshake, its source keeps warm processes, and nothing has gone wrong.
+    var isReusable = false
+    /// The plugin's answer to the last `initialize`: whether it takes `session` requests.
+    var lastHandshake: InitializeResult?
+    private var released = false
+    private var lastOwnPeak: (bytes: Int64?, at: UInt64) = (nil, 0)
+
+    private init(
+        spec: SessionSpec, key: Key?, keepsWarm: Bool, process: PluginProcess, connection: PluginConnection, scratch: URL,
+        cgroup: CgroupRun?, launchStart: UInt64
+    ) {
+        plugin = spec.plugin
+        limits = spec.limits
+        policy = spec.policy
+        home = spec.home
+        log = spec.log
+        self.key = key
+        self.keepsWarm = keepsWarm
+        self.process = process
+        self.connection = connection
+        self.scratch = scratch
+        self.cgroup = cgroup
+        self.launchStart = launchStart
+    }
+
+    /// Whether the process is still there to run an intent: it has not exited
+    /// (or been killed) since the last one.
+    var isAlive: Bool {
+        guard process.exit == nil, process.readEvents() else { return false }
+        return process.exit == nil && process.violation == nil
+    }
+
+    /// After the process ended: the evidence of what ended it goes in the report
+    /// (`attribute`), the exit's CPU and RSS in its metrics; the scratch directory
+    /// and the cgroup are removed.
+    func end(during phase: Phase, into report: inout HandleReport) {
+        attribute(during: phase, into: &report)
+        report.metrics = exitMetrics(wallMs: 0)
+        release()
+    }
+
+    /// Ends a process kept between intents: closes fd 3, waits the exit grace, kills what is left.
+    func close() {
+        guard !released else { return }
+        if process.exit == nil {
+            _ = connection.closeAndWait(deadline: MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000)
         }
         process.finish()
-        attribute(process, connection, into: &report)
-        var metrics = exitMetrics(process, wallMs: MonotonicClock.milliseconds(from: start))
-        metrics.launchMs = launchMs
-        // VmHWM, not getrusage's ru_maxrss, which Linux carries over from the process that exec'd the host.
-        metrics.hostPeakRSSBytes = MemorySampler.ownPeakRSS()
-        report.metrics = metrics
+        release()
     }
 
+    private func release() {
+        guard !released else { return }
+        released = true
+        cgroup?.remove()
+        ScratchDirectory.remove(scratch)
+    }
+
+    deinit {
+        if !released {
+            process.finish()
+            release()
+        }
+    }
+
+    // MARK: Metrics
+
     /// What an ended process used: CPU and peak RSS from its exit, peak private memory sampled.
-    func exitMetrics(_ process: PluginProcess, wallMs: Double) -> RunMetrics {
+    func exitMetrics(wallMs: Double) -> RunMetrics {
         var metrics = RunMetrics(wallMs: wallMs)
         if let exit = process.exit {
             // Without rusage (the plugin was killed with its namespace), the last sampled CPU time.
             metrics.cpuMs = exit.cpuMs > 0 ? exit.cpuMs : process.memory.lastCPUMs.rounded(toPlaces: 3)
             if exit.maxRSSBytes > 0 { metrics.peakRSSBytes = exit.maxRSSBytes }
         }
-        metrics.peakMemoryBytes = peakMemory(process)
+        metrics.peakMemoryBytes = peakMemory()
         return metrics
     }
 
-    /// A plugin process started in its sandbox, with its channel.
-    struct LaunchedPlugin {
-        let process: PluginProcess
-        let connection: PluginConnection
-        let scratch: URL
-        let cgroup: CgroupRun?
-
-        /// Removes the scratch directory and the cgroup, once the process has ended.
-        func release() {
-            cgroup?.remove()
-            ScratchDirectory.remove(scratch)
+    /// The host's VmHWM (not getrusage's ru_maxrss, which Linux carries over from the
+    /// process that exec'd the host), read at most every 50 ms: a warm intent can take
+    /// tens of microseconds.
+    func ownPeakRSS() -> Int64? {
+        let now = MonotonicClock.now()
+        if lastOwnPeak.bytes == nil || now &- lastOwnPeak.at > 50_000_000 {
+            lastOwnPeak = (MemorySampler.ownPeakRSS(), now)
         }
+        return lastOwnPeak.bytes
     }
+
+    // MARK: Launch
 
     /// Starts the plugin in its sandbox: the plugin's user and what it may reach, its
     /// scratch directory, the home hidden, the cgroup, the namespaces, seccomp and
-    /// rlimits (docs/sandbox.md). Every process a run starts goes through here, warm
-    /// ones included. The deadline counts from here.
-    mutating func launch() throws(HostError) -> LaunchedPlugin {
+    /// rlimits (docs/sandbox.md). Every process the host starts goes through here, warm
+    /// ones included. The first intent's deadline counts from here.
+    static func launch(_ spec: SessionSpec, key: Key? = nil, keepsWarm: Bool = false) throws(HostError) -> PluginSession {
+        let (plugin, limits, policy, home, id, mode) = (spec.plugin, spec.limits, spec.policy, spec.home, spec.id, spec.mode)
         let capabilities = SandboxCapabilities.current
         // What is exec'd, known first: its seccomp filters are built on another thread
         // while the launch is prepared. (Its error, if any, is thrown where it was before.)
-        let program = Result { () throws(HostError) in try launchProgram() }
+        let program = Result { () throws(HostError) in try launchProgram(plugin) }
         if policy.seccomp, case .success(let resolved) = program {
             SeccompFilters.prebuild(path: resolved.executable.path, notify: capabilities.seccompNotify, pidNamespace: policy.namespaces.pid)
         }
@@ -148,6 +193,7 @@ struct PluginRun {
         let scratch = try ScratchDirectory.create(owner: identity)
         if let home { HomeProtection.makeIfMissing(home) }
         let cgroupSupport = CgroupSupport.detectHere(configured: policy.cgroup)
+        var cgroup: CgroupRun?
         if case .available(let parent) = cgroupSupport {
             cgroup = CgroupRun(parent: parent, memoryBytes: limits.memoryBytes)
         }
@@ -155,17 +201,16 @@ struct PluginRun {
             policy: policy, limits: limits, capabilities: capabilities, cgroup: cgroup, identity: identity, home: home,
             pluginDirectory: plugin.directory, scratch: scratch, executable: plugin.executableURL)
 
-        start = MonotonicClock.now()
-        deadline.set(start: start, limits: limits)
+        let start = MonotonicClock.now()
         let process: PluginProcess
         do throws(HostError) {
-            process = try PluginProcess.launch(try launchSpec(scratch: scratch, program: program.get()), sandbox: sandbox)
+            process = try PluginProcess.launch(try launchSpec(spec, scratch: scratch, program: program.get()), sandbox: sandbox)
         } catch {
             cgroup?.remove()
             ScratchDirectory.remove(scratch)
             throw error
         }
-        if let log = options.log {
+        if let log = spec.log {
             log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)): \(ByteCount.format(limits.dataBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")) and \(ByteCount.format(limits.memoryFilesBytes)) of files in memory, deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
             log("[extrun] memory enforcement: RLIMIT_DATA; \(cgroup.map { "cgroup \($0.directory.path)" } ?? cgroupSupport.description)")
             log("[extrun] seccomp: \(policy.seccomp ? (capabilities.seccompNotify ? "on (forbidden calls reported by name)" : "on (forbidden calls kill with SIGSYS)") : "OFF (policy)"); no_new_privs; rlimits: \(policy.openFiles) files, \(policy.processes) processes, \(ByteCount.format(policy.fileSizeBytes)) per file, no core dumps")
@@ -173,87 +218,45 @@ struct PluginRun {
             for line in sandbox.describeProtection(active: process.activeNamespaces, home: home) { log("[extrun] \(line)") }
         }
         let connection = PluginConnection(process: process, limits: ConnectionLimits(policy: policy, mode: mode))
-        return LaunchedPlugin(process: process, connection: connection, scratch: scratch, cgroup: cgroup)
+        return PluginSession(
+            spec: spec, key: key, keepsWarm: keepsWarm, process: process, connection: connection, scratch: scratch, cgroup: cgroup,
+            launchStart: start)
     }
 
-    /// Points the connection's callbacks at this run: its log, its deadline (progress), its store services.
-    func bind(_ connection: PluginConnection) {
-        if let log = options.log {
-            let id = self.id
-            connection.onOutputLine = { isStdout, line in log("[\(id) \(isStdout ? "stdout" : "stderr")] \(line)") }
-        } else {
-            connection.onOutputLine = nil
-        }
-        connection.onNotification = { [log = options.log, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
-            if method == Method.log, let params, let entry = try? LogParams(jsonValue: params) {
-                log?("[\(id) log \(entry.level)] \(entry.message)")
-            } else if method == Method.progress {
-                let progress = params.flatMap { try? ProgressParams(jsonValue: $0) }
-                if mode == .extension, deadline.extend() {
-                    log?("[extrun] \(id) reported progress \(progress?.fraction.map { "\($0)" } ?? "") \(progress?.message ?? ""): deadline now \(deadline.currentMs) ms from launch")
-                }
-            }
-        }
-        if let services {
-            connection.onRequest = { method, params in services.answer(method, params) }
-        } else {
-            connection.onRequest = nil
-        }
+    static func launchSpec(_ spec: SessionSpec, scratch: URL, program: (executable: URL, arguments: [String])) -> LaunchSpec {
+        var environment: [String: String] = [
+            "PATH": Self.pluginSearchPath,
+            "HOME": scratch.path,
+            "TMPDIR": scratch.path,
+            ProtocolChannels.environmentVariable: "\(ProtocolChannels.hostToPlugin),\(ProtocolChannels.pluginToHost)",
+            "EXTRUN_MODE": spec.mode.rawValue,
+            "EXTRUN_PLUGIN_ID": spec.id,
+            "EXTRUN_PLUGIN_DIR": spec.plugin.directory.path,
+            // Swift's crash backtracer execs a helper program, which the sandbox forbids.
+            "SWIFT_BACKTRACE": "enable=no",
+        ]
+        let inherited = ProcessInfo.processInfo.environment
+        for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
+        return LaunchSpec(executable: program.executable, arguments: program.arguments, environment: environment, workingDirectory: scratch)
     }
 
-    /// The work of a session, after `initialize`.
-    mutating func perform(_ work: Work, _ connection: PluginConnection, into report: inout HandleReport) throws {
-        switch work {
-        case .handle(let parameters):
-            try handle(connection, parameters: parameters, into: &report)
-        case .options(let parameter, let parameters, let search):
-            phase = .options
-            report.options = try options(connection, parameter: parameter, parameters: parameters, search: search)
-        case .continueActivity(let activity, let interaction):
-            try continueActivity(connection, activity: activity, interaction: interaction, into: &report)
-        }
+    /// What is exec'd: the executable, links resolved, or the interpreter of a script
+    /// (found on the plugin's PATH). The file itself, links resolved: a staged plugin's
+    /// executable links into the build's products (through further links, such as
+    /// .build/debug); in the plugin's mount namespace only that file is bound back where
+    /// it is covered, not the links to it.
+    static func launchProgram(_ plugin: DiscoveredPlugin) throws(HostError) -> (executable: URL, arguments: [String]) {
+        let executable = SandboxSettings.resolved(plugin.executableURL.path).map { URL(fileURLWithPath: $0) } ?? plugin.executableURL
+        return try Shebang.resolve(executable: executable, arguments: plugin.manifest.arguments, searchPath: Self.pluginSearchPath)
     }
 
-    /// The normal end of a last session: close fd 3 and wait for the exit within the grace.
-    func closeAndWait(_ process: PluginProcess, _ connection: PluginConnection, into report: inout HandleReport) {
-        let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
-        if let failure = connection.closeAndWait(deadline: exitDeadline) {
-            switch failure {
-            case .protocolViolation, .overLimit:
-                report.response = nil
-                report.error = error(for: failure, connection: connection)
-            default:
-                options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
-            }
-        }
-    }
+    static let pluginSearchPath = "/usr/local/bin:/usr/bin:/bin"
 
-    /// A session that failed: past its deadline the plugin gets `cancel` and a grace;
-    /// the report gets the error.
-    func fail(_ error: any Error, _ connection: PluginConnection, into report: inout HandleReport) {
-        switch error {
-        case let failure as CallFailure:
-            // The time at the deadline, not after the grace below.
-            let elapsed = MonotonicClock.milliseconds(from: start)
-            if case .deadlineExpired = failure {
-                connection.stopReading()
-                connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)
-                let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
-                connection.flushOutbound(deadline: grace)
-                _ = connection.closeAndWait(deadline: grace)
-            }
-            report.error = self.error(for: failure, connection: connection, elapsedMs: elapsed)
-        case let error as HostError:
-            report.error = error
-        default:
-            report.error = HostError(.internalError, "\(error)")
-        }
-    }
+    // MARK: Evidence
 
-    /// After the process ended: a forbidden system call, or the memory cap, explains
     /// the failure whatever else happened.
-    func attribute(_ process: PluginProcess, _ connection: PluginConnection, into report: inout HandleReport) {
-        for call in process.denied { options.log?("[extrun] \(id) was refused \(call.description)") }
+    func attribute(during phase: Phase, into report: inout HandleReport) {
+        for call in process.denied { log?("[extrun] \(id) was refused \(call.description)") }
         if let violation = process.violation {
             report.response = nil
             report.responseIsSuccess = false
@@ -264,8 +267,8 @@ struct PluginRun {
         } else if let disk = process.diskBreach {
             report.response = nil
             report.responseIsSuccess = false
-            report.error = diskBreach(disk)
-        } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
+            report.error = diskBreach(disk, during: phase)
+        } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, during: phase) {
             report.error = breach
         }
         // Nothing of the run's may outlive it: its scratch directory goes now, and the report says if it could not.
@@ -279,7 +282,7 @@ struct PluginRun {
     }
 
     /// The scratch directory went past its quota (counted by the supervisor).
-    func diskBreach(_ disk: DiskBreach) -> HostError {
+    func diskBreach(_ disk: DiskBreach, during phase: Phase) -> HostError {
         let what =
             disk.tooDeep
             ? "nested folders deeper than 256"
@@ -295,14 +298,14 @@ struct PluginRun {
             ])
     }
 
-    func peakMemory(_ process: PluginProcess) -> Int64 {
+    func peakMemory() -> Int64 {
         max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes)
     }
 
     /// Whether the plugin's death is the memory cap's doing, from the evidence the
     /// host has: the cgroup's OOM kills, an allocation failure the plugin's runtime
     /// printed, or memory sampled close to the cap.
-    func memoryBreach(exit: ProcessExit, process: PluginProcess, connection: PluginConnection) -> HostError? {
+    func memoryBreach(exit: ProcessExit, during phase: Phase) -> HostError? {
         guard !exit.isClean else { return nil }
         var evidence: [String] = []
         if let cgroup, cgroup.oomKills > 0 { evidence.append("the kernel's OOM killer acted in its cgroup") }
@@ -313,7 +316,7 @@ struct PluginRun {
             evidence.append(
                 "it asked for \(ByteCount.format(refused.requestedBytes)) at once with \(ByteCount.format(refused.inUseBytes)) in use, past the \(ByteCount.format(limits.dataBytes)) of private memory its cap allows, and the kernel refused it")
         }
-        let peak = max(peakMemory(process), process.refusedAllocation?.inUseBytes ?? 0)
+        let peak = max(peakMemory(), process.refusedAllocation?.inUseBytes ?? 0)
         if Double(peak) >= 0.9 * Double(limits.dataBytes) {
             evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.dataBytes)) the cap leaves it (\(ByteCount.format(limits.memoryFilesBytes)) are for files in memory)")
         }
@@ -337,69 +340,22 @@ struct PluginRun {
             "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (peak measured \(ByteCount.format(peak)); \(evidence.joined(separator: "; "))) and \(exit.description); \(advice)",
             details: details)
     }
+}
 
-    func launchSpec(scratch: URL, program: (executable: URL, arguments: [String])) -> LaunchSpec {
-        var environment: [String: String] = [
-            "PATH": Self.pluginSearchPath,
-            "HOME": scratch.path,
-            "TMPDIR": scratch.path,
-            ProtocolChannels.environmentVariable: "\(ProtocolChannels.hostToPlugin),\(ProtocolChannels.pluginToHost)",
-            "EXTRUN_MODE": mode.rawValue,
-            "EXTRUN_PLUGIN_ID": id,
-            "EXTRUN_PLUGIN_DIR": plugin.directory.path,
-            // Swift's crash backtracer execs a helper program, which the sandbox forbids.
-            "SWIFT_BACKTRACE": "enable=no",
-        ]
-        let inherited = ProcessInfo.processInfo.environment
-        for name in PluginEnvironment.inherited { if let value = inherited[name] { environment[name] = value } }
-        return LaunchSpec(executable: program.executable, arguments: program.arguments, environment: environment, workingDirectory: scratch)
+/// Lines runtimes print when an allocation fails (under RLIMIT_DATA, malloc returns NULL).
+enum MemoryFailureText {
+    static let patterns = [
+        "could not allocate memory", "cannot allocate memory", "out of memory", "memoryerror", "bad_alloc",
+        "failed to allocate", "allocation failed",
+    ]
+
+    static func matches(_ line: String) -> Bool {
+        let lower = line.lowercased()
+        return patterns.contains { lower.contains($0) }
     }
+}
 
-    /// What is exec'd: the executable, links resolved, or the interpreter of a script
-    /// (found on the plugin's PATH). The file itself, links resolved: a staged plugin's
-    /// executable links into the build's products (through further links, such as
-    /// .build/debug); in the plugin's mount namespace only that file is bound back where
-    /// it is covered, not the links to it.
-    func launchProgram() throws(HostError) -> (executable: URL, arguments: [String]) {
-        let executable = SandboxSettings.resolved(plugin.executableURL.path).map { URL(fileURLWithPath: $0) } ?? plugin.executableURL
-        return try Shebang.resolve(executable: executable, arguments: plugin.manifest.arguments, searchPath: Self.pluginSearchPath)
-    }
-
-    static let pluginSearchPath = "/usr/local/bin:/usr/bin:/bin"
-
-    // MARK: Reporting
-
-    func error(for failure: CallFailure, connection: PluginConnection, elapsedMs: Double? = nil) -> HostError {
-        let stderrTail = connection.stderr.lastLines(20)
-        var details: [String: JSONValue] = ["phase": .string(phase.rawValue)]
-        if !stderrTail.isEmpty { details["stderr"] = .array(stderrTail.map { .string($0) }) }
-        switch failure {
-        case .deadlineExpired:
-            let elapsed = elapsedMs ?? MonotonicClock.milliseconds(from: start)
-            let deadlineMs = deadline.currentMs
-            details["deadlineMs"] = .int(Int64(deadlineMs))
-            details["elapsedMs"] = .double(elapsed)
-            details["mode"] = .string(mode.rawValue)
-            return HostError(
-                .timeout,
-                "\(id) did not answer \(phase.rawValue) within its deadline of \(deadlineMs) ms in \(mode.rawValue) mode (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel and, after a grace of up to \(policy.cancelGraceMs) ms, killed with every process it started",
-                details: details)
-        case .protocolViolation(let what):
-            return HostError(.protocolError, "\(id) broke the protocol during \(phase.rawValue): \(what)", details: details)
-        case .overLimit(let breach):
-            details.merge(breach.details) { _, new in new }
-            return HostError(
-                .protocolError, "\(id) went over a limit of the host during \(phase.rawValue): \(breach.what); it was stopped", details: details)
-        case .exited(let exit):
-            switch exit.termination {
-            case .exited(let code): details["exitStatus"] = .int(Int64(code))
-            case .signaled(let signal):
-                details["signal"] = .int(Int64(signal))
-                details["signalName"] = .string(signalName(signal))
-            }
-            var message = "\(id) \(exit.description) during \(phase.rawValue), before it answered"
-            if let last = stderrTail.last { message += "; last stderr line: \(last)" }
-            return HostError(.pluginCrashed, message, details: details)
-        }
-    }
+enum PluginEnvironment {
+    /// Variables a plugin inherits from the host's environment; everything else is scrubbed.
+    static let inherited = ["LANG", "LC_ALL", "LC_CTYPE", "TZ"]
 }

@@ -1,180 +1,105 @@
 import ExtrunProtocol
 import Foundation
-import ExtrunStore
+import Synchronization
 
-/// One plugin process that may run several sessions, one after another (warm
-/// reuse, docs/protocol.md §15). It reuses PluginRun's session code (initialize,
-/// resolve, confirm, handle, the error reports); what differs from
-/// `PluginRun.execute` is only that the process is not ended after a session
-/// when the plugin declared `"reusable": true` and the session ended with a
-/// response.
+/// Plugin processes kept warm between intents (docs/protocol.md §15): a plugin that
+/// declares `"reusable": true` in its handshake runs the next intent for the same
+/// plugin, mode, limits, policy and signature in the same process, without a new
+/// launch. A process that is not reusable, or whose intent failed, ends with its
+/// intent, as a one-shot session does. `PluginPool` (`extrun batch`) and
+/// `Host.phrase` take their sessions from here.
 ///
-/// Not thread-safe: `PluginPool` uses it from one thread at a time.
-final class WarmProcess {
-    /// What must be equal for an intent to run in this process.
-    struct Key: Equatable {
-        var manifestPath: String
-        var pluginID: String
-        var limits: EffectiveLimits
-        var policy: SandboxPolicy
-        var owner: String
-        /// The manifest's and the executable's versions: a plugin reinstalled or edited
-        /// while the pool runs gets a new process, not the old one.
-        var manifest: FileIdentity?
-        var executable: FileIdentity?
-        /// What the plugin's signature proved when the process was started: a process started
-        /// unsigned (or signed by another key) runs the code it read then, which the signature
-        /// found later did not cover (a file rewritten in place, its modification time set back).
-        var seal: PluginSeal?
-    }
-
-    let key: Key
-    let process: PluginProcess
-    let connection: PluginConnection
-    let scratch: URL
-    let cgroup: CgroupRun?
+/// Several threads may take sessions at once: each intent in flight has a process of
+/// its own (a warm one when one is idle, else a new one). A process runs one intent
+/// at a time: one in use is in no list, the thread running its intent holds it.
+final class PooledSessions: SessionSource, Sendable {
+    /// The most idle processes kept; the least recently used one is ended beyond it.
+    let maxIdle: Int
     /// How long a wait for a warm plugin's answer reads without sleeping first (PluginConnection.spinNs).
     static let spinNs: UInt64 = 50_000
-    /// Sessions run so far (the first one included).
-    private(set) var sessions = 0
-    /// Whether another session may start: the plugin declared `reusable` in its
-    /// last handshake and nothing has gone wrong.
-    private(set) var isReusable = false
-    /// The first session's run: its deadline counts from the launch.
-    private var launchStart: UInt64
-    /// The plugin's answer to the last `initialize`: whether it takes `session` requests.
-    private var lastHandshake: InitializeResult?
+    /// How old a plugin file's identity (`stat`) may be when a warm process is looked up.
+    static let fileIdentityMaxAgeNs: UInt64 = 10_000_000
 
-    private init(key: Key, process: PluginProcess, connection: PluginConnection, scratch: URL, cgroup: CgroupRun?, launchStart: UInt64) {
-        self.key = key
-        self.process = process
-        self.connection = connection
-        self.scratch = scratch
-        self.cgroup = cgroup
-        self.launchStart = launchStart
+    private struct State: @unchecked Sendable {
+        var launches = 0
+        var reuses = 0
+        /// Processes waiting for an intent, least recently used first.
+        var idle: [PluginSession] = []
+        /// The plugins' manifests' and executables' identities, looked at again when
+        /// older than `fileIdentityMaxAgeNs`.
+        var identities: [String: (identity: FileIdentity?, at: UInt64)] = [:]
     }
 
-    static func key(for run: PluginRun, identity: (String) -> FileIdentity? = { FileIdentity(path: $0) }) -> Key {
-        Key(
-            manifestPath: run.plugin.manifestPath, pluginID: run.id, limits: run.limits, policy: run.policy,
-            owner: run.plugin.manifest.owner, manifest: identity(run.plugin.manifestPath),
-            executable: identity(run.plugin.executablePath), seal: run.services?.seal)
+    private let state = Mutex(State())
+
+    init(maxIdle: Int) {
+        self.maxIdle = max(0, maxIdle)
     }
 
-    /// Starts the plugin for `run` in its sandbox, with `PluginRun.launch`, as every run does.
-    static func launch(for run: inout PluginRun) throws(HostError) -> WarmProcess {
-        let launched = try run.launch()
-        run.options.log?("[extrun] \(run.id): a warm process (reused while the plugin allows it; docs/protocol.md §15)")
-        return WarmProcess(
-            key: key(for: run), process: launched.process, connection: launched.connection, scratch: launched.scratch,
-            cgroup: launched.cgroup, launchStart: run.start)
-    }
+    deinit { close() }
 
-    /// Whether the process is still there to run a session: it has not exited
-    /// (or been killed) since the last one.
-    var isAlive: Bool {
-        guard process.exit == nil, process.readEvents() else { return false }
-        return process.exit == nil && process.violation == nil
-    }
+    /// How many plugin processes were started, and how many intents ran in an already running one.
+    var launches: Int { state.withLock { $0.launches } }
+    var reuses: Int { state.withLock { $0.reuses } }
+    /// The number of processes waiting for another intent.
+    var idleCount: Int { state.withLock { $0.idle.count } }
 
-    /// Runs one session (initialize, then `work`) for `run`. After it the process
-    /// is either ready for another session (`isReusable`) or ended.
-    func session(_ run: inout PluginRun, _ work: PluginRun.Work, into report: inout HandleReport) {
-        let first = sessions == 0
-        sessions += 1
-        run.cgroup = cgroup
-        // The first session's budget counts from the launch, a later one's from its initialize.
-        run.start = first ? launchStart : MonotonicClock.now()
-        run.deadline.set(start: run.start, limits: run.limits)
-        run.bind(connection)
-        connection.spinNs = Self.spinNs
-        isReusable = false
-        var launchMs: Double?
-        var ended = false
-        do {
-            let handshake: InitializeResult
-            if let last = lastHandshake, last.session == true, case .handle = work {
-                // A later session in one `session` request: no initialize (docs/protocol.md §15);
-                // the last handshake's declarations hold.
-                handshake = last
-                run.sessionRequest = true
-                run.options.log?("[extrun] \(run.id) session \(sessions) in \(run.mode.rawValue) mode, in one session request")
-            } else {
-                handshake = try run.initialize(connection)
-                lastHandshake = handshake
-                launchMs = MonotonicClock.milliseconds(from: run.start)
-                run.options.log?("[extrun] \(run.id) session \(sessions) in \(run.mode.rawValue) mode, handshake after \(launchMs ?? 0) ms\(handshake.reusable == true ? " (reusable)" : "")")
-            }
-            try run.perform(work, connection, into: &report)
-            if handshake.reusable == true, report.error == nil {
-                isReusable = true
-            } else {
-                run.closeAndWait(process, connection, into: &report)
-                process.finish()
-                ended = true
-            }
-        } catch {
-            run.fail(error, connection, into: &report)
-        }
-        if !isReusable {
-            if !ended { process.finish() }
-            end(run, report: &report)
-        }
-        var metrics = report.metrics ?? RunMetrics(wallMs: 0)
-        metrics.wallMs = MonotonicClock.milliseconds(from: run.start)
-        metrics.launchMs = launchMs
-        if isReusable {
-            // The process lives on: its peak so far (the cap counts the whole life).
-            metrics.peakMemoryBytes = run.peakMemory(process)
-        }
-        metrics.hostPeakRSSBytes = ownPeakRSS()
-        report.metrics = metrics
-    }
-
-    private var lastOwnPeak: (bytes: Int64?, at: UInt64) = (nil, 0)
-
-    /// The host's VmHWM, read at most every 50 ms (a warm session can take tens of microseconds).
-    private func ownPeakRSS() -> Int64? {
+    func session(for spec: SessionSpec) throws(HostError) -> PluginSession {
         let now = MonotonicClock.now()
-        if lastOwnPeak.bytes == nil || now &- lastOwnPeak.at > 50_000_000 {
-            lastOwnPeak = (MemorySampler.ownPeakRSS(), now)
+        let key = PluginSession.Key(spec) { path in fileIdentity(path, now: now) }
+        while true {
+            let candidate = state.withLock { state -> PluginSession? in
+                guard let index = state.idle.lastIndex(where: { $0.key == key }) else { return nil }
+                return state.idle.remove(at: index)
+            }
+            guard let candidate else { break }
+            if candidate.isAlive {
+                state.withLock { $0.reuses += 1 }
+                return candidate
+            }
+            // It ended between intents (the plugin exited or was killed): start afresh.
+            spec.log?("[extrun] \(spec.id)'s warm process ended while idle; starting a new one")
+            candidate.close()
         }
-        return lastOwnPeak.bytes
+        // Keyed by the files as they are now (a fresh `stat`), not as last looked at.
+        let session = try PluginSession.launch(spec, key: PluginSession.Key(spec), keepsWarm: true)
+        session.connection.spinNs = Self.spinNs
+        spec.log?("[extrun] \(spec.id): a warm process (reused while the plugin allows it; docs/protocol.md §15)")
+        state.withLock { $0.launches += 1 }
+        return session
     }
 
-    /// Ends a process that is kept between sessions: closes fd 3, waits the exit grace, kills what is left.
+    func finished(_ session: PluginSession) {
+        guard session.isReusable else { return }
+        let surplus = state.withLock { state -> [PluginSession] in
+            state.idle.append(session)
+            let extra = max(0, state.idle.count - maxIdle)
+            defer { state.idle.removeFirst(extra) }
+            return Array(state.idle.prefix(extra))
+        }
+        for process in surplus { process.close() }
+    }
+
+    /// A plugin file's identity (device, inode, size, modification time), from a `stat`
+    /// at most `fileIdentityMaxAgeNs` old: a plugin reinstalled while the pool runs gets
+    /// a new process for the intents that start 10 ms after the new files are in place.
+    /// (Two stats per intent were a tenth of a warm intent's host time.)
+    private func fileIdentity(_ path: String, now: UInt64) -> FileIdentity? {
+        if let known = state.withLock({ $0.identities[path] }), now &- known.at <= Self.fileIdentityMaxAgeNs { return known.identity }
+        let identity = FileIdentity(path: path)
+        state.withLock { state in
+            if state.identities.count > 256 { state.identities.removeAll() }
+            state.identities[path] = (identity, now)
+        }
+        return identity
+    }
+
+    /// Ends every idle process (closes its channel, waits its exit grace).
     func close() {
-        guard !released else { return }
-        if process.exit == nil {
-            _ = connection.closeAndWait(deadline: MonotonicClock.now() + UInt64(key.policy.exitGraceMs) * 1_000_000)
+        let all = state.withLock { state in
+            defer { state.idle.removeAll() }
+            return state.idle
         }
-        process.finish()
-        release()
-    }
-
-    // MARK: Private
-
-    /// After the process ended: a forbidden system call or the memory cap explains
-    /// the failure, as in `PluginRun.execute`; the exit's CPU and RSS go in the metrics.
-    private func end(_ run: PluginRun, report: inout HandleReport) {
-        run.attribute(process, connection, into: &report)
-        report.metrics = run.exitMetrics(process, wallMs: 0)
-        release()
-    }
-
-    private var released = false
-
-    private func release() {
-        guard !released else { return }
-        released = true
-        cgroup?.remove()
-        ScratchDirectory.remove(scratch)
-    }
-
-    deinit {
-        if !released {
-            process.finish()
-            release()
-        }
+        for session in all { session.close() }
     }
 }

@@ -56,13 +56,13 @@ final class StoreServices {
         }
     }
 
-    /// Where the store comes from when the host already opens one (the donation log's,
-    /// a pool's): one connection per process and home. Nil: opened here, on first use.
+    /// Where the store comes from when the intent has one being opened (`PendingStore`).
+    /// Nil: taken from `StoreConnections` on first use (one connection per process and home).
     var storeSource: (() throws -> Store)?
 
     private func openStore() throws -> Store {
         if let store { return store }
-        let opened = try storeSource?() ?? Store(home: home)
+        let opened = try storeSource?() ?? StoreConnections.store(home: home)
         store = opened
         return opened
     }

@@ -113,4 +113,15 @@ struct ExamplesThroughHostTests {
         #expect(result.json["response"]?["properties"]?["details"] == "Anne Johnson, Engineer, anne@example.com. Note: Ask about the launch.")
         #expect(result.json["response"]?["properties"]?["person"]?["identifier"] == "anne")
     }
+
+    @Test("OrderSoup by phrase: the slot's options and the intent run in one process (the Swift SDK declares reuse)")
+    func phraseReusesTheProcess() throws {
+        let result = try extrun(["phrase", "--yes", "--no-input", "--verbose", "Order clam chowder in Soup Chef"])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.json["response"]?["properties"]?["soup"]?["identifier"] == "clam_chowder", "\(result)")
+        let lines = result.stderr.split(separator: "\n")
+        // One launch (its limits are logged once per process), and the intent as the process's second session.
+        #expect(lines.filter { $0.hasPrefix("[extrun] limits (") }.count == 1, "\(result.stderr)")
+        #expect(lines.contains { $0.contains("com.example.soupchef session 2 in extension mode") }, "\(result.stderr)")
+    }
 }

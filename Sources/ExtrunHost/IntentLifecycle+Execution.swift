@@ -1,0 +1,190 @@
+import ExtrunProtocol
+import Foundation
+
+/// An intent's lifecycle run over a plugin session: one path for every session,
+/// a new process's or a warm one's (docs/architecture.md).
+extension IntentLifecycle {
+    /// Takes a session from `sessions`, runs `work` on it and hands it back (a pool keeps
+    /// it for the next intent when it may); everything that happened is in `report`.
+    mutating func execute(_ work: Work, from sessions: any SessionSource, into report: inout HandleReport) {
+        let session: PluginSession
+        do throws(HostError) {
+            session = try sessions.session(for: sessionSpec)
+        } catch {
+            report.error = error
+            return
+        }
+        run(work, on: session, into: &report)
+        sessions.finished(session)
+    }
+
+    /// Runs one intent (initialize, then `work`) on `session`. After it the process is
+    /// either ready for another intent (`session.isReusable`: its source keeps warm
+    /// processes, the plugin declared `reusable`, nothing went wrong) or ended, its
+    /// evidence and exit metrics in the report.
+    mutating func run(_ work: Work, on session: PluginSession, into report: inout HandleReport) {
+        let (process, connection) = (session.process, session.connection)
+        let first = session.intents == 0
+        session.intents += 1
+        // The first intent's budget counts from the launch, a later one's from its initialize.
+        start = first ? session.launchStart : MonotonicClock.now()
+        deadline.set(start: start, limits: limits)
+        session.log = options.log
+        bind(connection)
+        session.isReusable = false
+        var launchMs: Double?
+        var ended = false
+        do {
+            let handshake: InitializeResult
+            if let last = session.lastHandshake, last.session == true, case .handle = work {
+                // A later intent in one `session` request: no initialize (docs/protocol.md §15);
+                // the last handshake's declarations hold.
+                handshake = last
+                sessionRequest = true
+                options.log?("[extrun] \(id) session \(session.intents) in \(mode.rawValue) mode, in one session request")
+            } else {
+                handshake = try initialize(connection)
+                session.lastHandshake = handshake
+                launchMs = MonotonicClock.milliseconds(from: start)
+                if session.keepsWarm {
+                    options.log?("[extrun] \(id) session \(session.intents) in \(mode.rawValue) mode, handshake after \(launchMs ?? 0) ms\(handshake.reusable == true ? " (reusable)" : "")")
+                } else {
+                    options.log?("[extrun] \(id) started in \(mode.rawValue) mode, handshake after \(launchMs ?? 0) ms")
+                }
+            }
+            try perform(work, connection, into: &report)
+            if session.keepsWarm, handshake.reusable == true, report.error == nil {
+                session.isReusable = true
+            } else {
+                closeAndWait(connection, into: &report)
+                process.finish()
+                ended = true
+            }
+        } catch {
+            fail(error, connection, into: &report)
+        }
+        if !session.isReusable {
+            if !ended { process.finish() }
+            session.end(during: phase, into: &report)
+        }
+        var metrics = report.metrics ?? RunMetrics(wallMs: 0)
+        metrics.wallMs = MonotonicClock.milliseconds(from: start)
+        metrics.launchMs = launchMs
+        if session.isReusable {
+            // The process lives on: its peak so far (the cap counts the whole life).
+            metrics.peakMemoryBytes = session.peakMemory()
+        }
+        metrics.hostPeakRSSBytes = session.ownPeakRSS()
+        report.metrics = metrics
+    }
+
+    /// Points the connection's callbacks at this run: its log, its deadline (progress), its store services.
+    func bind(_ connection: PluginConnection) {
+        if let log = options.log {
+            let id = self.id
+            connection.onOutputLine = { isStdout, line in log("[\(id) \(isStdout ? "stdout" : "stderr")] \(line)") }
+        } else {
+            connection.onOutputLine = nil
+        }
+        connection.onNotification = { [log = options.log, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
+            if method == Method.log, let params, let entry = try? LogParams(jsonValue: params) {
+                log?("[\(id) log \(entry.level)] \(entry.message)")
+            } else if method == Method.progress {
+                let progress = params.flatMap { try? ProgressParams(jsonValue: $0) }
+                if mode == .extension, deadline.extend() {
+                    log?("[extrun] \(id) reported progress \(progress?.fraction.map { "\($0)" } ?? "") \(progress?.message ?? ""): deadline now \(deadline.currentMs) ms from launch")
+                }
+            }
+        }
+        if let services {
+            connection.onRequest = { method, params in services.answer(method, params) }
+        } else {
+            connection.onRequest = nil
+        }
+    }
+
+    /// The work of an intent, after `initialize`.
+    mutating func perform(_ work: Work, _ connection: PluginConnection, into report: inout HandleReport) throws {
+        switch work {
+        case .handle(let parameters):
+            try handle(connection, parameters: parameters, into: &report)
+        case .options(let parameter, let parameters, let search):
+            phase = .options
+            report.options = try options(connection, parameter: parameter, parameters: parameters, search: search)
+        case .continueActivity(let activity, let interaction):
+            try continueActivity(connection, activity: activity, interaction: interaction, into: &report)
+        }
+    }
+
+    /// The normal end of a session's last intent: close fd 3 and wait for the exit within the grace.
+    func closeAndWait(_ connection: PluginConnection, into report: inout HandleReport) {
+        let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
+        if let failure = connection.closeAndWait(deadline: exitDeadline) {
+            switch failure {
+            case .protocolViolation, .overLimit:
+                report.response = nil
+                report.error = error(for: failure, connection: connection)
+            default:
+                options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
+            }
+        }
+    }
+
+    /// A session that failed: past its deadline the plugin gets `cancel` and a grace;
+    /// the report gets the error.
+    func fail(_ error: any Error, _ connection: PluginConnection, into report: inout HandleReport) {
+        switch error {
+        case let failure as CallFailure:
+            // The time at the deadline, not after the grace below.
+            let elapsed = MonotonicClock.milliseconds(from: start)
+            if case .deadlineExpired = failure {
+                connection.stopReading()
+                connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)
+                let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
+                connection.flushOutbound(deadline: grace)
+                _ = connection.closeAndWait(deadline: grace)
+            }
+            report.error = self.error(for: failure, connection: connection, elapsedMs: elapsed)
+        case let error as HostError:
+            report.error = error
+        default:
+            report.error = HostError(.internalError, "\(error)")
+        }
+    }
+
+    // MARK: Reporting
+
+    func error(for failure: CallFailure, connection: PluginConnection, elapsedMs: Double? = nil) -> HostError {
+        let stderrTail = connection.stderr.lastLines(20)
+        var details: [String: JSONValue] = ["phase": .string(phase.rawValue)]
+        if !stderrTail.isEmpty { details["stderr"] = .array(stderrTail.map { .string($0) }) }
+        switch failure {
+        case .deadlineExpired:
+            let elapsed = elapsedMs ?? MonotonicClock.milliseconds(from: start)
+            let deadlineMs = deadline.currentMs
+            details["deadlineMs"] = .int(Int64(deadlineMs))
+            details["elapsedMs"] = .double(elapsed)
+            details["mode"] = .string(mode.rawValue)
+            return HostError(
+                .timeout,
+                "\(id) did not answer \(phase.rawValue) within its deadline of \(deadlineMs) ms in \(mode.rawValue) mode (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel and, after a grace of up to \(policy.cancelGraceMs) ms, killed with every process it started",
+                details: details)
+        case .protocolViolation(let what):
+            return HostError(.protocolError, "\(id) broke the protocol during \(phase.rawValue): \(what)", details: details)
+        case .overLimit(let breach):
+            details.merge(breach.details) { _, new in new }
+            return HostError(
+                .protocolError, "\(id) went over a limit of the host during \(phase.rawValue): \(breach.what); it was stopped", details: details)
+        case .exited(let exit):
+            switch exit.termination {
+            case .exited(let code): details["exitStatus"] = .int(Int64(code))
+            case .signaled(let signal):
+                details["signal"] = .int(Int64(signal))
+                details["signalName"] = .string(signalName(signal))
+            }
+            var message = "\(id) \(exit.description) during \(phase.rawValue), before it answered"
+            if let last = stderrTail.last { message += "; last stderr line: \(last)" }
+            return HostError(.pluginCrashed, message, details: details)
+        }
+    }
+}

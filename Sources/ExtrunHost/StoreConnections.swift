@@ -1,0 +1,89 @@
+import ExtrunStore
+import Foundation
+import Synchronization
+
+/// An owner's store for one intent, from `StoreConnections`. When donations are on and
+/// this process has not opened the store yet (a cold `extrun handle`), it is opened on
+/// another thread while the plugin runs: a process start of its own (opening SQLite,
+/// reading the owner's key) the caller need not wait for. Otherwise it is taken on
+/// first use. The plugin's store services and the donation share it.
+final class PendingStore: @unchecked Sendable {
+    // Written once by the opening thread before `done` is signalled, read after `wait`;
+    // `taken` only by the intent's own thread.
+    private var result: Result<Store, any Error> = .failure(CancellationError())
+    private let done: DispatchSemaphore?
+    private var taken: Store?
+    private let home: URL
+
+    init(home: URL, owner: String, openAhead: Bool) {
+        self.home = home
+        guard openAhead, !StoreConnections.isOpen(home: home) else {
+            done = nil
+            return
+        }
+        let done = DispatchSemaphore(value: 0)
+        self.done = done
+        Thread.detachNewThread { [self] in
+            result = Result {
+                let store = try StoreConnections.store(home: home)
+                try store.donations(of: owner).prepare()
+                return store
+            }
+            done.signal()
+        }
+    }
+
+    /// The store, or why it could not be opened (waits for the opening thread; any number of times).
+    func get() throws -> Store {
+        if let done {
+            done.wait()
+            done.signal()
+            return try result.get()
+        }
+        if let taken { return taken }
+        let store = try StoreConnections.store(home: home)
+        taken = store
+        return store
+    }
+}
+
+/// The one place store connections are kept: the stores this process opened, one per
+/// home, kept open for the process's life. Every intent's store services and donation
+/// (`Host.handle`, a pool's, a phrase's) take their connection from here: the next
+/// intent of the process reuses it, and none is closed
+/// on the way out (a close cost `extrun handle` a checkpoint, an fsync and Foundation's
+/// notification machinery: milliseconds per run). A store whose file was replaced
+/// (another inode) is opened again. Opened without a checkpoint at close, for when one is
+/// replaced: the write-ahead log is left for a later connection (docs/store.md).
+enum StoreConnections {
+    private static let cache = Mutex<[String: (store: Store, file: FileIdentity, used: UInt64)]>([:])
+    /// The most homes kept open (a test process goes through hundreds of homes; a host, one).
+    static let maxOpen = 4
+
+    /// Whether a connection to the store of `home` is kept (not checking the file).
+    static func isOpen(home: URL) -> Bool {
+        cache.withLock { $0[home.path] != nil }
+    }
+
+    static func store(home: URL) throws -> Store {
+        let key = home.path
+        let identity = FileIdentity(path: key + "/store.sqlite")
+        let now = MonotonicClock.now()
+        let hit = cache.withLock { cache -> Store? in
+            guard let identity, var cached = cache[key], cached.file.isSameFile(as: identity) else { return nil }
+            cached.used = now
+            cache[key] = cached
+            return cached.store
+        }
+        if let hit { return hit }
+        let store = try Store(home: home, checkpointOnClose: false)
+        if let opened = FileIdentity(path: store.databasePath) {
+            cache.withLock { cache in
+                cache[key] = (store, opened, now)
+                // The least recently used beyond the limit: closed once its last user lets go.
+                while cache.count > maxOpen, let oldest = cache.min(by: { $0.value.used < $1.value.used })?.key { cache[oldest] = nil }
+            }
+        }
+        return store
+    }
+}
