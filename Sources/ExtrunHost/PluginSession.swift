@@ -187,7 +187,7 @@ final class PluginSession {
         if policy.seccomp, case .success(let resolved) = program {
             SeccompFilters.prebuild(path: resolved.executable.path, notify: capabilities.seccompNotify, pidNamespace: policy.namespaces.pid)
         }
-        let identity = try PluginIdentity.resolve(policy: policy)
+        let identity = try PluginCredentials.resolve(policy: policy)
         try identity.checkAccess(
             toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: id)
         let scratch = try ScratchDirectory.create(owner: identity)

@@ -10,8 +10,9 @@ import Glibc
 /// under an unprivileged uid and gid with no supplementary groups (the
 /// policy's `pluginUser`; by default `extrun-plugin`, else `nobody`). When the
 /// host is not root, the plugin keeps the host's uid and relies on the
-/// namespaces and the filter (docs/sandbox.md, "Privileges").
-struct PluginIdentity: Sendable, Equatable {
+/// namespaces and the filter (docs/sandbox.md, "Privileges"). Not to be confused
+/// with ExtrunProtocol's `PluginIdentity`, the id and version a plugin gives in its handshake.
+struct PluginCredentials: Sendable, Equatable {
     /// Whether the plugin's process changes uid and gid (the host is root).
     var dropsPrivileges: Bool
     var uid: uid_t
@@ -57,13 +58,13 @@ struct PluginIdentity: Sendable, Equatable {
         }
     }
 
-    static func resolve(policy: SandboxPolicy, hostIsRoot: Bool = geteuid() == 0) throws(HostError) -> PluginIdentity {
+    static func resolve(policy: SandboxPolicy, hostIsRoot: Bool = geteuid() == 0) throws(HostError) -> PluginCredentials {
         guard hostIsRoot else {
-            return PluginIdentity(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: PluginUser.name(of: geteuid()))
+            return PluginCredentials(dropsPrivileges: false, uid: geteuid(), gid: getegid(), name: PluginUser.name(of: geteuid()))
         }
         if !policy.namespaces.pid && policy.pluginUidRange.count > 0 {
             let lease = try PluginUidLease.take(from: policy.pluginUidRange)
-            return PluginIdentity(dropsPrivileges: true, uid: lease.uid, gid: lease.uid, name: nil, lease: lease)
+            return PluginCredentials(dropsPrivileges: true, uid: lease.uid, gid: lease.uid, name: nil, lease: lease)
         }
         if let configured = policy.pluginUser {
             guard let identity = PluginUser.lookUp(configured) else {
@@ -100,17 +101,17 @@ enum PluginUser {
     }
 
     /// A user name, `uid` or `uid:gid`, resolved; nil if there is no such user (or it is root).
-    static func lookUp(_ value: String) -> PluginIdentity? {
+    static func lookUp(_ value: String) -> PluginCredentials? {
         guard problem(with: value) == nil else { return nil }
         let parts = value.split(separator: ":")
         if let uid = UInt32(parts[0]) {
             let entry = passwordEntry(uid: uid)
             let gid = parts.count == 2 ? UInt32(parts[1]) : entry?.gid
             guard let gid, uid != 0, gid != 0 else { return nil }
-            return PluginIdentity(dropsPrivileges: true, uid: uid, gid: gid, name: entry?.name)
+            return PluginCredentials(dropsPrivileges: true, uid: uid, gid: gid, name: entry?.name)
         }
         guard let entry = passwordEntry(name: value), entry.uid != 0, entry.gid != 0 else { return nil }
-        return PluginIdentity(dropsPrivileges: true, uid: entry.uid, gid: entry.gid, name: value)
+        return PluginCredentials(dropsPrivileges: true, uid: entry.uid, gid: entry.gid, name: value)
     }
 
     static func name(of uid: uid_t) -> String? { passwordEntry(uid: uid)?.name }
@@ -171,7 +172,7 @@ enum PathAccess {
     /// The outermost folder above `directory` (resolved) that `identity` cannot
     /// enter, when the sandbox may cover it with a tmpfs and bind `directory`
     /// back: not `/` and nothing holding the system's programs (`/usr`).
-    static func coverableAncestor(of directory: String, identity: PluginIdentity) -> String? {
+    static func coverableAncestor(of directory: String, identity: PluginCredentials) -> String? {
         guard identity.dropsPrivileges,
             let blocked = firstBlocked(directory, uid: identity.uid, gid: identity.gid, wanted: "x"),
             directory.hasPrefix(blocked.path + "/"), blocked.path != "/", !"/usr/bin".hasPrefix(blocked.path + "/")
@@ -186,7 +187,7 @@ enum PathAccess {
     }
 
     /// "/a/b has mode 700 and belongs to uid 0, so extrun-plugin (uid 999) cannot enter it"
-    static func explain(_ blocked: Blocked, identity: PluginIdentity) -> String {
+    static func explain(_ blocked: Blocked, identity: PluginCredentials) -> String {
         let who = "\(identity.name ?? "uid \(identity.uid)") (uid \(identity.uid))"
         let verb = blocked.wanted == "x" ? "enter" : blocked.wanted.contains("x") ? "execute" : blocked.wanted.contains("w") ? "write into" : "read"
         let fix = blocked.wanted == "x" ? "chmod o+x '\(blocked.path)'" : "chmod o+\(blocked.wanted) '\(blocked.path)'"

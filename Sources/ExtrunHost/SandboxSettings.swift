@@ -27,7 +27,7 @@ struct SandboxSettings {
     var pidMax = 0
     var cgroupProcsFD: Int32 = -1
     /// Who the plugin runs as.
-    var identity: PluginIdentity
+    var identity: PluginCredentials
     /// With a mount namespace: the folders to hide (`$EXTRUN_HOME` and the
     /// scratch directory's parent, resolved; none inside another), and the
     /// folders under them the plugin needs (its own, its scratch directory).
@@ -78,7 +78,7 @@ struct SandboxSettings {
 
     init(
         policy: SandboxPolicy, limits effective: EffectiveLimits, capabilities: SandboxCapabilities, cgroup: CgroupRun?,
-        identity: PluginIdentity, home: URL?, pluginDirectory: URL?, scratch: URL?, executable: URL?
+        identity: PluginCredentials, home: URL?, pluginDirectory: URL?, scratch: URL?, executable: URL?
     ) {
         // No defaults: every launch says which user the plugin runs as and what it must not see.
         self.identity = identity

@@ -9,7 +9,7 @@ import Glibc
 enum ScratchDirectory {
     /// A new directory (mode 700) under `$TMPDIR` (or /tmp) that belongs to the
     /// plugin's user: when the host is root, it is handed over to the plugin's uid and gid.
-    static func create(owner: PluginIdentity? = nil) throws(HostError) -> URL {
+    static func create(owner: PluginCredentials? = nil) throws(HostError) -> URL {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array("\(base)/extrun-run-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else {
