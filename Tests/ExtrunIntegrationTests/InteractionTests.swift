@@ -38,6 +38,7 @@ final class ScriptedPrompter: Prompter, Sendable {
         try FileManager.default.copyItem(
             at: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/soupshop.py"), to: script)
         _ = chmod(script.path, 0o755)
+        try Fixture.copyPythonModule(into: plugin)
         let manifest = PluginManifest(
             id: "test.soupshop", version: "1", owner: "TESTTEAM", executable: "soupshop.py",
             intents: [
