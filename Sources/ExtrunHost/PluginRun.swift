@@ -163,7 +163,7 @@ struct PluginRun {
         } catch {
             cgroup?.remove()
             ScratchDirectory.remove(scratch)
-            throw error
+            throw diedLoading(error)
         }
         if let log = options.log {
             log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)): \(ByteCount.format(limits.dataBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")) and \(ByteCount.format(limits.memoryFilesBytes)) of files in memory, deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
@@ -194,7 +194,22 @@ struct PluginRun {
                 }
             }
         }
-        if let services {
+        if let services, let log = options.log {
+            // --verbose: each host-service request, its outcome and its time.
+            let id = self.id
+            connection.onRequest = { method, params in
+                let started = MonotonicClock.now()
+                let answer = services.answer(method, params)
+                let name = params?["name"]?.stringValue ?? params?["bookmark"]?.stringValue ?? params?["intent"]?.stringValue
+                let outcome: String
+                switch answer {
+                case .success: outcome = "answered"
+                case .failure(let error): outcome = "refused (\(error.data?["kind"]?.stringValue ?? "code \(error.code)"))"
+                }
+                log("[extrun] \(id) asked \(method)\(name.map { " '\($0)'" } ?? ""): \(outcome) in \(MonotonicClock.milliseconds(from: started)) ms")
+                return answer
+            }
+        } else if let services {
             connection.onRequest = { method, params in services.answer(method, params) }
         } else {
             connection.onRequest = nil
@@ -268,6 +283,11 @@ struct PluginRun {
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
             report.error = breach
         }
+        // An error answer (the Python module prints the handler's traceback first): the end of stderr, as for a crash.
+        if let kind = report.error?.kind, kind == .pluginError || kind == .protocolError, report.error?.details["stderr"] == nil {
+            let tail = connection.stderr.lastLines(20)
+            if !tail.isEmpty { report.error?.details["stderr"] = .array(tail.map { .string($0) }) }
+        }
         // Nothing of the run's may outlive it: its scratch directory goes now, and the report says if it could not.
         if let left = process.removeScratch() {
             if report.error == nil {
@@ -317,13 +337,9 @@ struct PluginRun {
         if Double(peak) >= 0.9 * Double(limits.dataBytes) {
             evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.dataBytes)) the cap leaves it (\(ByteCount.format(limits.memoryFilesBytes)) are for files in memory)")
         }
+        let image = phase == .launch ? imageEvidence() : nil
+        if let image { evidence.append(image.text) }
         guard !evidence.isEmpty else { return nil }
-        let maximum = policy.limits(for: mode).maxMemoryBytes
-        var advice = "use less memory"
-        if limits.memoryBytes < maximum {
-            advice += ", ask for more in the manifest (limits.\(mode.rawValue).memoryBytes, at most \(ByteCount.format(maximum)) under this policy)"
-        }
-        if mode == .extension && plugin.manifest.modes.contains(.inApp) { advice += ", or run it in in-app mode (--mode in-app)" }
         var details: [String: JSONValue] = [
             "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(peak), "mode": .string(mode.rawValue),
             "phase": .string(phase.rawValue), "evidence": .array(evidence.map { .string($0) }),
@@ -334,8 +350,44 @@ struct PluginRun {
         }
         return HostError(
             .memoryLimitExceeded,
-            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (peak measured \(ByteCount.format(peak)); \(evidence.joined(separator: "; "))) and \(exit.description); \(advice)",
+            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (peak measured \(ByteCount.format(peak)); \(evidence.joined(separator: "; "))) and \(exit.description); \(memoryAdvice)\(image != nil ? ExecutableImage.linkingAdvice : "")",
             details: details)
+    }
+
+    /// What to do about a memory cap that is too small.
+    var memoryAdvice: String {
+        let maximum = policy.limits(for: mode).maxMemoryBytes
+        var advice = "use less memory"
+        if limits.memoryBytes < maximum {
+            advice += ", ask for more in the manifest (limits.\(mode.rawValue).memoryBytes, at most \(ByteCount.format(maximum)) under this policy)"
+        }
+        if mode == .extension && plugin.manifest.modes.contains(.inApp) { advice += ", or run it in in-app mode (--mode in-app)" }
+        return advice
+    }
+
+    /// The program's own image needs most of the cap before its first instruction (a Swift
+    /// plugin linked with --static-swift-stdlib, a C program with a large static array).
+    func imageEvidence() -> (text: String, bytes: Int64)? {
+        guard let program = try? launchProgram().executable.path, let bytes = ExecutableImage.writableBytes(atPath: program),
+            Double(bytes) >= 0.9 * Double(limits.dataBytes)
+        else { return nil }
+        return (
+            "the writable segments of \(program) (.data, .bss and the data the loader relocates) take \(ByteCount.format(bytes)) of private memory before it runs, "
+                + (bytes >= limits.dataBytes ? "more than" : "most of") + " the \(ByteCount.format(limits.dataBytes)) the cap leaves it",
+            bytes
+        )
+    }
+
+    /// A plugin that died inside execve, before its first instruction, for want of memory to load its image.
+    func diedLoading(_ error: HostError) -> HostError {
+        guard error.details["diedAtStart"] != nil, let image = imageEvidence() else { return error }
+        return HostError(
+            .memoryLimitExceeded,
+            "\(id) could not start under its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode: \(image.text), so the kernel could not load it (\(error.message)); \(memoryAdvice)\(ExecutableImage.linkingAdvice)",
+            details: [
+                "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(image.bytes), "mode": .string(mode.rawValue),
+                "phase": .string(Phase.launch.rawValue), "evidence": .array([.string(image.text)]),
+            ])
     }
 
     func launchSpec(scratch: URL, program: (executable: URL, arguments: [String])) -> LaunchSpec {

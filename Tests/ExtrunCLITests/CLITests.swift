@@ -303,6 +303,26 @@ struct CLITests {
         #expect(!result.stderr.isEmpty)
     }
 
+    @Test("--timeout without a unit is refused, naming both readings (it was 2 ms)", arguments: ["handle", "batch", "continue"])
+    func timeoutNeedsAUnit(command: String) throws {
+        let result = try cli.run([command, "--timeout", "2", "x.json"])
+        #expect(result.status == 64, "\(result)")
+        #expect(result.stderr.contains("--timeout '2' has no unit: write 2s (seconds) or 2ms (milliseconds)"), "\(result.stderr)")
+        #expect(result.stdout.isEmpty)
+    }
+
+    @Test("--verbose shows each phase with its time, and each host-service request")
+    func verbosePhases() throws {
+        let result = try cli.run(["handle", "--verbose", "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 0, "\(result)")
+        for phase in ["initialize: answered in ", "resolve 'text': success in ", "confirm: ready in ", "handle: success in "] {
+            #expect(result.stderr.contains("[extrun] com.example.uppercase \(phase)"), "\(phase): \(result.stderr)")
+        }
+        #expect(result.stderr.contains(" ms from launch)"))
+        let counted = try cli.run(["handle", "--verbose", "Examples/intents/increment-global-variable.json"])
+        #expect(counted.stderr.contains("[extrun] com.example.globalvariables asked globals.get '"), "\(counted.stderr)")
+    }
+
     @Test("handle --timeout: a plugin that does not answer in time is a timeout, exit 8")
     func timeoutOption() throws {
         let (cli, plugins) = try codesCLI()

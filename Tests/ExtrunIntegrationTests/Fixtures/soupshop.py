@@ -52,9 +52,9 @@ class OrderSoup(extrun.Intent):
 
     def options(self, name, values, search, context):
         items = [extrun.option(i["identifier"], i["title"], soup_value(i), subtitle=i["subtitle"]) for i in MENU]
-        if search:
+        if search:  # a plain, exact filter: `extrun phrase` must not depend on it
             s = search.lower()
-            items = [i for i in items if s in i["title"].lower() or s in i["identifier"]] or items
+            items = [i for i in items if s in i["title"].lower() or s in i["identifier"]]
         return [extrun.section(items, title="Today's menu")]
 
     def handle(self, values, context):
