@@ -326,9 +326,6 @@ struct PrivilegeSandboxTests {
         }
         let script = folder.appendingPathComponent("hostile.py")
         try FileManager.default.moveItem(at: script, to: real.appendingPathComponent("hostile.py"))
-        // Python finds its modules beside the file the link leads to.
-        try FileManager.default.moveItem(
-            at: folder.appendingPathComponent("extrun_plugin.py"), to: real.appendingPathComponent("extrun_plugin.py"))
         try FileManager.default.createSymbolicLink(at: script, withDestinationURL: products.appendingPathComponent("hostile.py"))
         let (report, log) = setup.run("WhoAmI")
         #expect(report.response?.code == "success", "\(String(describing: report.error)) \(log)")
