@@ -8,7 +8,8 @@ struct Plugins: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the plugins on the plugin path, the intents they handle and whose they proved to be; sign and verify them.",
         discussion: """
-            Searches the directories of EXTRUN_PLUGIN_PATH, then $EXTRUN_HOME/plugins. \
+            Searches the directories of EXTRUN_PLUGIN_PATH, then $EXTRUN_HOME/plugins, then \
+            PREFIX/share/extrun/plugins when this is PREFIX/bin/extrun. \
             Manifests that cannot be read, missing executables, and intents or activity \
             types claimed by two plugins are listed as problems; the exit status is then 11 (configurationError).
             Each plugin's signature is shown: "verified owner OWNER" (it gets OWNER's data), \
