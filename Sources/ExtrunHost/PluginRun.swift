@@ -350,7 +350,7 @@ struct PluginRun {
         }
         return HostError(
             .memoryLimitExceeded,
-            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (peak measured \(ByteCount.format(peak)); \(evidence.joined(separator: "; "))) and \(exit.description); \(memoryAdvice)\(image != nil ? ExecutableImage.linkingAdvice : "")",
+            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (\(peak > 0 ? "peak measured \(ByteCount.format(peak)); " : "")\(evidence.joined(separator: "; "))) and \(exit.description); \(memoryAdvice)\(image != nil ? ExecutableImage.linkingAdvice : "")",
             details: details)
     }
 
