@@ -389,7 +389,7 @@ public struct ConformanceCheck {
         for intent in plugin.manifest.intents {
             for mode in plugin.manifest.modes {
                 let name = "intent \(intent.name) (\(mode.rawValue))"
-                let result = host.handle(Self.invocation(for: intent, mode: mode), options: handleOptions(mode: mode))
+                let result = host.handle(derivedInvocation(for: intent, mode: mode, host: host), options: handleOptions(mode: mode))
                 if let error = result.error {
                     switch error.kind {
                     case .invalidIntent:
@@ -428,7 +428,7 @@ public struct ConformanceCheck {
         let pool = PluginPool(host: hostForPlugin(plugin), maxIdleProcesses: 1)
         defer { pool.close() }
         let mode = plugin.manifest.defaultMode
-        let invocation = Self.invocation(for: intent, mode: mode)
+        let invocation = derivedInvocation(for: intent, mode: mode, host: hostForPlugin(plugin))
         var reports: [HandleReport] = []
         for _ in 0..<3 { reports.append(pool.handle(invocation, options: handleOptions(mode: mode))) }
         let declared = handshake.session == true ? "reusable and session" : "reusable"
@@ -451,6 +451,19 @@ public struct ConformanceCheck {
     }
 
     // MARK: Values
+
+    /// `invocation(for:mode:)`, with the plugin's own first option for each parameter with
+    /// dynamic options (asked as `extrun options` asks): a custom value it will recognize.
+    func derivedInvocation(for intent: IntentDefinition, mode: Mode, host: Host) -> IntentInvocation {
+        var invocation = Self.invocation(for: intent, mode: mode)
+        for parameter in intent.parameters where parameter.dynamicOptions && parameter.default == nil {
+            let answer = host.options(invocation, parameter: parameter.name, search: nil, options: handleOptions(mode: mode))
+            if let value = answer.options?.sections.first(where: { !$0.items.isEmpty })?.items.first?.value {
+                invocation.parameters[parameter.name] = parameter.multiple ? .array([value]) : value
+            }
+        }
+        return invocation
+    }
 
     /// An invocation of `intent` with a value for each parameter from its manifest entry: none
     /// where it has a default (the host fills it in), the first case of an enum, and a plain

@@ -24,7 +24,7 @@ struct PluginsCheck: ParsableCommand {
               cancel          after cancel and the end of fd 3 during a handle, it is gone \
             within the cancel grace (500 ms)
               intent X (M)    each intent, in each mode, with values from the manifest (its \
-            defaults, an enum's first case): any answer the protocol allows passes (a response, \
+            defaults, an enum's first case, its own first dynamic option): any answer the protocol allows passes (a response, \
             a value asked for, an error of its own); a crash, a protocol error, a timeout, a \
             sandbox violation or the memory cap fails
               reuse           when the handshake declares reusable (and session), three runs \
