@@ -94,6 +94,8 @@ import Testing
         ("big-at-rest", "memory at rest", "over half before any intent's data"),
         ("wrong-identity", "handshake", "it introduced itself as 'com.example.someone-else'"),
         ("lying-session", "reuse", "declares reusable and session; BrokenEcho run again in the same process: protocolError"),
+        // Gone after one session: noticed as the next session starts, or as a second launch.
+        ("reusable-exits", "reuse", "declares reusable"),
     ])
     func aBrokenPluginFailsNamingTheCheckAndTheReason(fixture: String, check: String, reason: String) throws {
         var cli = try CLI()

@@ -2,7 +2,8 @@
 """A plugin that breaks one rule of docs/protocol.md, named by its first argument,
 for `extrun plugins check` to catch (PluginCheckCLITests). Plain framing, no SDK:
 each fixture folder links its plugin.py here and names the fault in its manifest's
-"arguments". Faults: slow-cancel, big-at-rest, wrong-identity, lying-session, none."""
+"arguments". Faults: slow-cancel, big-at-rest, wrong-identity, lying-session,
+reusable-exits, none."""
 import json
 import os
 import sys
@@ -42,8 +43,9 @@ def answer(method, params):
         result = {"protocolVersion": 1, "plugin": {"id": PLUGIN_ID, "version": "1.0.0"}, "intents": ["BrokenEcho"]}
         if FAULT == "wrong-identity":
             result["plugin"]["id"] = "com.example.someone-else"
-        if FAULT == "lying-session":
+        if FAULT in ("lying-session", "reusable-exits"):
             result["reusable"] = True
+        if FAULT == "lying-session":
             result["session"] = True  # ...but it does not answer `session` (below)
         return {"result": result}
     if method == "resolve":
@@ -62,3 +64,5 @@ def answer(method, params):
 for message in frames():
     if "id" in message and "method" in message:
         send({"jsonrpc": "2.0", "id": message["id"], **answer(message["method"], message.get("params") or {})})
+        if FAULT == "reusable-exits" and message["method"] == "handle":
+            sys.exit(0)  # declared reusable, yet gone after one session
