@@ -11,23 +11,23 @@ struct PluginsCheck: ParsableCommand {
             Runs the plugin in DIR out of process, in the real sandbox and with its mode's \
             limits (extension when it supports it; the manifest's limits and \
             $EXTRUN_HOME/policy.json apply), and checks, in order:
-              manifest        it fits docs/schemas/manifest.schema.json (unknown fields too: \
+            - manifest: it fits docs/schemas/manifest.schema.json (unknown fields too: \
             the host would ignore a misspelled one) and the host's rules; each problem as \
             manifest.json:LINE:COLUMN
-              executable      it exists and the plugin's user can run it
-              signature       when signed, the signature holds (an unsigned plugin passes)
-              handshake       initialize is answered with the manifest's id and every intent
-              memory at rest  after the handshake it holds at most half of the private memory \
+            - executable: it exists and the plugin's user can run it
+            - signature: when signed, the signature holds (an unsigned plugin passes)
+            - handshake: initialize is answered with the manifest's id and every intent
+            - memory at rest: after the handshake it holds at most half of the private memory \
             its cap leaves it
-              unknown method  a method it does not know is answered with -32601
-              end of input    it exits with 0 when fd 3 ends
-              cancel          after cancel and the end of fd 3 during a handle, it is gone \
+            - unknown method: a method it does not know is answered with -32601
+            - end of input: it exits with 0 when fd 3 ends
+            - cancel: after cancel and the end of fd 3 during a handle, it is gone \
             within the cancel grace (500 ms)
-              intent X (M)    each intent, in each mode, with values from the manifest (its \
+            - intent X (M): each intent, in each mode, with values from the manifest (its \
             defaults, an enum's first case, its own first dynamic option): any answer the protocol allows passes (a response, \
             a value asked for, an error of its own); a crash, a protocol error, a timeout, a \
             sandbox violation or the memory cap fails
-              reuse           when the handshake declares reusable (and session), three runs \
+            - reuse: when the handshake declares reusable (and session), three runs \
             share one process
 
             Exit status: 0 when every check passed, 1 when one failed (the report names each), \
