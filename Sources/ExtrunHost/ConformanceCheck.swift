@@ -76,7 +76,9 @@ public struct ConformanceCheck {
     public func run(directory: URL) -> ConformanceReport {
         let directory = directory.standardizedFileURL
         var report = ConformanceReport(directory: directory.path)
-        guard let plugin = checkManifest(directory, into: &report) else { return report }
+        let plugin = checkManifest(directory, into: &report)
+        checkDefinitions(directory, manifest: plugin?.manifest, into: &report)
+        guard let plugin else { return report }
         report.plugin = plugin.manifest.id
         report.version = plugin.manifest.version
         guard checkExecutable(plugin, into: &report), checkSignature(plugin, into: &report) else { return report }
@@ -137,6 +139,48 @@ public struct ConformanceCheck {
                     : "\(problems.count) problem\(problems.count == 1 ? "" : "s") (docs/plugin-guide.md, section 2)",
                 problems: problems))
         return plugin
+    }
+
+    /// A definition file beside the manifest (`intents.json`, docs/definitions.md): it fits
+    /// docs/schemas/definitions.schema.json and extrun-intentgen's checks, and the manifest is
+    /// the one it generates (a manifest left from an older definition would disagree with the code).
+    func checkDefinitions(_ directory: URL, manifest: PluginManifest?, into report: inout ConformanceReport) {
+        let path = directory.appendingPathComponent("intents.json").path
+        guard let data = FileManager.default.contents(atPath: path) else { return }
+        var problems: [String] = []
+        do {
+            let document = try JSONNodeParser.parse(data)
+            let schema = try JSONSchema(data: Data(BundledSchema.definitions.text.utf8))
+            problems += schema.validate(document).map { "intents.json:\($0)" }
+        } catch let error as JSONSyntaxError {
+            problems.append("intents.json:\(error.location): not valid JSON: \(error.message)")
+        } catch {
+            problems.append("intents.json: \(error)")
+        }
+        var generated: PluginManifest?
+        do throws(DefinitionError) {
+            generated = try DefinitionFile.parse(data, path: "intents.json").manifest(executable: manifest?.executable)
+        } catch {
+            // The reader's own findings, where the schema did not already point.
+            let seen = Set(problems.compactMap { $0.split(separator: ":").prefix(3).joined(separator: ":") })
+            for diagnostic in error.diagnostics {
+                let position = diagnostic.location.map { "intents.json:\($0.line):\($0.column)" } ?? "intents.json"
+                if !seen.contains(position) || diagnostic.location == nil {
+                    problems.append("\(position): \(diagnostic.path.isEmpty ? "" : "\(diagnostic.path): ")\(diagnostic.message)")
+                }
+            }
+        }
+        if problems.isEmpty, let generated, let manifest, generated != manifest {
+            problems.append(
+                "manifest.json is not the manifest intents.json generates: generate it again (extrun-intentgen manifest intents.json -o manifest.json)")
+        }
+        report.results.append(
+            ConformanceResult(
+                name: "intents.json", outcome: problems.isEmpty ? .pass : .fail,
+                summary: problems.isEmpty
+                    ? "fits docs/schemas/\(BundledSchema.definitions.fileName) and extrun-intentgen's checks, and generates this manifest"
+                    : "\(problems.count) problem\(problems.count == 1 ? "" : "s") (docs/definitions.md)",
+                problems: problems))
     }
 
     /// The executable exists, is executable, and the plugin's user reaches it as the sandbox will.

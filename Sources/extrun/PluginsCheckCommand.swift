@@ -14,6 +14,9 @@ struct PluginsCheck: ParsableCommand {
             - manifest: it fits docs/schemas/manifest.schema.json (unknown fields too: \
             the host would ignore a misspelled one) and the host's rules; each problem as \
             manifest.json:LINE:COLUMN
+            - intents.json: when DIR holds a definition file, it fits \
+            docs/schemas/definitions.schema.json and extrun-intentgen's rules, and manifest.json \
+            is the manifest it generates
             - executable: it exists and the plugin's user can run it
             - signature: when signed, the signature holds (an unsigned plugin passes)
             - handshake: initialize is answered with the manifest's id and every intent

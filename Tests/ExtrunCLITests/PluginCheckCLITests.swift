@@ -116,6 +116,37 @@ import Testing
         }
     }
 
+    /// An author's folder with its definition file: checked against the definitions schema and
+    /// extrun-intentgen's rules, and the manifest must be the one it generates.
+    @Test func aDefinitionFileBesideTheManifestIsChecked() throws {
+        let cli = try CLI()
+        let work = try TempDirectory("check")
+        let folder = work.url.appendingPathComponent("MakeUppercase")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let staged = try StagedPlugins.directory().appendingPathComponent("MakeUppercase")
+        try FileManager.default.copyItem(at: staged.appendingPathComponent("manifest.json"), to: folder.appendingPathComponent("manifest.json"))
+        let executable = try FileManager.default.destinationOfSymbolicLink(atPath: staged.appendingPathComponent("MakeUppercase").path)
+        try FileManager.default.createSymbolicLink(atPath: folder.appendingPathComponent("MakeUppercase").path, withDestinationPath: executable)
+        let definition = try String(
+            contentsOf: StagedPlugins.packageRoot.appendingPathComponent("Examples/MakeUppercase/intents.json"), encoding: .utf8)
+        func check(_ text: String) throws -> (CLIResult, [String: JSONValue]) {
+            try Data(text.utf8).write(to: folder.appendingPathComponent("intents.json"))
+            return try Self.check(folder, cli)
+        }
+        let (fits, fitsReport) = try check(definition)
+        #expect(fits.status == 0, "\(fits)")
+        #expect(Self.summary(of: "intents.json", in: fitsReport).contains("generates this manifest"), "\(fits)")
+
+        let (typo, typoReport) = try check(definition.replacingOccurrences(of: "\"parameters\"", with: "\"paramters\""))
+        #expect(typo.status == 1, "\(typo)")
+        #expect(Self.failed(typoReport) == ["intents.json"])
+        #expect(Self.summary(of: "intents.json", in: typoReport).contains("unknown field 'paramters' (did you mean 'parameters'?)"), "\(typo)")
+
+        let (stale, staleReport) = try check(definition.replacingOccurrences(of: "\"1.0.0\"", with: "\"1.1.0\""))
+        #expect(stale.status == 1, "\(stale)")
+        #expect(Self.summary(of: "intents.json", in: staleReport).contains("is not the manifest intents.json generates"), "\(stale)")
+    }
+
     @Test func aFolderWithoutAPluginIsAConfigurationError() throws {
         let cli = try CLI()
         let empty = try TempDirectory("check")
