@@ -87,10 +87,7 @@ public struct PluginInstaller: Sendable {
                 details: ["file": .string(destination.path)])
         }
 
-        let incoming = pluginsDirectory.appendingPathComponent(".incoming", isDirectory: true)
-        if mkdir(incoming.path, 0o755) != 0 && errno != EEXIST {
-            throw HostError(.internalError, "cannot make \(incoming.path): \(String(cString: strerror(errno)))")
-        }
+        let incoming = try Self.incomingFolder(in: pluginsDirectory)
         let staging = try Self.temporaryFolder(in: incoming, name: manifest.id)
         var stagingLeft = true
         defer {
@@ -145,10 +142,7 @@ public struct PluginInstaller: Sendable {
         let folder = try installedFolder(of: id)
         let lock = try InstallLock(directory: pluginsDirectory)
         defer { lock.release() }
-        let incoming = pluginsDirectory.appendingPathComponent(".incoming", isDirectory: true)
-        if mkdir(incoming.path, 0o755) != 0 && errno != EEXIST {
-            throw HostError(.internalError, "cannot make \(incoming.path): \(String(cString: strerror(errno)))")
-        }
+        let incoming = try Self.incomingFolder(in: pluginsDirectory)
         defer { rmdir(incoming.path) }
         let removed = try Self.temporaryFolder(in: incoming, name: id + ".removed")
         // Out of the catalog's sight in one step, then deleted.
@@ -255,6 +249,19 @@ public struct PluginInstaller: Sendable {
         if mkdir(pluginsDirectory.path, 0o755) != 0 && errno != EEXIST {
             throw HostError(.internalError, "cannot make \(pluginsDirectory.path): \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// `plugins/.incoming`, made if missing. Called with the install lock held: whatever is
+    /// in it was left by an install or removal that was killed midway, and goes now.
+    static func incomingFolder(in plugins: URL) throws(HostError) -> URL {
+        let incoming = plugins.appendingPathComponent(".incoming", isDirectory: true)
+        if mkdir(incoming.path, 0o755) != 0 && errno != EEXIST {
+            throw HostError(.internalError, "cannot make \(incoming.path): \(String(cString: strerror(errno)))")
+        }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: incoming.path)) ?? [] {
+            try? FileManager.default.removeItem(at: incoming.appendingPathComponent(name))
+        }
+        return incoming
     }
 
     /// A new empty folder `<name>.XXXXXX` in `parent`.

@@ -62,6 +62,19 @@ import Glibc
         #expect(listed.stdout.contains(folder), "\(listed)")
     }
 
+    @Test func whatAKilledInstallLeftIsRemovedByTheNext() throws {
+        let work = try TempDirectory("install")
+        let source = try Self.pythonPlugin(in: work, name: "mine", id: "com.test.whisper", intent: "WhisperText")
+        var cli = try CLI()
+        cli.pluginPath = []
+        let left = cli.home.url.appendingPathComponent("plugins/.incoming/com.test.whisper.Ab12Cd")
+        try FileManager.default.createDirectory(at: left, withIntermediateDirectories: true)
+        try Data("{}".utf8).write(to: left.appendingPathComponent("manifest.json"))
+        let installed = try cli.run(["plugins", "install", source.path])
+        #expect(installed.status == 0, "\(installed)")
+        #expect(Self.installedEntries(cli) == ["com.test.whisper"])
+    }
+
     @Test func secondInstallNeedsReplaceAndReplaceUpdates() throws {
         let work = try TempDirectory("install")
         let first = try Self.pythonPlugin(in: work, name: "v1", id: "com.test.whisper", intent: "WhisperText")
