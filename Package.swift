@@ -6,6 +6,7 @@
 //   ExtrunProtocol  ← ExtrunHost ← extrun (the CLI)
 //   CExtrunLinux    ← ExtrunHost                     (the supervisor, seccomp, rlimits: C)
 //   CExtrunStoreShims ← ExtrunStore                  (openat2, renameat2, statx: C)
+//   ExtrunDefinitions ← ExtrunHost                   (JSON Schemas for `extrun plugins check`)
 //   ExtrunStore     ← ExtrunHost                     (owners' keys, sealed globals and bookmarks: GRDB + swift-crypto)
 //
 // ExtrunProtocol has no I/O: wire messages, framing, manifests, versions.
@@ -42,7 +43,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore"]),
+        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
         .executableTarget(
             name: "extrun",
             dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -91,7 +92,7 @@ let package = Package(
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
         .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK"]),
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore"]),
-        .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"]),
+        .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),

@@ -80,3 +80,26 @@ build_debug() {
   "$ROOT/Scripts/stage-plugins" "$BIN_DIR" "$STAGED_PLUGINS"
   touch "$STAMP"
 }
+
+# The scripts' own Python environment (never the system Python's packages): a venv in
+# .build/python-venv with the packages the tests use, made or completed on first need.
+# Prints the venv's python. Today: jsonschema, the reference validator SchemaTests holds
+# extrun's own JSON Schema validator against (docs/schemas/README.md).
+PYTHON_TEST_PACKAGES=(jsonschema==4.26.0)
+ensure_python_venv() {
+  local venv="$ROOT/.build/python-venv"
+  local stamp="$venv/.extrun-packages"
+  if [ ! -x "$venv/bin/python" ] || [ "$(readlink -f "$venv/bin/python")" != "$(readlink -f /usr/bin/python3)" ] ||
+    [ "$(cat "$stamp" 2>/dev/null)" != "${PYTHON_TEST_PACKAGES[*]}" ]; then
+    ensure_packages python3-venv
+    log "Setting up $venv (${PYTHON_TEST_PACKAGES[*]})"
+    # On Debian's python3, which every user can run (the tests run again as extrun-test;
+    # a python3 found first on root's PATH, such as pyenv's under /root, is not theirs).
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${PYTHON_TEST_PACKAGES[@]}" >&2
+    printf '%s' "${PYTHON_TEST_PACKAGES[*]}" > "$stamp"
+    chmod -R o+rX "$venv"
+  fi
+  printf '%s\n' "$venv/bin/python"
+}

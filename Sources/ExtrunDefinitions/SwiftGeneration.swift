@@ -459,6 +459,8 @@ final class SwiftGenerator {
                     let type = g.parameterType(parameter, intent)
                     g.line("/// The possible values of \(parameter.name), narrowed by what the person typed (`search`).")
                     g.line("func provide\(upper)Options(for intent: \(intentType), search: String?, context: IntentContext) async throws -> [\(type.element)]")
+                    g.line("/// The same values in titled sections. The default: one untitled section of `provide\(upper)Options`.")
+                    g.line("func provide\(upper)OptionSections(for intent: \(intentType), search: String?, context: IntentContext) async throws -> [(title: String?, values: [\(type.element)])]")
                 }
             }
             g.line("/// Whether the intent can go ahead: `.ready` (the default), or the final response.")
@@ -489,6 +491,14 @@ final class SwiftGenerator {
                     } else {
                         g.line("return \(parameter.required ? ".needsValue" : ".notRequired")")
                     }
+                }
+                g.line()
+            }
+            for parameter in intent.parameters where parameter.dynamicOptions {
+                let upper = SwiftNames.upperFirst(parameter.name)
+                let type = g.parameterType(parameter, intent)
+                g.block("func provide\(upper)OptionSections(for intent: \(intentType), search: String?, context: IntentContext) async throws -> [(title: String?, values: [\(type.element)])]") { g in
+                    g.line("[(title: nil, values: try await provide\(upper)Options(for: intent, search: search, context: context))]")
                 }
                 g.line()
             }
@@ -554,8 +564,8 @@ final class SwiftGenerator {
                     for parameter in intent.parameters where parameter.dynamicOptions {
                         let type = g.parameterType(parameter, intent)
                         g.line("case \(g.literal(parameter.name)):")
-                        g.line("    let values = try await handler.provide\(SwiftNames.upperFirst(parameter.name))Options(for: request.parameters, search: search, context: request.context)")
-                        g.line("    return OptionsResult(items: values.map { \(g.optionItem(type.value, "$0")) })")
+                        g.line("    let sections = try await handler.provide\(SwiftNames.upperFirst(parameter.name))OptionSections(for: request.parameters, search: search, context: request.context)")
+                        g.line("    return OptionsResult(sections: sections.map { section in OptionsSection(title: section.title, items: section.values.map { \(g.optionItem(type.value, "$0")) }) })")
                     }
                     g.line("default:")
                     g.line("    return OptionsResult(sections: [])")

@@ -176,6 +176,10 @@ public struct HandleReport: Sendable, Equatable {
         if let error {
             lines.append("\(head.isEmpty ? "extrun" : head): error \(error.kind.rawValue)")
             lines.append("  \(error.message)")
+            // A disambiguation's candidates (or a phrase's), one a line: what to pass in the intent file.
+            if error.details["resolution"] != nil, let choices = error.details["options"]?.arrayValue {
+                for choice in choices { lines.append("    - \(TextFormat.describeChoice(choice))") }
+            }
         }
         if let appLaunch { lines.append("  app not launched: \(appLaunch)") }
         if let metrics {
@@ -198,6 +202,14 @@ enum TextFormat {
         case .array(let items): "[" + items.map(describe).joined(separator: ", ") + "]"
         default: String(decoding: (try? JSONCoding.encoder().encode(value)) ?? Data(), as: UTF8.self)
         }
+    }
+
+    /// A candidate value: a custom type's title and identifier, else the value itself (as JSON when not a string).
+    static func describeChoice(_ value: JSONValue) -> String {
+        if case .object(let fields) = value, let title = fields["title"]?.stringValue {
+            return fields["identifier"] != nil ? "\(title)  \(describe(value))" : title
+        }
+        return describe(value)
     }
 
     static func ms(_ value: Double) -> String { String(format: "%.1f ms", value) }

@@ -96,7 +96,22 @@ extension IntentLifecycle {
                 }
             }
         }
-        if let services {
+        if let services, let log = options.log {
+            // --verbose: each host-service request, its outcome and its time.
+            let id = self.id
+            connection.onRequest = { method, params in
+                let started = MonotonicClock.now()
+                let answer = services.answer(method, params)
+                let name = params?["name"]?.stringValue ?? params?["bookmark"]?.stringValue ?? params?["intent"]?.stringValue
+                let outcome: String
+                switch answer {
+                case .success: outcome = "answered"
+                case .failure(let error): outcome = "refused (\(error.data?["kind"]?.stringValue ?? "code \(error.code)"))"
+                }
+                log("[extrun] \(id) asked \(method)\(name.map { " '\($0)'" } ?? ""): \(outcome) in \(MonotonicClock.milliseconds(from: started)) ms")
+                return answer
+            }
+        } else if let services {
             connection.onRequest = { method, params in services.answer(method, params) }
         } else {
             connection.onRequest = nil

@@ -370,7 +370,21 @@ extension IntentLifecycle {
 
     func call(_ connection: PluginConnection, _ method: String, _ params: JSONValue) throws -> JSONValue {
         let deadline = self.deadline
-        switch connection.call(method, params, deadline: { deadline.instant }) {
+        let sent = MonotonicClock.now()
+        let outcome = connection.call(method, params, deadline: { deadline.instant })
+        if let log = options.log {
+            // --verbose: each phase's request with its time (plugin-guide.md, "Testing a plugin").
+            let parameter = params["parameter"]?.stringValue.map { " '\($0)'" } ?? ""
+            let answer: String
+            switch outcome {
+            case .success(.success(let value)):
+                answer = value["result"]?.stringValue ?? value["code"]?.stringValue ?? "answered"
+            case .success(.failure(let rpcError)): answer = "error \(rpcError.code)"
+            case .failure: answer = "no answer"
+            }
+            log("[extrun] \(id) \(method)\(parameter): \(answer) in \(MonotonicClock.milliseconds(from: sent)) ms (\(MonotonicClock.milliseconds(from: start)) ms from launch)")
+        }
+        switch outcome {
         case .success(.success(let value)):
             return value
         case .success(.failure(let rpcError)):

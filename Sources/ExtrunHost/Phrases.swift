@@ -65,7 +65,10 @@ extension Host {
         }
         let folded = PhraseMatch.fold(text)
         if parameterDefinition.dynamicOptions {
-            let offered = self.options(IntentInvocation(intent: intent), parameter: parameter, search: text, options: options, sessions: sessions)
+            // No `search`: it is what a person typed into a list (protocol.md §5.4a), and a
+            // plugin that filters on it exactly would drop the titles matched here without
+            // case and accents. The host asks for every option and matches them itself.
+            let offered = self.options(IntentInvocation(intent: intent), parameter: parameter, search: nil, options: options, sessions: sessions)
             guard let items = offered.options?.allItems else {
                 report = offered
                 return nil
@@ -109,6 +112,12 @@ struct PhraseMatch {
         return joined
     }
 
+    /// One character folded as `fold` folds text, punctuation kept; a space when it folds to nothing.
+    static func foldCharacter(_ character: Character) -> String {
+        let folded = String(character).folding(options: [.caseInsensitive, .diacriticInsensitive, .widthInsensitive], locale: nil)
+        return folded.isEmpty ? " " : folded
+    }
+
     static func match(_ text: String, template: String, intent: String) -> PhraseMatch? {
         let slots = Phrase.slots(in: template)
         guard let slot = slots.first, let open = template.range(of: "${\(slot)}") else {
@@ -118,14 +127,16 @@ struct PhraseMatch {
         let suffix = fold(String(template[open.upperBound...]))
         // Fold character by character so that positions in the folded text map back to the spoken words.
         let original = Array(text.split(whereSeparator: { $0.isWhitespace }).joined(separator: " "))
-        let folded = original.map { fold(String($0)).isEmpty ? " " : fold(String($0)) }
+        // Each character folded as it is (fold() would drop a lone ".", which must stay
+        // to be taken off the end below with the rest of the final punctuation).
+        let folded = original.map { foldCharacter($0) }
         let foldedText = folded.joined()
         guard folded.allSatisfy({ $0.count == 1 }) else {
             return matchLoosely(text, template: template, intent: intent, slot: slot, prefix: prefix, suffix: suffix)
         }
         var body = foldedText
         var end = original.count
-        while let last = body.last, last == "." || last == "!" || last == "?" {
+        while let last = body.last, last == "." || last == "!" || last == "?" || last == " " {
             body.removeLast()
             end -= 1
         }

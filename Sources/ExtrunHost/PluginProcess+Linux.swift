@@ -335,6 +335,12 @@ final class PluginProcess {
                     .configurationError,
                     "cannot execute \(spec.executable.path) as the plugin's user: \(blocked.map { PathAccess.explain($0, identity: sandbox.identity) } ?? reason)",
                     details: ["executable": .string(spec.executable.path)])
+            case EXTRUN_STAGE_FORK where first.error == ESRCH, EXTRUN_STAGE_EXEC where first.error == ENOMEM:
+                // It exec'd and was gone before the supervisor saw it run (the kernel could not map
+                // its image), or execve refused for want of memory: the run says whether the cap did it.
+                throw HostError(
+                    .pluginCrashed, "\(spec.executable.path) died inside execve, before its first instruction",
+                    details: ["phase": .string("launch"), "diedAtStart": .bool(true), "executable": .string(spec.executable.path)])
             case EXTRUN_STAGE_EXEC:
                 throw HostError(
                     .configurationError, "cannot execute \(spec.executable.path): \(reason)",

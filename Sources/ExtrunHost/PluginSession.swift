@@ -208,7 +208,7 @@ final class PluginSession {
         } catch {
             cgroup?.remove()
             ScratchDirectory.remove(scratch)
-            throw error
+            throw diedLoading(error, spec: spec)
         }
         if let log = spec.log {
             log("[extrun] limits (\(mode.rawValue)): memory \(ByteCount.format(limits.memoryBytes)): \(ByteCount.format(limits.dataBytes)) of private writable memory (RLIMIT_DATA\(cgroup != nil ? " and cgroup memory.max" : "")) and \(ByteCount.format(limits.memoryFilesBytes)) of files in memory, deadline \(limits.deadlineMs) ms from launch\(limits.maxExtendedDeadlineMs > limits.deadlineMs ? " (progress may extend it to \(limits.maxExtendedDeadlineMs) ms)" : ""), stack \(ByteCount.format(limits.stackBytes)) per thread")
@@ -271,6 +271,11 @@ final class PluginSession {
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, during: phase) {
             report.error = breach
         }
+        // An error answer (the Python module prints the handler's traceback first): the end of stderr, as for a crash.
+        if let kind = report.error?.kind, kind == .pluginError || kind == .protocolError, report.error?.details["stderr"] == nil {
+            let tail = connection.stderr.lastLines(20)
+            if !tail.isEmpty { report.error?.details["stderr"] = .array(tail.map { .string($0) }) }
+        }
         // Nothing of the run's may outlive it: its scratch directory goes now, and the report says if it could not.
         if let left = process.removeScratch() {
             if report.error == nil {
@@ -320,13 +325,9 @@ final class PluginSession {
         if Double(peak) >= 0.9 * Double(limits.dataBytes) {
             evidence.append("its private memory reached \(ByteCount.format(peak)) of the \(ByteCount.format(limits.dataBytes)) the cap leaves it (\(ByteCount.format(limits.memoryFilesBytes)) are for files in memory)")
         }
+        let image = phase == .launch ? Self.imageEvidence(plugin: plugin, limits: limits) : nil
+        if let image { evidence.append(image.text) }
         guard !evidence.isEmpty else { return nil }
-        let maximum = policy.limits(for: mode).maxMemoryBytes
-        var advice = "use less memory"
-        if limits.memoryBytes < maximum {
-            advice += ", ask for more in the manifest (limits.\(mode.rawValue).memoryBytes, at most \(ByteCount.format(maximum)) under this policy)"
-        }
-        if mode == .extension && plugin.manifest.modes.contains(.inApp) { advice += ", or run it in in-app mode (--mode in-app)" }
         var details: [String: JSONValue] = [
             "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(peak), "mode": .string(mode.rawValue),
             "phase": .string(phase.rawValue), "evidence": .array(evidence.map { .string($0) }),
@@ -337,8 +338,46 @@ final class PluginSession {
         }
         return HostError(
             .memoryLimitExceeded,
-            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (peak measured \(ByteCount.format(peak)); \(evidence.joined(separator: "; "))) and \(exit.description); \(advice)",
+            "\(id) went over its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode during \(phase.rawValue) (\(peak > 0 ? "peak measured \(ByteCount.format(peak)); " : "")\(evidence.joined(separator: "; "))) and \(exit.description); \(Self.memoryAdvice(plugin: plugin, limits: limits, policy: policy))\(image != nil ? ExecutableImage.linkingAdvice : "")",
             details: details)
+    }
+
+    /// What to do about a memory cap that is too small.
+    static func memoryAdvice(plugin: DiscoveredPlugin, limits: EffectiveLimits, policy: SandboxPolicy) -> String {
+        let mode = limits.mode
+        let maximum = policy.limits(for: mode).maxMemoryBytes
+        var advice = "use less memory"
+        if limits.memoryBytes < maximum {
+            advice += ", ask for more in the manifest (limits.\(mode.rawValue).memoryBytes, at most \(ByteCount.format(maximum)) under this policy)"
+        }
+        if mode == .extension && plugin.manifest.modes.contains(.inApp) { advice += ", or run it in in-app mode (--mode in-app)" }
+        return advice
+    }
+
+    /// The program's own image needs most of the cap before its first instruction (a Swift
+    /// plugin linked with --static-swift-stdlib, a C program with a large static array).
+    static func imageEvidence(plugin: DiscoveredPlugin, limits: EffectiveLimits) -> (text: String, bytes: Int64)? {
+        guard let program = try? launchProgram(plugin).executable.path, let bytes = ExecutableImage.writableBytes(atPath: program),
+            Double(bytes) >= 0.9 * Double(limits.dataBytes)
+        else { return nil }
+        return (
+            "the writable segments of \(program) (.data, .bss and the data the loader relocates) take \(ByteCount.format(bytes)) of private memory before it runs, "
+                + (bytes >= limits.dataBytes ? "more than" : "most of") + " the \(ByteCount.format(limits.dataBytes)) the cap leaves it",
+            bytes
+        )
+    }
+
+    /// A plugin that died inside execve, before its first instruction, for want of memory to load its image.
+    static func diedLoading(_ error: HostError, spec: SessionSpec) -> HostError {
+        guard error.details["diedAtStart"] != nil, let image = imageEvidence(plugin: spec.plugin, limits: spec.limits) else { return error }
+        let (id, limits, mode) = (spec.id, spec.limits, spec.mode)
+        return HostError(
+            .memoryLimitExceeded,
+            "\(id) could not start under its memory cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode: \(image.text), so the kernel could not load it (\(error.message)); \(memoryAdvice(plugin: spec.plugin, limits: limits, policy: spec.policy))\(ExecutableImage.linkingAdvice)",
+            details: [
+                "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(image.bytes), "mode": .string(mode.rawValue),
+                "phase": .string(Phase.launch.rawValue), "evidence": .array([.string(image.text)]),
+            ])
     }
 }
 

@@ -33,7 +33,7 @@ public enum ByteCount {
     }
 }
 
-/// Parses durations like "10s", "500ms", "1.5s", "2m", or plain milliseconds.
+/// Parses durations like "10s", "500ms", "1.5s", "2m"; a number without a unit is none (nil).
 public enum DurationText {
     public static func parseMilliseconds(_ text: String) -> Int? {
         let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
@@ -41,7 +41,8 @@ public enum DurationText {
         guard let number = Double(digits), number >= 0 else { return nil }
         let scale: Double
         switch trimmed.dropFirst(digits.count) {
-        case "", "ms": scale = 1
+        case "ms": scale = 1
+        // A bare number is no duration: "2" was 2 ms and read as 2 seconds (issue 18).
         case "s": scale = 1000
         case "m", "min": scale = 60_000
         default: return nil

@@ -330,3 +330,28 @@ extension stat {
     var isDirectory: Bool { st_mode & S_IFMT == S_IFDIR }
     var isRegularFile: Bool { st_mode & S_IFMT == S_IFREG }
 }
+
+/// Renames for callers outside the store (the plugin installer): a folder moved into a
+/// place that must be empty, or two folders exchanged in one step, so that a reader sees
+/// the old or the new one and never neither.
+public enum AtomicRename {
+    /// `rename(from, to)` that fails with EEXIST instead of replacing `to`. Nil, or the errno's text.
+    public static func moveNoReplace(_ from: String, _ to: String) -> String? {
+        do {
+            try SystemCalls.renameat2(AT_FDCWD, from, AT_FDCWD, to, flags: LinuxABI.RENAME_NOREPLACE)
+            return nil
+        } catch {
+            return error.reason
+        }
+    }
+
+    /// Exchanges `a` and `b` (both must exist) atomically (`RENAME_EXCHANGE`). Nil, or the errno's text.
+    public static func exchange(_ a: String, _ b: String) -> String? {
+        do {
+            try SystemCalls.renameat2(AT_FDCWD, a, AT_FDCWD, b, flags: 2)
+            return nil
+        } catch {
+            return error.reason
+        }
+    }
+}

@@ -51,17 +51,26 @@ struct Batch: ParsableCommand {
     @Option(name: .shortAndLong, help: "How many intents to handle at once (each in a process of its own); more than 1 implies --no-input.")
     var jobs = 1
 
+    @Option(help: ArgumentHelp("Memory cap for every intent, as `extrun handle --memory-limit` (the process's whole life).", valueName: "size"))
+    var memoryLimit: String?
+
+    @Option(help: ArgumentHelp("Deadline for each intent, as `extrun handle --timeout`, e.g. 5s or 2500ms (a unit is required).", valueName: "duration"))
+    var timeout: String?
+
     func validate() throws {
         if intentFiles.isEmpty { throw ValidationError("give at least one intent file") }
         if intentFiles.filter({ $0 == "-" }).count > 1 {
             throw ValidationError("standard input (-) can be read once only")
         }
         if jobs < 1 || jobs > 64 { throw ValidationError("--jobs takes 1 to 64 (got \(jobs))") }
+        try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
     }
 
     func run() throws {
         var options = HandleOptions()
         options.assumeYes = assumeYes
+        options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
+        options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
         if !noInput && jobs == 1 { options.prompter = TerminalPrompter() }
         if verbose { options.log = { line in Output.printError(line) } }
         let pool = PluginPool(maxIdleProcesses: max(4, jobs))

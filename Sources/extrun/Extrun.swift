@@ -16,7 +16,8 @@ struct Extrun: ParsableCommand {
             plugin's response as JSON.
 
             Plugins are found in the directories of EXTRUN_PLUGIN_PATH (colon-separated), \
-            then in $EXTRUN_HOME/plugins (EXTRUN_HOME defaults to ~/.local/share/extrun).
+            then in $EXTRUN_HOME/plugins (EXTRUN_HOME defaults to ~/.local/share/extrun), \
+            then in PREFIX/share/extrun/plugins when this is PREFIX/bin/extrun.
 
             Start with:
               extrun plugins

@@ -89,7 +89,7 @@ struct Handle: ParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Deadline for this run, counted from the plugin's launch, e.g. 5s or 2500ms, within the policy's maximum.",
+            "Deadline for this run, counted from the plugin's launch, e.g. 5s, 2500ms or 1m (a unit is required), within the policy's maximum; in extension mode progress reports extend it up to the mode's maximum.",
             valueName: "duration"))
     var timeout: String?
 

@@ -6,21 +6,27 @@ import Foundation
 
 struct Plugins: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List the plugins on the plugin path, the intents they handle and whose they proved to be; sign and verify them.",
+        abstract: "List the plugins on the plugin path, the intents they handle and whose they proved to be; check, install, remove, sign and verify them.",
         discussion: """
-            Searches the directories of EXTRUN_PLUGIN_PATH, then $EXTRUN_HOME/plugins. \
+            Searches the directories of EXTRUN_PLUGIN_PATH, then $EXTRUN_HOME/plugins, then \
+            PREFIX/share/extrun/plugins when this is PREFIX/bin/extrun. \
             Manifests that cannot be read, missing executables, and intents or activity \
             types claimed by two plugins are listed as problems; the exit status is then 11 (configurationError).
             Each plugin's signature is shown: "verified owner OWNER" (it gets OWNER's data), \
             "unsigned" (it runs, but gets none of its owner's data), "signed with key K, which \
             OWNER does not trust", or "signature broken: FILE" (it is not started). \
             `extrun plugins sign` and `extrun plugins verify` sign a plugin folder and check it.
+
+            A new plugin's way in: extrun plugins check DIR (does it follow the protocol?), \
+            extrun plugins install DIR (copied into $EXTRUN_HOME/plugins), then extrun handle.
             """,
-        subcommands: [PluginsSign.self, PluginsVerify.self]
+        subcommands: [PluginsCheck.self, PluginsInstall.self, PluginsRemove.self, PluginsSign.self, PluginsVerify.self]
     )
 
-    @Option(help: "Output format: text or json.")
-    var format: OutputFormat = .text
+    /// Shared with the subcommands that print a report: declared once, so that `--format`
+    /// after a subcommand's name reaches the subcommand too.
+    @OptionGroup var output: PluginsFormat
+    var format: OutputFormat { output.format }
 
     func run() throws {
         let host = ExtrunHost.Host()
@@ -91,6 +97,11 @@ struct Plugins: ParsableCommand {
         }
         if !problems.isEmpty { throw ExitCode(ErrorKind.configurationError.exitCode) }
     }
+}
+
+/// `--format` of `extrun plugins` and its subcommands.
+struct PluginsFormat: ParsableArguments {
+    @Option(help: "Output format: text or json.") var format: OutputFormat = .text
 }
 
 struct PluginsSign: ParsableCommand {

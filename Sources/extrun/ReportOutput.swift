@@ -25,6 +25,10 @@ enum ReportOutput {
         if let memoryLimit, ByteCount.parse(memoryLimit) == nil {
             throw ValidationError("--memory-limit '\(memoryLimit)' is not a size; write it like 64MiB, 1GiB or 500000000")
         }
+        let bare = timeout?.trimmingCharacters(in: .whitespaces) ?? ""
+        if let timeout, !bare.isEmpty, bare.allSatisfy({ $0.isNumber || $0 == "." }) {
+            throw ValidationError("--timeout '\(timeout)' has no unit: write \(bare)s (seconds) or \(bare)ms (milliseconds)")
+        }
         if let timeout, DurationText.parseMilliseconds(timeout) == nil {
             throw ValidationError("--timeout '\(timeout)' is not a duration; write it like 5s, 2500ms or 1m")
         }

@@ -90,6 +90,19 @@ struct BatchTests {
         #expect(result.stdout.contains("\n\nMakeUppercase"))
     }
 
+    @Test("--timeout and --memory-limit apply to every intent, as for handle")
+    func limits() throws {
+        let result = try cli.run([
+            "batch", "--timeout", "700ms", "--memory-limit", "40MiB", "Examples/intents/make-uppercase.json", "Examples/intents/sleep-30s.json",
+        ])
+        #expect(result.status == 8, "\(result)")
+        let reports = try lines(result)
+        #expect(reports.count == 2, "\(result)")
+        guard reports.count == 2 else { return }
+        #expect(reports[0]["limits"]?["deadlineMs"] == 700 && reports[0]["limits"]?["memoryBytes"] == .int(40 << 20))
+        #expect(reports[1]["error"]?["kind"] == "timeout" && reports[1]["error"]?["deadlineMs"] == 700, "\(reports[1])")
+    }
+
     @Test("a bad command line: no file, or standard input twice; exit 64")
     func badCommandLine() throws {
         #expect(try cli.run(["batch"]).status == 64)

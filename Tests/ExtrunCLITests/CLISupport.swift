@@ -71,6 +71,8 @@ struct CLIResult: CustomStringConvertible {
 struct CLI {
     let home: TempDirectory
     var pluginPath: [URL]
+    /// More environment variables for every run (TMPDIR, say).
+    var environment: [String: String] = [:]
 
     init(extraPluginDirectories: [URL] = []) throws {
         home = try TempDirectory("cli-home")
@@ -89,6 +91,7 @@ struct CLI {
         var environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path]
         environment["EXTRUN_HOME"] = home.url.path
         environment["EXTRUN_PLUGIN_PATH"] = pluginPath.map(\.path).joined(separator: ":")
+        environment.merge(self.environment) { _, extra in extra }
         process.environment = environment
         process.currentDirectoryURL = currentDirectory ?? StagedPlugins.packageRoot
 

@@ -2,43 +2,27 @@ import ExtrunProtocol
 import Foundation
 import Testing
 
-/// A plugin in Python that answers every `handle` with the response code it is given as `text`.
+/// A plugin in Python (on SDKs/python/extrun_plugin.py, copied beside it) that answers
+/// every `handle` with the response code it is given as `code`.
 private let codePlugin = #"""
     #!/usr/bin/env python3
-    import json, os, sys, time
+    import sys, time
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
 
-    def read():
-        header = b""
-        while not header.endswith(b"\r\n\r\n"):
-            c = os.read(3, 1)
-            if not c:
-                sys.exit(0)
-            header += c
-        length = int([l.split(":")[1] for l in header.decode().split("\r\n") if l.lower().startswith("content-length")][0])
-        body = b""
-        while len(body) < length:
-            body += os.read(3, length - len(body))
-        return json.loads(body)
 
-    def reply(msg, result):
-        body = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode()
-        os.write(4, b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    class AnswerWith(extrun.Intent):
+        name = "AnswerWith"
 
-    while True:
-        msg = read()
-        method = msg.get("method")
-        if method == "initialize":
-            reply(msg, {"protocolVersion": 1, "plugin": {"id": "test.codes", "version": "1.0.0"}, "intents": ["AnswerWith"]})
-        elif method == "resolve":
-            reply(msg, {"result": "success", "value": msg["params"]["parameters"].get("code")})
-        elif method == "confirm":
-            reply(msg, {"code": "ready"})
-        elif method == "handle" and msg["params"]["parameters"]["code"] == "hang":
-            while True:
-                time.sleep(1000)
-        elif method == "handle":
+        def handle(self, values, context):
+            if values["code"] == "hang":
+                while True:
+                    time.sleep(1000)
             print("stray output on stdout")
-            reply(msg, {"code": msg["params"]["parameters"]["code"], "dialog": {"full": "Answered."}})
+            return extrun.Response.make(values["code"], dialog="Answered.")
+
+
+    extrun.run("test.codes", "1.0.0", [AnswerWith()], reusable=False)
     """#
 
 private let codeManifest = #"""
@@ -111,6 +95,8 @@ struct CLITests {
         let plugins = try TempDirectory("cli-plugins")
         try plugins.write("codes/manifest.json", codeManifest)
         try plugins.write("codes/plugin.py", codePlugin, mode: 0o755)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("codes/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
         return (try CLI(extraPluginDirectories: [plugins.url]), plugins)
     }
 
@@ -301,6 +287,26 @@ struct CLITests {
         let result = try cli.run(arguments)
         #expect(result.status == 64, "\(result)")
         #expect(!result.stderr.isEmpty)
+    }
+
+    @Test("--timeout without a unit is refused, naming both readings (it was 2 ms)", arguments: ["handle", "batch", "continue"])
+    func timeoutNeedsAUnit(command: String) throws {
+        let result = try cli.run([command, "--timeout", "2", "x.json"])
+        #expect(result.status == 64, "\(result)")
+        #expect(result.stderr.contains("--timeout '2' has no unit: write 2s (seconds) or 2ms (milliseconds)"), "\(result.stderr)")
+        #expect(result.stdout.isEmpty)
+    }
+
+    @Test("--verbose shows each phase with its time, and each host-service request")
+    func verbosePhases() throws {
+        let result = try cli.run(["handle", "--verbose", "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 0, "\(result)")
+        for phase in ["initialize: answered in ", "resolve 'text': success in ", "confirm: ready in ", "handle: success in "] {
+            #expect(result.stderr.contains("[extrun] com.example.uppercase \(phase)"), "\(phase): \(result.stderr)")
+        }
+        #expect(result.stderr.contains(" ms from launch)"))
+        let counted = try cli.run(["handle", "--verbose", "Examples/intents/increment-global-variable.json"])
+        #expect(counted.stderr.contains("[extrun] com.example.globalvariables asked globals.get '"), "\(counted.stderr)")
     }
 
     @Test("handle --timeout: a plugin that does not answer in time is a timeout, exit 8")

@@ -11,7 +11,7 @@ struct OwnerSigningCLITests {
         let source = try StagedPlugins.directory().appendingPathComponent("python-uppercase")
         let target = cli.home.url.appendingPathComponent("plugins/python-uppercase")
         try FileManager.default.createDirectory(at: target, withIntermediateDirectories: true)
-        for name in ["manifest.json", "plugin.py"] {
+        for name in ["manifest.json", "plugin.py", "extrun_plugin.py"] {
             try FileManager.default.copyItem(at: source.appendingPathComponent(name), to: target.appendingPathComponent(name))
         }
         return target

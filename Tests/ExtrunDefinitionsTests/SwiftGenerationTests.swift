@@ -69,6 +69,14 @@ let baseAuthorCode = #"""
             [Thing(identifier: "a", label: "A", count: 2, sizes: [.small, .extraLarge])]
         }
 
+        // Titled sections of the same values (the default is one untitled section).
+        func provideThingOptionSections(for intent: DoThingIntent, search: String?, context: IntentContext) async throws
+            -> [(title: String?, values: [Thing])]
+        {
+            let all = try await provideThingOptions(for: intent, search: search, context: context)
+            return [(title: "Small", values: all.filter { $0.sizes?.contains(.small) == true }), (title: "Others", values: all)]
+        }
+
         func resolveSize(for intent: DoThingIntent, context: IntentContext) async throws -> DoThingIntent.SizeResolution {
             .success(intent.size ?? DoThingIntent.defaultSize)
         }
@@ -188,7 +196,9 @@ struct SwiftGenerationTests {
             "    struct Adapter<Handler: DoThingHandling>: IntentHandler {",
             "            case \"thing\":",
             "                return try await handler.resolveThing(for: request.parameters, context: request.context).result",
-            "                let values = try await handler.provideThingOptions(for: request.parameters, search: search, context: request.context)",
+            "                let sections = try await handler.provideThingOptionSections(for: request.parameters, search: search, context: request.context)",
+            "    func provideThingOptionSections(for intent: DoThingIntent, search: String?, context: IntentContext) async throws -> [(title: String?, values: [Thing])] {",
+            "        [(title: nil, values: try await provideThingOptions(for: intent, search: search, context: context))]",
             "            try await handler.handle(intent: request.parameters, context: request.context).intentResponse",
         ]
         let lines = Set(source.split(separator: "\n", omittingEmptySubsequences: false).map(String.init))

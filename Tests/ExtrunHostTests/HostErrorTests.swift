@@ -76,7 +76,7 @@ struct HostErrorTests {
 
     @Test("durations for --timeout")
     func durations() {
-        #expect(DurationText.parseMilliseconds("2500") == 2_500)
+        #expect(DurationText.parseMilliseconds("2500") == nil)  // no unit: refused, not 2500 ms nor seconds
         #expect(DurationText.parseMilliseconds("500ms") == 500)
         #expect(DurationText.parseMilliseconds("1.5s") == 1_500)
         #expect(DurationText.parseMilliseconds("2m") == 120_000)

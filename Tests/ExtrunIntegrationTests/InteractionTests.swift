@@ -38,6 +38,7 @@ final class ScriptedPrompter: Prompter, Sendable {
         try FileManager.default.copyItem(
             at: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/soupshop.py"), to: script)
         _ = chmod(script.path, 0o755)
+        try Fixture.copyPythonModule(into: plugin)
         let manifest = PluginManifest(
             id: "test.soupshop", version: "1", owner: "TESTTEAM", executable: "soupshop.py",
             intents: [
@@ -94,6 +95,10 @@ final class ScriptedPrompter: Prompter, Sendable {
         let alone = order(["soup": ["identifier": "ambiguous"]])
         #expect(alone.error?.kind == .parameterUnresolved)
         #expect(alone.error?.details["options"]?.arrayValue?.count == 2)
+        // --format text lists the candidates, each with the value to pass in the intent file.
+        let lines = alone.text.split(separator: "\n").map(String.init)
+        #expect(lines.contains(#"    - Tomato Soup  {"identifier":"tomato","subtitle":"with basil","title":"Tomato Soup"}"#), "\(alone.text)")
+        #expect(lines.contains { $0.hasPrefix("    - Clam Chowder  {") }, "\(alone.text)")
     }
 
     @Test func confirmationRequiredIsAskedOrNeedsYes() {
@@ -148,11 +153,18 @@ final class ScriptedPrompter: Prompter, Sendable {
         #expect(fixed.error?.kind == .invalidIntent)
     }
 
+    /// The plugin filters its options exactly on `search` (without accents "creme" is not
+    /// in "Crème"): the phrase's words are not sent as the search, the host matches the titles.
     @Test func phrasesMatchIgnoringCaseAndAccents() {
         var options = HandleOptions()
         options.assumeYes = true
         let report = host.phrase("order CREME brulee soup in soup shop", options: options)
         #expect(report.response?.properties["soup"] == "creme-brulee", "\(String(describing: report.error))")
+        // Final punctuation is ignored, also after a parameter's words.
+        let chowder = host.phrase("Order clam chowder in Soup Shop.", options: options)
+        #expect(chowder.response?.properties["soup"] == "clam-chowder", "\(String(describing: chowder.error))")
+        let spaced = host.phrase("Order Tomato Soup in Soup Shop !", options: options)
+        #expect(spaced.response?.properties["soup"] == "tomato", "\(String(describing: spaced.error))")
         let chili = host.phrase("Order chili in Soup Shop", options: options)
         #expect(chili.response?.code == "failureOutOfStock")
         #expect(chili.response?.dialog?.full == "Sorry, Chili is sold out.")

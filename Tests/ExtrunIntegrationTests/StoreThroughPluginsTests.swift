@@ -113,6 +113,13 @@ enum Fixture {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     }
 
+    /// SDKs/python/extrun_plugin.py, copied beside a Python fixture that imports it (as an author vendors it).
+    static func copyPythonModule(into plugin: URL) throws {
+        let module = plugin.appendingPathComponent("extrun_plugin.py")
+        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py"), to: module)
+        _ = chmod(module.path, 0o644)
+    }
+
     static func stagedPlugins() throws -> URL {
         let directory =
             ProcessInfo.processInfo.environment["EXTRUN_TEST_PLUGINS"].map { URL(fileURLWithPath: $0) }

@@ -26,6 +26,10 @@ struct HostilePlugin {
         let script = plugin.appendingPathComponent("hostile.py")
         try FileManager.default.copyItem(at: fixture, to: script)
         chmod(script.path, 0o755)
+        // Its framing is SDKs/python/extrun_plugin.py's, vendored beside it as an author does.
+        let module = fixture.deletingLastPathComponent().appendingPathComponent("../../../SDKs/python/extrun_plugin.py").standardized
+        try FileManager.default.copyItem(at: module, to: plugin.appendingPathComponent("extrun_plugin.py"))
+        chmod(plugin.appendingPathComponent("extrun_plugin.py").path, 0o644)
         let intents = [
             "NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout", "FloodStderr",
             "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome", "ReadContainer",

@@ -1,39 +1,35 @@
 #!/usr/bin/env python3
 """A deliberately misbehaving extrun plugin for the sandbox tests.
 
-Each intent misbehaves in one way during `handle`. It speaks just enough of
-the protocol (docs/protocol.md) to get there: fd 3 in, fd 4 out, Content-Length frames.
+Each intent misbehaves in one way during `handle`. It takes its framing from
+SDKs/python/extrun_plugin.py (the test copies it beside this file), but runs
+its own loop: its answers are not a handler's (some never come, one is a
+300 MB frame written by hand).
 """
 import json
 import os
 import sys
 import time
 
+sys.dont_write_bytecode = True
+# The module is in the plugin's folder. A test links this script from outside it, and Python
+# looks for modules beside the file a link leads to, where the sandbox shows only the file.
+sys.path.insert(0, os.environ.get("EXTRUN_PLUGIN_DIR", "."))
+import extrun_plugin as extrun  # noqa: E402
+
 IN, OUT = 3, 4
-buffer = b""
+channel = extrun.Channel(IN, OUT)
 
 
 def read_message():
-    global buffer
-    while b"\r\n\r\n" not in buffer:
-        chunk = os.read(IN, 65536)
-        if not chunk:
-            sys.exit(0)
-        buffer += chunk
-    header, buffer = buffer.split(b"\r\n\r\n", 1)
-    length = int(header.split(b":")[1])
-    while len(buffer) < length:
-        chunk = os.read(IN, 65536)
-        if not chunk:
-            sys.exit(0)
-        buffer += chunk
-    body, buffer = buffer[:length], buffer[length:]
-    return json.loads(body)
+    message = channel.receive()
+    if message is None:
+        sys.exit(0)
+    return message
 
 
 def send(message):
-    body = json.dumps(message).encode()
-    os.write(OUT, b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    channel.send(message)
 
 
 def answer(request, result):

@@ -1,0 +1,1 @@
+../../SDKs/python/extrun_plugin.py

@@ -1,0 +1,1 @@
+../broken_plugin.py
