@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 
 #if canImport(Glibc)
@@ -195,7 +196,10 @@ struct PluginRun {
             }
         }
         if let services {
-            connection.onRequest = { method, params in services.answer(method, params) }
+            // A store held by another process waits no longer than the run's deadline (StoreDeadline).
+            connection.onRequest = { [deadline = self.deadline] method, params in
+                StoreDeadline.$current.withValue(deadline.instant) { services.answer(method, params) }
+            }
         } else {
             connection.onRequest = nil
         }

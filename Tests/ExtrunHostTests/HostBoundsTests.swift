@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 import Testing
 
@@ -71,7 +72,9 @@ struct HostBoundsTests {
 
         /// Runs `extrun handle` on an intent file with `parameters`, as a child of a small
         /// wrapper that reports the child's rusage.
-        func handle(_ parameters: [String: JSONValue] = ["text": "hi"], arguments: [String] = [], intentFile: URL? = nil) throws -> Run {
+        func handle(
+            _ parameters: [String: JSONValue] = ["text": "hi"], command: String = "handle", arguments: [String] = [], intentFile: URL? = nil
+        ) throws -> Run {
             let intent = try intentFile ?? {
                 let url = tmp.url.appendingPathComponent("intent-\(UUID().uuidString.prefix(6)).json")
                 try Data(JSONWriter.bytes(.object(["intent": "Echo", "parameters": .object(parameters)]))).write(to: url)
@@ -96,7 +99,7 @@ struct HostBoundsTests {
             FileManager.default.createFile(atPath: err.path, contents: nil)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = [wrapper.path, rssFile.path, try HostBoundsTests.extrunBinary().path, "handle", intent.path] + arguments
+            process.arguments = [wrapper.path, rssFile.path, try HostBoundsTests.extrunBinary().path, command, intent.path] + arguments
             process.environment = [
                 "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.path, "EXTRUN_HOME": home.path, "TMPDIR": scratchParent.path,
                 "EXTRUN_PLUGIN_PATH": tmp.url.appendingPathComponent("plugins").path,
@@ -261,10 +264,59 @@ struct HostBoundsTests {
         try f.expectNothingLeft()
     }
 
+    @Test("a store request while another process holds the store's write lock ends at the run's deadline, not SQLite's 10 s busy timeout")
+    func deadlineWhileStoreBusy() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "busystore",
+            script: """
+                def busy(msg):
+                    send({"jsonrpc": "2.0", "id": "set", "method": "globals.set", "params": {"name": "x", "value": 2}})
+                    read_message()
+                    hang()
+                serve({"handle": busy})
+                """)
+        try f.sign()
+        // The store exists, the owner's key recorded: the run only reads before its globals.set.
+        try Store(home: f.home).globals(of: "TESTTEAM").set("x", to: 1)
+        // Another process takes the write lock and keeps it (as a long import or a migration would).
+        let locked = f.tmp.url.appendingPathComponent("locked")
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        holder.arguments = [
+            "-c",
+            """
+            import sqlite3, sys, time
+            con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+            con.execute("BEGIN IMMEDIATE")
+            open(sys.argv[2], "w").close()
+            time.sleep(30)
+            """,
+            f.home.appendingPathComponent("store.sqlite").path, locked.path,
+        ]
+        try holder.run()
+        defer {
+            holder.terminate()
+            holder.waitUntilExit()
+        }
+        let began = Date()
+        while !FileManager.default.fileExists(atPath: locked.path) && Date().timeIntervalSince(began) < 20 { usleep(10_000) }
+        #expect(FileManager.default.fileExists(atPath: locked.path), "the lock holder did not start")
+        let run = try f.handle(arguments: ["--timeout", "2s"])
+        #expect(run.kind == "timeout", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        let elapsed = run.error?["elapsedMs"]?.doubleValue ?? .infinity
+        // Before, the request waited SQLite's busy timeout (10 s) and the run ended at ~10 s.
+        #expect(elapsed < 2_000 + 400, "the deadline of 2000 ms ended at \(elapsed) ms")
+        #expect(run.wallMs < 2_000 + 500 + 500 + 1_500, "the run took \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
     // MARK: A closed channel (item 5)
 
     @Test("a plugin that closes fd 4 and keeps running is reported at once, with the phase")
     func closedChannel() throws {
+        let idle = try Self.idlePeak()
         let f = try Fixture(
             "closed",
             script: """
@@ -278,6 +330,7 @@ struct HostBoundsTests {
         #expect(run.error?["message"]?.stringValue?.contains("closed its channel") == true)
         #expect(run.error?["phase"]?.stringValue == "handle")
         #expect(run.wallMs < 3_000, "reported after \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
 
@@ -299,7 +352,14 @@ struct HostBoundsTests {
         #expect(run.status == 0, "\(run.stderr)")
         // 400 KB of answer: pretty, every zero would be indented 1,000 spaces (200 MB).
         #expect(run.stdoutBytes < 2 << 20, "the report is \(run.stdoutBytes) bytes")
+        #expect(run.wallMs < 10_000, "the run took \(run.wallMs) ms")
         #expect(run.report?["response"]?["code"]?.stringValue == "success")
+        // hostPeakRSSBytes is read once the report is rendered (docs/cli.md): it agrees with the
+        // peak measured from outside (wait4: the largest of the host, its plugin and the
+        // wrapper before exec), never above it and at most 8 MiB under it.
+        let reported = run.report?["metrics"]?["hostPeakRSSBytes"]?.intValue ?? -1
+        #expect(reported > 0 && reported <= run.peakRSSBytes, "hostPeakRSSBytes \(reported), from outside \(run.peakRSSBytes)")
+        #expect(run.peakRSSBytes - reported < 8 << 20, "hostPeakRSSBytes \(reported >> 10) KiB, from outside \(run.peakRSSBytes >> 10) KiB")
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
@@ -321,12 +381,14 @@ struct HostBoundsTests {
         #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
         #expect(run.error?["limit"]?.stringValue == "host.maxMessageNodes")
         #expect(run.error?["limitValue"]?.intValue == Int64(HostLimits.default.maxMessageNodes))
+        #expect(run.wallMs < 10_000, "the run took \(run.wallMs) ms, not stopped at the answer")
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
 
     @Test("a frame over maxMessageBytes, an answer over host.maxResponseBytes, a log over host.maxNotificationBytes: each named with its size")
     func sizeLimits() throws {
+        let idle = try Self.idlePeak()
         let f = try Fixture(
             "sizes",
             script: """
@@ -351,6 +413,7 @@ struct HostBoundsTests {
             #expect(run.error?["limit"]?.stringValue == limit, "\(what)")
             #expect((run.error?["measured"]?.intValue ?? 0) >= Int64(atLeast), "\(what)")
             #expect(run.wallMs < 5_000, "\(what): \(run.wallMs) ms")
+            expectBounded(run, idle: idle)
             try f.expectNothingLeft()
         }
     }
@@ -370,8 +433,28 @@ struct HostBoundsTests {
         #expect(run.error?["measured"]?.intValue == 200_000_000)
         #expect(run.error?["limit"]?.stringValue == "host.maxIntentFileBytes")
         #expect(run.error?["message"]?.stringValue?.contains("200000000 bytes") == true)
+        #expect(run.wallMs < 5_000, "the run took \(run.wallMs) ms")
         expectBounded(run, idle: idle)
         #expect(run.peakRSSBytes < idle + (16 << 20), "reading was not refused before: \(run.peakRSSBytes >> 20) MiB")
+        try f.expectNothingLeft()
+    }
+
+    @Test("a 200 MB activity file (extrun continue) is refused from its size, before it is read")
+    func hugeActivityFile() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture("bigactivity", script: "serve()")
+        let file = f.tmp.url.appendingPathComponent("huge-activity.json")
+        FileManager.default.createFile(atPath: file.path, contents: Data("{\"activityType\": \"x\", \"title\": \"".utf8))
+        #expect(truncate(file.path, 200_000_000) == 0)
+        let run = try f.handle(command: "continue", intentFile: file)
+        #expect(run.kind == "invalidIntent", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["measured"]?.intValue == 200_000_000)
+        #expect(run.error?["limit"]?.stringValue == "host.maxIntentFileBytes")
+        #expect(run.error?["message"]?.stringValue?.contains("activity file") == true)
+        #expect(run.wallMs < 5_000, "the run took \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
+        #expect(run.peakRSSBytes < idle + (16 << 20), "reading was not refused before: \(run.peakRSSBytes >> 20) MiB")
+        try f.expectNothingLeft()
     }
 
     // MARK: The policy
