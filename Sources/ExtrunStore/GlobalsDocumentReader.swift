@@ -178,6 +178,14 @@ struct GlobalsDocumentReader {
             }
             text.append(byte)
         }
+        // Spaces between two tokens that would run together without them (`1 2`, `tr ue`)
+        // become one space: dropping them would turn invalid JSON into valid.
+        var separated = false
+        func token(_ byte: UInt8) throws {
+            if separated, let last = text.last, !Self.endsNothing(last), !Self.startsNothing(byte) { try append(0x20) }
+            separated = false
+            try append(byte)
+        }
         while let byte = try peek() {
             if inString {
                 position += 1
@@ -199,12 +207,12 @@ struct GlobalsDocumentReader {
                 position += 1
                 inString = true
                 started = true
-                try append(byte)
+                try token(byte)
             case UInt8(ascii: "{"), UInt8(ascii: "["):
                 position += 1
                 depth += 1
                 started = true
-                try append(byte)
+                try token(byte)
             case UInt8(ascii: "}"), UInt8(ascii: "]"):
                 guard depth > 0 else {
                     if started { return text }
@@ -212,7 +220,7 @@ struct GlobalsDocumentReader {
                 }
                 position += 1
                 depth -= 1
-                try append(byte)
+                try token(byte)
                 if depth == 0 { return text }
             case UInt8(ascii: ","), UInt8(ascii: ":"):
                 guard depth > 0 else {
@@ -220,19 +228,23 @@ struct GlobalsDocumentReader {
                     throw unexpected("a value")
                 }
                 position += 1
-                try append(byte)
+                try token(byte)
             case 0x20, 0x09, 0x0D:
                 position += 1
                 if depth == 0 && started { return text }
+                separated = started
             case 0x0A:
                 position += 1
                 line += 1
                 if depth == 0 && started { return text }
-                if started { try append(byte) }
+                if started {
+                    try append(byte)  // kept, so that a parse error names the document's line; it separates tokens too
+                    separated = false
+                }
             default:
                 position += 1
                 started = true
-                try append(byte)
+                try token(byte)
             }
         }
         if depth == 0 && started { return text }
@@ -242,6 +254,16 @@ struct GlobalsDocumentReader {
     private func unexpected(_ expected: String) -> StoreError {
         let found = (position < filled) ? Self.describeByte(buffer[position]) : "the end of the document"
         return describe("expected \(expected), found \(found) (line \(line))")
+    }
+
+    /// After these, a token needs no space before it.
+    static func endsNothing(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "[") || byte == UInt8(ascii: "{") || byte == UInt8(ascii: ",") || byte == UInt8(ascii: ":") || byte == 0x0A
+    }
+
+    /// Before these, no space is needed.
+    static func startsNothing(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "]") || byte == UInt8(ascii: "}") || byte == UInt8(ascii: ",") || byte == UInt8(ascii: ":")
     }
 
     static func describeByte(_ byte: UInt8) -> String {

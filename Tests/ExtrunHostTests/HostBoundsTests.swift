@@ -290,13 +290,13 @@ struct HostBoundsTests {
             con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
             con.execute("BEGIN IMMEDIATE")
             open(sys.argv[2], "w").close()
-            time.sleep(30)
+            time.sleep(8)
             """,
             f.home.appendingPathComponent("store.sqlite").path, locked.path,
         ]
         try holder.run()
         defer {
-            holder.terminate()
+            kill(holder.processIdentifier, SIGKILL)
             holder.waitUntilExit()
         }
         let began = Date()
@@ -356,9 +356,10 @@ struct HostBoundsTests {
         #expect(run.report?["response"]?["code"]?.stringValue == "success")
         // hostPeakRSSBytes is read once the report is rendered (docs/cli.md): it agrees with the
         // peak measured from outside (wait4: the largest of the host, its plugin and the
-        // wrapper before exec), never above it and at most 8 MiB under it.
+        // wrapper before exec), at most 8 MiB under it, and not above it (but by the kernel's
+        // lag in its RSS counters: VmHWM was seen up to 300 KiB over ru_maxrss).
         let reported = run.report?["metrics"]?["hostPeakRSSBytes"]?.intValue ?? -1
-        #expect(reported > 0 && reported <= run.peakRSSBytes, "hostPeakRSSBytes \(reported), from outside \(run.peakRSSBytes)")
+        #expect(reported > 0 && reported <= run.peakRSSBytes + (1 << 20), "hostPeakRSSBytes \(reported), from outside \(run.peakRSSBytes)")
         #expect(run.peakRSSBytes - reported < 8 << 20, "hostPeakRSSBytes \(reported >> 10) KiB, from outside \(run.peakRSSBytes >> 10) KiB")
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()

@@ -94,6 +94,23 @@ struct ImportStreamingTests {
         }
     }
 
+    @Test("spaces between tokens are not dropped into valid JSON: [1 2] and [tr ue] are refused, from memory and a pipe")
+    func spacesSeparateTokens() throws {
+        let test = try TestStore()
+        let globals = try test.store.globals(of: "TEAM")
+        for value in ["[1 2]", "[tr ue]", "{\"a\":1 2}", "[\"a\" \"b\"]", "[1\t2]", "[1\r2]"] {
+            let document = #"{"format":"extrun-globals","version":1,"owner":"TEAM","globals":{"g":\#(value)}}"#
+            let error = expectStoreError(.invalidDocument) { try globals.import(Data(document.utf8), mode: .merge) }
+            #expect(error?.message.contains("global 'g'") == true, "\(value): \(error?.message ?? "")")
+            expectStoreError(.invalidDocument) { try importThroughPipe(document, into: globals) }
+        }
+        // Where the spaces are only layout, the value is the same.
+        let document = #"{"format":"extrun-globals","version":1,"owner":"TEAM","globals":{"g":[ 1 , 2 ,\#n [ true ] , { "a" : null } ]}}"#
+        #expect(try globals.import(Data(document.utf8), mode: .merge) == ImportSummary(created: 1))
+        #expect(try globals.get("g")?.value == [1, 2, [true], ["a": .null]])
+        #expect(try globals.list().map(\.name) == ["g"])
+    }
+
     @Test("replace through a pipe deletes what the document does not name, and only that")
     func replaceThroughPipe() throws {
         let test = try TestStore()
