@@ -196,6 +196,7 @@ struct PluginRun {
             }
         }
         if let services {
+            services.maxAnswerBytes = connection.limits.maxFrameBytes
             // A store held by another process waits no longer than the run's deadline (StoreDeadline).
             connection.onRequest = { [deadline = self.deadline] method, params in
                 StoreDeadline.$current.withValue(deadline.instant) { services.answer(method, params) }

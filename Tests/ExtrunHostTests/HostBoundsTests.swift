@@ -312,6 +312,36 @@ struct HostBoundsTests {
         try f.expectNothingLeft()
     }
 
+    @Test("a bookmark file whose answer cannot fit a message is refused from its size, unread: the host's memory stays flat")
+    func bookmarkReadTooLarge() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "bigread",
+            script: """
+                def read_big(msg):
+                    send({"jsonrpc": "2.0", "id": "r", "method": "bookmarks.read", "params": {"bookmark": "big", "path": ""}})
+                    answer = read_message()
+                    error = answer.get("error") or {}
+                    reply(msg, {"code": "success", "properties": {"kind": (error.get("data") or {}).get("kind"), "message": error.get("message")}})
+                serve({"handle": read_big})
+                """)
+        try f.sign()
+        // 60 MB, sparse: under the store's read limit (64 MiB), its answer (80 MB of base64) over maxMessageBytes.
+        let file = f.tmp.url.appendingPathComponent("big.bin")
+        FileManager.default.createFile(atPath: file.path, contents: nil)
+        #expect(truncate(file.path, 60_000_000) == 0)
+        chmod(file.path, 0o644)
+        _ = try Store(home: f.home).bookmarks(of: "TESTTEAM").add("big", path: file.path, readOnly: true)
+        let run = try f.handle()
+        #expect(run.status == 0, "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        let properties = run.report?["response"]?["properties"]
+        #expect(properties?["kind"]?.stringValue == "tooLarge", "\(String(describing: properties))")
+        #expect(properties?["message"]?.stringValue?.contains("it was not read") == true, "\(String(describing: properties))")
+        #expect(run.wallMs < 10_000, "the run took \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
     // MARK: A closed channel (item 5)
 
     @Test("a plugin that closes fd 4 and keeps running is reported at once, with the phase")
