@@ -234,7 +234,9 @@ struct HostBoundsTests {
                 serve({"handle": flood})
                 """)
         let run = try f.handle(arguments: ["--timeout", "2s", "--memory-limit", "100MiB"])
-        expectEndedAtDeadline(run, slackMs: 100)
+        // A frame is read and parsed whole before the clock is looked at again: on a loaded
+        // 2-core machine (the full suite, fuzzers beside it) that was seen to take 248 ms.
+        expectEndedAtDeadline(run, slackMs: 400)
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
