@@ -12,7 +12,8 @@ public struct RunMetrics: Sendable, Equatable {
     public var cpuMs: Double?
     /// Peak resident set size from rusage (includes shared library pages).
     public var peakRSSBytes: Int64?
-    /// The host's own peak resident set size so far (getrusage RUSAGE_SELF).
+    /// The host's own peak resident set size (VmHWM) over the whole `extrun` process: read
+    /// after its report was rendered in full (`HandleReport.updateHostPeakRSS`).
     public var hostPeakRSSBytes: Int64?
 
     public var json: JSONValue {
@@ -126,6 +127,17 @@ public struct HandleReport: Sendable, Equatable {
         if let appLaunch { object["appLaunch"] = .string(appLaunch) }
         if let donation { object["donation"] = donation.json }
         return .object(object)
+    }
+
+    /// Sets `hostPeakRSSBytes` (of the run and of its last step) to the host's peak so far
+    /// (VmHWM). `extrun` calls it once the report has been rendered in full, so that the
+    /// figure covers the report too (docs/cli.md).
+    public mutating func updateHostPeakRSS() {
+        guard let peak = MemorySampler.ownPeakRSS() else { return }
+        if let before = metrics?.hostPeakRSSBytes ?? metrics.map({ _ in 0 }) { metrics?.hostPeakRSSBytes = max(peak, before) }
+        if let last = steps.indices.last, let before = steps[last].metrics.map({ $0.hostPeakRSSBytes ?? 0 }) {
+            steps[last].metrics?.hostPeakRSSBytes = max(peak, before)
+        }
     }
 
     /// The top-level fields as one step.

@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 
 /// An intent's lifecycle run over a plugin session: one path for every session,
@@ -96,12 +97,16 @@ extension IntentLifecycle {
                 }
             }
         }
+        if let services {
+            services.maxAnswerBytes = connection.limits.maxFrameBytes
+        }
         if let services, let log = options.log {
             // --verbose: each host-service request, its outcome and its time.
             let id = self.id
-            connection.onRequest = { method, params in
+            connection.onRequest = { [deadline = self.deadline] method, params in
                 let started = MonotonicClock.now()
-                let answer = services.answer(method, params)
+                // A store held by another process waits no longer than the run's deadline (StoreDeadline).
+                let answer = StoreDeadline.$current.withValue(deadline.instant) { services.answer(method, params) }
                 let name = params?["name"]?.stringValue ?? params?["bookmark"]?.stringValue ?? params?["intent"]?.stringValue
                 let outcome: String
                 switch answer {
@@ -112,7 +117,10 @@ extension IntentLifecycle {
                 return answer
             }
         } else if let services {
-            connection.onRequest = { method, params in services.answer(method, params) }
+            // A store held by another process waits no longer than the run's deadline (StoreDeadline).
+            connection.onRequest = { [deadline = self.deadline] method, params in
+                StoreDeadline.$current.withValue(deadline.instant) { services.answer(method, params) }
+            }
         } else {
             connection.onRequest = nil
         }

@@ -23,6 +23,9 @@ final class StoreServices {
     private var store: Store?
     /// Lines for `--verbose`.
     let log: (@Sendable (String) -> Void)?
+    /// The largest answer the connection sends (its `maxMessageBytes`): a file read is refused
+    /// from its size when its answer could not fit.
+    var maxAnswerBytes = SandboxPolicy.default.maxMessageBytes
 
     init(
         home: URL, owner: String, plugin: PluginManifest, directory: URL, seal: PluginSeal, donate: Bool = true,
@@ -102,7 +105,8 @@ final class StoreServices {
         case ServiceMethod.globalsGet:
             let p = try decode(GlobalNameParams.self, params, method)
             guard let global = try openStore().globals(of: owner).get(p.name) else { return .null }
-            return try JSONCoding.value(of: GlobalValue(value: global.value, version: global.version))
+            // Built directly (GlobalValue's two fields): through JSONEncoder, a 4 MiB value took seconds in a debug build.
+            return .object(["value": global.value, "version": .int(global.version)])
         case ServiceMethod.globalsSet:
             let p = try decode(GlobalSetParams.self, params, method)
             let version = try openStore().globals(of: owner).set(p.name, to: p.value, ifVersion: condition(p.ifVersion))
@@ -129,7 +133,21 @@ final class StoreServices {
             return try JSONCoding.value(of: FileEntryList(entries: infos.map(Self.fileEntry)))
         case ServiceMethod.bookmarksRead:
             let p = try decode(BookmarkPathParams.self, params, method)
-            return try JSONCoding.value(of: FileData(data: try access(p.bookmark).read(p.path)))
+            // A file whose answer (base64: 4 bytes for 3) cannot fit a message is refused from its
+            // size, unread: reading and encoding it first cost up to ~250 MB and seconds (issue 14).
+            let fitting = max(0, (maxAnswerBytes - 256) / 4 * 3)
+            let access = try access(p.bookmark)
+            let size = try access.stat(p.path).size
+            if size > Int64(fitting) && size <= Int64(StoreLimits.maxReadBytes) {
+                throw RPCError(
+                    code: RPCError.serviceError,
+                    message: "'\(p.path)' is \(size) bytes: its answer (base64) would be over the limit of \(maxAnswerBytes) bytes on a message (maxMessageBytes); it was not read",
+                    data: [
+                        "kind": "tooLarge", "limit": "maxMessageBytes", "limitValue": .int(Int64(maxAnswerBytes)),
+                        "measured": .int((size + 2) / 3 * 4),
+                    ])
+            }
+            return try JSONCoding.value(of: FileData(data: try access.read(p.path, maxBytes: fitting)))
         case ServiceMethod.bookmarksWrite:
             let p = try decode(BookmarkWriteParams.self, params, method)
             return try entry(try access(p.bookmark).write(p.path, contents: p.data, overwrite: p.overwrite ?? true))

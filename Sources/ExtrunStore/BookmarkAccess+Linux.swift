@@ -107,8 +107,10 @@ public struct BookmarkAccess: Sendable {
         return entries
     }
 
-    /// The contents of the file at `path` (at most `StoreLimits.maxReadBytes`).
-    public func read(_ path: String) throws -> Data {
+    /// The contents of the file at `path` (at most `maxBytes`, and never more than
+    /// `StoreLimits.maxReadBytes`): a larger file is refused from its size, unread.
+    public func read(_ path: String, maxBytes: Int = StoreLimits.maxReadBytes) throws -> Data {
+        let readLimit = min(maxBytes, StoreLimits.maxReadBytes)
         let parts = try components(path)
         let record = try bookmarks.load(name)
         let fd: Int32
@@ -130,9 +132,12 @@ public struct BookmarkAccess: Sendable {
         if info.isDirectory { throw error(.wrongType, "'\(path)' is a folder, not a file", path) }
         guard info.isRegularFile else { throw error(.wrongType, "'\(path)' is not a regular file (a device, socket or FIFO)", path) }
         let tooLarge = error(
-            .tooLarge, "'\(path)' is over the read limit of \(StoreLimits.maxReadBytes) bytes (64 MiB)", path)
-        if info.size > StoreLimits.maxReadBytes { throw tooLarge }
-        guard let data = try io(path, { () throws(SystemCallError) in try FileOps.readAll(fd, limit: StoreLimits.maxReadBytes) }) else {
+            .tooLarge,
+            readLimit == StoreLimits.maxReadBytes
+                ? "'\(path)' is over the read limit of \(StoreLimits.maxReadBytes) bytes (64 MiB)"
+                : "'\(path)' is over the read limit of \(readLimit) bytes here (\(info.size) bytes)", path)
+        if info.size > readLimit { throw tooLarge }
+        guard let data = try io(path, { () throws(SystemCallError) in try FileOps.readAll(fd, limit: readLimit) }) else {
             throw tooLarge
         }
         return data

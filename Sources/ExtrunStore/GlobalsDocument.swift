@@ -89,38 +89,62 @@ extension Globals {
         try flush(always: true)
     }
 
-    /// Imports a document made by `export()`. Everything is checked (format,
-    /// owner, every name and value) before anything is written, then all of
-    /// it is written in one transaction: either every global is imported or none.
+    /// Imports a document made by `export()` (in memory); see `import(from:mode:)`.
     @discardableResult
     public func `import`(_ document: Data, mode: ImportMode) throws -> ImportSummary {
-        let entries = try parse(document)
+        try self.import(from: .data(document), mode: mode)
+    }
+
+    /// Imports a document made by `export()`, read as a stream: what is held at once is one
+    /// global (at most `StoreLimits.maxValueBytes` as compact JSON), however large the
+    /// document (issue 14). All of it is written in one transaction: either every global is
+    /// imported or none, and any problem (format, owner, a name, a value, a quota) is an error
+    /// saying "nothing was imported".
+    ///
+    /// A file or bytes are read twice: first every check, with nothing written (so a refused
+    /// document changes nothing, not even by creating the owner's key), then again as it is
+    /// written, checking everything again. A pipe is read once, checked as it is written, and
+    /// a problem rolls the transaction back; if the owner had no key yet, it keeps the one
+    /// made for the import.
+    @discardableResult
+    public func `import`(from source: GlobalsDocumentSource, mode: ImportMode) throws -> ImportSummary {
+        var count: Int?
+        if source.canReadTwice {
+            count = try readDocument(source) { _, _ in }
+        }
         var summary = ImportSummary()
         // Surfaces a missing or wrong key even when there is nothing to write.
         let existingKey = try store.readKey(owner)
-        if entries.isEmpty, mode == .merge || existingKey == nil { return summary }
+        if count == 0, mode == .merge || existingKey == nil { return summary }
         let key = try existingKey ?? store.writeKey(owner)
-        let sealed = try entries.map { name, plaintext in
-            (name, plaintext, try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name)))
-        }
         let quota = try store.quotaDefaultsForWrite()
         try store.database.write { db in
             let before = try Quotas.usage(db, owner: owner)
-            for (name, plaintext, blob) in sealed {
+            // The document's names, for `replace` and to find a name given twice: a
+            // temporary table, which SQLite keeps on disk past its page cache, not in memory.
+            try db.execute(sql: "CREATE TEMP TABLE importedName (name TEXT PRIMARY KEY) WITHOUT ROWID")
+            let imported = try readDocument(source) { name, plaintext in
+                let seen = try Int.fetchOne(db, sql: "SELECT 1 FROM temp.importedName WHERE name = ?", arguments: [name])
+                guard seen == nil else {
+                    throw StoreError(
+                        .invalidDocument, "the globals document is invalid: global '\(name)' is in it twice; nothing was imported",
+                        details: ["owner": .string(owner), "name": .string(name)])
+                }
+                try db.execute(sql: "INSERT INTO temp.importedName (name) VALUES (?)", arguments: [name])
                 let row = try Row.fetchOne(
                     db, sql: "SELECT sealed FROM global WHERE owner = ? AND name = ?", arguments: [owner, name])
-                if let row {
-                    if try openPlaintext(row["sealed"], name: name, key: key) == plaintext {
-                        summary.unchanged += 1
-                        continue
-                    }
-                    let version = try Globals.nextVersion(db, owner: owner)
+                if let row, try openPlaintext(row["sealed"], name: name, key: key) == plaintext {
+                    summary.unchanged += 1
+                    return
+                }
+                let blob = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name))
+                let version = try Globals.nextVersion(db, owner: owner)
+                if row != nil {
                     try db.execute(
                         sql: "UPDATE global SET version = ?, sealed = ? WHERE owner = ? AND name = ?",
                         arguments: [version, blob, owner, name])
                     summary.updated += 1
                 } else {
-                    let version = try Globals.nextVersion(db, owner: owner)
                     try db.execute(
                         sql: "INSERT INTO global (owner, name, version, sealed) VALUES (?, ?, ?, ?)",
                         arguments: [owner, name, version, blob])
@@ -128,51 +152,54 @@ extension Globals {
                 }
             }
             if mode == .replace {
-                let keep = Set(entries.map(\.0))
-                let existing = try String.fetchAll(db, sql: "SELECT name FROM global WHERE owner = ?", arguments: [owner])
-                for name in existing where !keep.contains(name) {
-                    try db.execute(sql: "DELETE FROM global WHERE owner = ? AND name = ?", arguments: [owner, name])
-                    summary.deleted += 1
-                }
+                try db.execute(
+                    sql: "DELETE FROM global WHERE owner = ? AND name NOT IN (SELECT name FROM temp.importedName)", arguments: [owner])
+                summary.deleted = db.changesCount
             }
-            try Quotas.enforce(db, owner: owner, before: before, defaults: quota, what: "importing \(sealed.count) globals")
+            try db.execute(sql: "DROP TABLE temp.importedName")
+            try Quotas.enforce(db, owner: owner, before: before, defaults: quota, what: "importing \(imported) globals")
         }
         return summary
     }
 
-    /// The document's globals as (name, serialized value), in byte order of the names; throws on the first problem.
-    private func parse(_ document: Data) throws -> [(String, Data)] {
+    /// Reads the document through, checking everything, and hands each global to `entry`
+    /// as (name, value as compact JSON with sorted keys) in the document's order; returns how
+    /// many there were. Throws on the first problem.
+    private func readDocument(_ source: GlobalsDocumentSource, _ entry: (String, Data) throws -> Void) throws -> Int {
         func invalid(_ message: String) -> StoreError {
             StoreError(.invalidDocument, "the globals document is invalid: \(message); nothing was imported", details: ["owner": .string(owner)])
         }
-        let value: JSONValue
-        do {
-            value = try JSONCoding.decode(JSONValue.self, fromJSON: document)
-        } catch {
-            throw invalid(JSONCoding.describe(error))
+        var reader = GlobalsDocumentReader(source, invalid: invalid)
+        try reader.read { name, text, line in
+            let plaintext: Data
+            do {
+                try NameRules.validateName(name, kind: .global)
+                let value: JSONValue
+                do throws(JSONParseError) {
+                    // A value is at most maxValueBytes as compact JSON, and each of its values takes 2 bytes or more.
+                    value = try JSONParser.parse(text, maxNodes: StoreLimits.maxValueBytes / 2 + 1)
+                } catch {
+                    throw invalid("global '\(name)': \(error.reason) (line \(line + error.line - 1))")
+                }
+                plaintext = try Globals.serialize(value, name: name, owner: owner)
+            } catch let error as StoreError where error.kind != .invalidDocument {
+                throw StoreError(error.kind, "the globals document is invalid: \(error.message); nothing was imported", details: error.details)
+            }
+            try entry(name, plaintext)
         }
-        guard case .object(let object) = value else { throw invalid("expected a JSON object, found \(value.typeName)") }
-        guard object["format"] == .string(Globals.documentFormat) else {
+        let header = reader.header
+        guard header["format"] == .string(Globals.documentFormat) else {
             throw invalid("\"format\" must be \"\(Globals.documentFormat)\"")
         }
-        guard object["version"] == .int(Globals.documentVersion) else {
+        guard header["version"] == .int(Globals.documentVersion) else {
             throw invalid("\"version\" must be \(Globals.documentVersion) (a newer extrun may have written it)")
         }
-        guard case .string(let documentOwner)? = object["owner"] else { throw invalid("\"owner\" must be a string") }
+        guard case .string(let documentOwner)? = header["owner"] else { throw invalid("\"owner\" must be a string") }
         guard documentOwner.utf8.elementsEqual(owner.utf8) else {
             throw invalid(
                 "it was exported from owner '\(documentOwner)', not '\(owner)'; to import it into '\(owner)' on purpose, change its \"owner\" field")
         }
-        guard case .object(let globals)? = object["globals"] else { throw invalid("\"globals\" must be an object of name: value") }
-        var entries: [(String, Data)] = []
-        for name in globals.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
-            do {
-                try NameRules.validateName(name, kind: .global)
-                entries.append((name, try Globals.serialize(globals[name] ?? .null, name: name, owner: owner)))
-            } catch let error as StoreError {
-                throw StoreError(error.kind, "the globals document is invalid: \(error.message); nothing was imported", details: error.details)
-            }
-        }
-        return entries
+        guard reader.sawGlobals else { throw invalid("\"globals\" must be an object of name: value") }
+        return reader.count
     }
 }

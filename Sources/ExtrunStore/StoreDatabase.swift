@@ -90,7 +90,8 @@ final class StoreDatabase: Sendable {
     private static func configuration(checkpointOnClose: Bool = true) -> Configuration {
         var configuration = Configuration()
         configuration.label = "ExtrunStore"
-        configuration.busyMode = .timeout(StoreLimits.busyTimeoutSeconds)
+        // At most busyTimeoutSeconds, and never past the caller's StoreDeadline.
+        configuration.busyMode = .callback(StoreDeadline.busyCallback)
         configuration.foreignKeysEnabled = true
         // REPLACE (the migrations' bulk copy) fires delete triggers, which keep the quota counters (Quotas.swift).
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA recursive_triggers = ON") }
@@ -470,7 +471,9 @@ final class StoreDatabase: Sendable {
         case .SQLITE_BUSY, .SQLITE_LOCKED:
             return StoreError(
                 .storeBusy,
-                "\(path) stayed locked by another process for more than \(Int(StoreLimits.busyTimeoutSeconds)) s (SQLite: \(reason)); nothing was changed, try again",
+                StoreDeadline.current.map { $0 <= StoreDeadline.now() } == true
+                    ? "\(path) stayed locked by another process until the run's deadline (SQLite: \(reason)); nothing was changed, try again"
+                    : "\(path) stayed locked by another process for more than \(Int(StoreLimits.busyTimeoutSeconds)) s (SQLite: \(reason)); nothing was changed, try again",
                 details: details)
         case .SQLITE_FULL:
             return StoreError(.ioError, "\(path): the disk is full (SQLite: \(reason)); nothing was changed", details: details)

@@ -19,13 +19,14 @@ enum Output {
     /// never held (docs/cli.md).
     static let maxPrettyBytes = 4 << 20
 
-    static func printJSON(_ value: JSONValue) {
+    /// `dryRun`: renders it the same way and writes nothing (what it costs is then counted in the peak RSS).
+    static func printJSON(_ value: JSONValue, dryRun: Bool = false) {
         if var bytes = JSONWriter.prettyBytes(value, limit: maxPrettyBytes) {
             bytes.append(0x0A)
-            write(bytes, to: STDOUT_FILENO)
+            if !dryRun { write(bytes, to: STDOUT_FILENO) }
         } else {
-            JSONWriter.stream(value) { write($0, to: STDOUT_FILENO) }
-            write([0x0A], to: STDOUT_FILENO)
+            JSONWriter.stream(value) { if !dryRun { write($0, to: STDOUT_FILENO) } }
+            if !dryRun { write([0x0A], to: STDOUT_FILENO) }
         }
     }
 

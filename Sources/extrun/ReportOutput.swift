@@ -14,9 +14,18 @@ enum ReportOutput {
             report = HandleReport(intent: nil)
             report.error = error
         }
+        // hostPeakRSSBytes covers the report: it is rendered once as it will be written (pretty
+        // into its buffer of at most Output.maxPrettyBytes, or streamed compact through a fixed
+        // buffer and dropped), the peak read, then rendered again with that figure and written.
         switch format {
-        case .json: Output.printJSON(report.json)
-        case .text: Output.printLine(report.text)
+        case .json:
+            Output.printJSON(report.json, dryRun: true)
+            report.updateHostPeakRSS()
+            Output.printJSON(report.json)
+        case .text:
+            _ = report.text
+            report.updateHostPeakRSS()
+            Output.printLine(report.text)
         }
         return report.exitCode
     }

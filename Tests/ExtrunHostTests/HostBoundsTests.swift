@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 import Testing
 
@@ -71,7 +72,9 @@ struct HostBoundsTests {
 
         /// Runs `extrun handle` on an intent file with `parameters`, as a child of a small
         /// wrapper that reports the child's rusage.
-        func handle(_ parameters: [String: JSONValue] = ["text": "hi"], arguments: [String] = [], intentFile: URL? = nil) throws -> Run {
+        func handle(
+            _ parameters: [String: JSONValue] = ["text": "hi"], command: String = "handle", arguments: [String] = [], intentFile: URL? = nil
+        ) throws -> Run {
             let intent = try intentFile ?? {
                 let url = tmp.url.appendingPathComponent("intent-\(UUID().uuidString.prefix(6)).json")
                 try Data(JSONWriter.bytes(.object(["intent": "Echo", "parameters": .object(parameters)]))).write(to: url)
@@ -96,7 +99,7 @@ struct HostBoundsTests {
             FileManager.default.createFile(atPath: err.path, contents: nil)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = [wrapper.path, rssFile.path, try HostBoundsTests.extrunBinary().path, "handle", intent.path] + arguments
+            process.arguments = [wrapper.path, rssFile.path, try HostBoundsTests.extrunBinary().path, command, intent.path] + arguments
             process.environment = [
                 "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.path, "EXTRUN_HOME": home.path, "TMPDIR": scratchParent.path,
                 "EXTRUN_PLUGIN_PATH": tmp.url.appendingPathComponent("plugins").path,
@@ -150,6 +153,15 @@ struct HostBoundsTests {
             sourceLocation: sourceLocation)
     }
 
+    /// A run stopped by its deadline: `timeout`, `elapsedMs` within `slackMs` of it, and the
+    /// whole `extrun handle` (then cancel, a grace of 500 ms at most, and the report) soon after.
+    func expectEndedAtDeadline(_ run: Fixture.Run, deadlineMs: Double = 2_000, slackMs: Double, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(run.kind == "timeout", "\(run.report.map { String(describing: $0) } ?? run.stderr)", sourceLocation: sourceLocation)
+        let elapsed = run.error?["elapsedMs"]?.doubleValue ?? .infinity
+        #expect(elapsed < deadlineMs + slackMs, "the deadline of \(Int(deadlineMs)) ms ended at \(elapsed) ms", sourceLocation: sourceLocation)
+        #expect(run.wallMs < deadlineMs + 500 + 500 + 1_500, "the run took \(run.wallMs) ms", sourceLocation: sourceLocation)
+    }
+
     // MARK: Requests the host serves (items 1 and 2)
 
     @Test("a plugin that floods requests without reading the answers is stopped, naming the budget, with the host's memory flat")
@@ -165,14 +177,16 @@ struct HostBoundsTests {
                         write_raw(chunk)
                 serve({"handle": flood})
                 """)
-        let run = try f.handle()
+        // A deadline the budget comes well before: 16 MiB of answers are ~140,000 requests served,
+        // which took 8.7 s of a debug build under a load average of 16, and more under 80.
+        let run = try f.handle(arguments: ["--timeout", "30s"])
         #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
         #expect(run.error?["limit"]?.stringValue == "host.extensionMemoryBytes")
         #expect(run.error?["limitValue"]?.intValue == Int64(HostLimits.default.extensionMemoryBytes))
         #expect((run.error?["requests"]?.intValue ?? 0) > 1000)
         #expect(run.error?["phase"]?.stringValue == "handle")
         #expect(run.error?["message"]?.stringValue?.contains("read none") == true)
-        #expect(run.wallMs < 12_000, "stopped after \(run.wallMs) ms, not before its deadline")
+        #expect(run.wallMs < 30_000, "stopped after \(run.wallMs) ms, not before its deadline")
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
@@ -196,12 +210,12 @@ struct HostBoundsTests {
                 """)
         // Signed: an unsigned plugin's globals.set is refused, and its gets would answer small errors.
         try f.sign()
-        let run = try f.handle(arguments: ["--memory-limit", "100MiB"])
+        let run = try f.handle(arguments: ["--memory-limit", "100MiB", "--timeout", "30s"])
         #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
         #expect(run.error?["limit"]?.stringValue == "host.extensionMemoryBytes")
-        // Stopped by the budget, before its deadline (10 s); the plugin's Python takes seconds
-        // to write 4 MB and its requests on a busy machine.
-        #expect(run.wallMs < 12_000)
+        // Stopped by the budget, before its deadline (30 s, the most extension mode allows); the plugin's Python takes seconds
+        // to write 4 MB and its requests on a busy machine, and the host to serve the first gets.
+        #expect(run.wallMs < 30_000)
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
@@ -220,10 +234,9 @@ struct HostBoundsTests {
                 serve({"handle": flood})
                 """)
         let run = try f.handle(arguments: ["--timeout", "2s", "--memory-limit", "100MiB"])
-        #expect(run.kind == "timeout", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
-        let elapsed = run.error?["elapsedMs"]?.doubleValue ?? .infinity
-        #expect(elapsed < 2_000 + 100, "the deadline of 2000 ms ended at \(elapsed) ms")
-        #expect(run.wallMs < 2_000 + 500 + 1_500, "the run took \(run.wallMs) ms")
+        // A frame is read and parsed whole before the clock is looked at again: on a loaded
+        // 2-core machine (the full suite, fuzzers beside it) that was seen to take 248 ms.
+        expectEndedAtDeadline(run, slackMs: 400)
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
@@ -248,15 +261,116 @@ struct HostBoundsTests {
                         write_raw(request * 50)
                 serve({"handle": flood})
                 """)
+        // Signed: unsigned, its globals.set is refused and its gets answer small errors (issue 16).
+        try f.sign()
         let run = try f.handle(arguments: ["--timeout", "2s", "--memory-limit", "100MiB"])
-        #expect(run.kind == "timeout", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
-        let elapsed = run.error?["elapsedMs"]?.doubleValue ?? .infinity
         // The deadline is checked between requests: it can be passed by the time one request
         // takes to serve (a 256 KB global read, unsealed and encoded: ms in a debug build, more
         // when the whole suite runs on 2 cores).
-        #expect(elapsed < 2_000 + 400, "the deadline of 2000 ms ended at \(elapsed) ms")
-        // Then cancel, a grace of 500 ms at most, and the report.
-        #expect(run.wallMs < 2_000 + 500 + 500 + 1_500, "the run took \(run.wallMs) ms")
+        expectEndedAtDeadline(run, slackMs: 400)
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("a plugin that reads 4 MiB globals (the largest value) as fast as the host serves them ends within 1 s of its deadline")
+    func deadlineWhileServingLargestValues() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "serving4m",
+            script: """
+                import threading
+                def flood(msg):
+                    send({"jsonrpc": "2.0", "id": "set", "method": "globals.set",
+                          "params": {"name": "big", "value": "x" * (4 * 1024 * 1024 - 64)}})
+                    read_message()
+                    def drain():
+                        while os.read(3, 1 << 20):
+                            pass
+                    threading.Thread(target=drain, daemon=True).start()
+                    request = frame(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "globals.get", "params": {"name": "big"}}).encode())
+                    while True:
+                        write_raw(request * 20)
+                serve({"handle": flood})
+                """)
+        try f.sign()
+        let run = try f.handle(arguments: ["--timeout", "2s", "--memory-limit", "100MiB"])
+        // One 4 MiB get (unsealed, parsed, encoded) is what the deadline can be passed by.
+        expectEndedAtDeadline(run, slackMs: 1_000)
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("a store request while another process holds the store's write lock ends at the run's deadline, not SQLite's 10 s busy timeout")
+    func deadlineWhileStoreBusy() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "busystore",
+            script: """
+                def busy(msg):
+                    send({"jsonrpc": "2.0", "id": "set", "method": "globals.set", "params": {"name": "x", "value": 2}})
+                    read_message()
+                    hang()
+                serve({"handle": busy})
+                """)
+        try f.sign()
+        // The store exists, the owner's key recorded: the run only reads before its globals.set.
+        try Store(home: f.home).globals(of: "TESTTEAM").set("x", to: 1)
+        // Another process takes the write lock and keeps it (as a long import or a migration would).
+        let locked = f.tmp.url.appendingPathComponent("locked")
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        holder.arguments = [
+            "-c",
+            """
+            import sqlite3, sys, time
+            con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+            con.execute("BEGIN IMMEDIATE")
+            open(sys.argv[2], "w").close()
+            time.sleep(8)
+            """,
+            f.home.appendingPathComponent("store.sqlite").path, locked.path,
+        ]
+        try holder.run()
+        defer {
+            kill(holder.processIdentifier, SIGKILL)
+            holder.waitUntilExit()
+        }
+        let began = Date()
+        while !FileManager.default.fileExists(atPath: locked.path) && Date().timeIntervalSince(began) < 20 { usleep(10_000) }
+        #expect(FileManager.default.fileExists(atPath: locked.path), "the lock holder did not start")
+        let run = try f.handle(arguments: ["--timeout", "2s"])
+        // Before, the request waited for the lock (8 s here; SQLite's busy timeout is 10 s) and the run with it.
+        expectEndedAtDeadline(run, slackMs: 400)
+        expectBounded(run, idle: idle)
+        try f.expectNothingLeft()
+    }
+
+    @Test("a bookmark file whose answer cannot fit a message is refused from its size, unread: the host's memory stays flat")
+    func bookmarkReadTooLarge() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture(
+            "bigread",
+            script: """
+                def read_big(msg):
+                    send({"jsonrpc": "2.0", "id": "r", "method": "bookmarks.read", "params": {"bookmark": "big", "path": ""}})
+                    answer = read_message()
+                    error = answer.get("error") or {}
+                    reply(msg, {"code": "success", "properties": {"kind": (error.get("data") or {}).get("kind"), "message": error.get("message")}})
+                serve({"handle": read_big})
+                """)
+        try f.sign()
+        // 60 MB, sparse: under the store's read limit (64 MiB), its answer (80 MB of base64) over maxMessageBytes.
+        let file = f.tmp.url.appendingPathComponent("big.bin")
+        FileManager.default.createFile(atPath: file.path, contents: nil)
+        #expect(truncate(file.path, 60_000_000) == 0)
+        chmod(file.path, 0o644)
+        _ = try Store(home: f.home).bookmarks(of: "TESTTEAM").add("big", path: file.path, readOnly: true)
+        let run = try f.handle()
+        #expect(run.status == 0, "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        let properties = run.report?["response"]?["properties"]
+        #expect(properties?["kind"]?.stringValue == "tooLarge", "\(String(describing: properties))")
+        #expect(properties?["message"]?.stringValue?.contains("it was not read") == true, "\(String(describing: properties))")
+        #expect(run.wallMs < 10_000, "the run took \(run.wallMs) ms")
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
@@ -265,6 +379,7 @@ struct HostBoundsTests {
 
     @Test("a plugin that closes fd 4 and keeps running is reported at once, with the phase")
     func closedChannel() throws {
+        let idle = try Self.idlePeak()
         let f = try Fixture(
             "closed",
             script: """
@@ -278,6 +393,7 @@ struct HostBoundsTests {
         #expect(run.error?["message"]?.stringValue?.contains("closed its channel") == true)
         #expect(run.error?["phase"]?.stringValue == "handle")
         #expect(run.wallMs < 3_000, "reported after \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
 
@@ -299,7 +415,15 @@ struct HostBoundsTests {
         #expect(run.status == 0, "\(run.stderr)")
         // 400 KB of answer: pretty, every zero would be indented 1,000 spaces (200 MB).
         #expect(run.stdoutBytes < 2 << 20, "the report is \(run.stdoutBytes) bytes")
+        #expect(run.wallMs < 10_000, "the run took \(run.wallMs) ms")
         #expect(run.report?["response"]?["code"]?.stringValue == "success")
+        // hostPeakRSSBytes is read once the report is rendered (docs/cli.md): it agrees with the
+        // peak measured from outside (wait4: the largest of the host, its plugin and the
+        // wrapper before exec), at most 8 MiB under it, and not above it (but by the kernel's
+        // lag in its RSS counters: VmHWM was seen up to 300 KiB over ru_maxrss).
+        let reported = run.report?["metrics"]?["hostPeakRSSBytes"]?.intValue ?? -1
+        #expect(reported > 0 && reported <= run.peakRSSBytes + (1 << 20), "hostPeakRSSBytes \(reported), from outside \(run.peakRSSBytes)")
+        #expect(run.peakRSSBytes - reported < 8 << 20, "hostPeakRSSBytes \(reported >> 10) KiB, from outside \(run.peakRSSBytes >> 10) KiB")
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
@@ -321,12 +445,14 @@ struct HostBoundsTests {
         #expect(run.kind == "protocolError", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
         #expect(run.error?["limit"]?.stringValue == "host.maxMessageNodes")
         #expect(run.error?["limitValue"]?.intValue == Int64(HostLimits.default.maxMessageNodes))
+        #expect(run.wallMs < 10_000, "the run took \(run.wallMs) ms, not stopped at the answer")
         expectBounded(run, idle: idle)
         try f.expectNothingLeft()
     }
 
     @Test("a frame over maxMessageBytes, an answer over host.maxResponseBytes, a log over host.maxNotificationBytes: each named with its size")
     func sizeLimits() throws {
+        let idle = try Self.idlePeak()
         let f = try Fixture(
             "sizes",
             script: """
@@ -351,6 +477,7 @@ struct HostBoundsTests {
             #expect(run.error?["limit"]?.stringValue == limit, "\(what)")
             #expect((run.error?["measured"]?.intValue ?? 0) >= Int64(atLeast), "\(what)")
             #expect(run.wallMs < 5_000, "\(what): \(run.wallMs) ms")
+            expectBounded(run, idle: idle)
             try f.expectNothingLeft()
         }
     }
@@ -370,8 +497,28 @@ struct HostBoundsTests {
         #expect(run.error?["measured"]?.intValue == 200_000_000)
         #expect(run.error?["limit"]?.stringValue == "host.maxIntentFileBytes")
         #expect(run.error?["message"]?.stringValue?.contains("200000000 bytes") == true)
+        #expect(run.wallMs < 5_000, "the run took \(run.wallMs) ms")
         expectBounded(run, idle: idle)
         #expect(run.peakRSSBytes < idle + (16 << 20), "reading was not refused before: \(run.peakRSSBytes >> 20) MiB")
+        try f.expectNothingLeft()
+    }
+
+    @Test("a 200 MB activity file (extrun continue) is refused from its size, before it is read")
+    func hugeActivityFile() throws {
+        let idle = try Self.idlePeak()
+        let f = try Fixture("bigactivity", script: "serve()")
+        let file = f.tmp.url.appendingPathComponent("huge-activity.json")
+        FileManager.default.createFile(atPath: file.path, contents: Data("{\"activityType\": \"x\", \"title\": \"".utf8))
+        #expect(truncate(file.path, 200_000_000) == 0)
+        let run = try f.handle(command: "continue", intentFile: file)
+        #expect(run.kind == "invalidIntent", "\(run.report.map { String(describing: $0) } ?? run.stderr)")
+        #expect(run.error?["measured"]?.intValue == 200_000_000)
+        #expect(run.error?["limit"]?.stringValue == "host.maxIntentFileBytes")
+        #expect(run.error?["message"]?.stringValue?.contains("activity file") == true)
+        #expect(run.wallMs < 5_000, "the run took \(run.wallMs) ms")
+        expectBounded(run, idle: idle)
+        #expect(run.peakRSSBytes < idle + (16 << 20), "reading was not refused before: \(run.peakRSSBytes >> 20) MiB")
+        try f.expectNothingLeft()
     }
 
     // MARK: The policy
