@@ -13,7 +13,9 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -387,6 +389,9 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
         int status;
         pid_t reaped = waitpid(-1, &status, 0);
         if (reaped < 0 && errno == ECHILD) return;
+        // The traced plugin stopped on its way out before the kill reached it: let it go.
+        struct extrun_memory_figures ignored;
+        if (reaped > 0 && WIFSTOPPED(status)) extrun_handle_trace_stop(reaped, status, -1, &ignored);
     }
 }
 
@@ -442,6 +447,7 @@ static int check_disk(const struct extrun_sandbox_request *request, int scratch_
 struct plugin_exit {
     int status;
     struct rusage usage;
+    struct extrun_memory_figures figures;  // read in its exit stop (zeros: unknown)
 };
 
 /// Pid 1 of the plugin's pid namespace. The plugin must not be pid 1 itself:
@@ -500,11 +506,13 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
     if (chdir("/") != 0) {
         // Not fatal: "/" is always there; carry on.
     }
+    int proc_mounted = 0;
     if (request->namespaces & EXTRUN_NS_MOUNT) {
         // A /proc of this pid namespace: the plugin sees its own processes only.
         // (The supervisor, in the same mount namespace, keeps a descriptor of the host's.)
         struct child_failure info = {EXTRUN_REPORT_PROC_MOUNTED, 0};
         if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) info.error = errno ? errno : EPERM;
+        proc_mounted = info.error == 0;
         write_all(report_fd, &info, sizeof info);
     }
     if (request->pid_max > 0) {
@@ -523,14 +531,33 @@ static void run_init(const struct extrun_sandbox_request *request, int report_fd
         write_all(report_fd, &failure, sizeof failure);
         _exit(127);
     }
+    // Its memory as it ends (exit_figures_linux.c): traced for its exit stop, its
+    // status file (in this namespace's /proc, where its pid is this one) opened now.
+    int status_file = -1;
+    if (proc_mounted && extrun_trace_exit(plugin) == 0) {
+        char path[48];
+        size_t at = 0;
+        path[0] = '\0';
+        extrun_append_text(path, sizeof path, &at, "/proc/");
+        extrun_append_int(path, sizeof path, &at, plugin);
+        extrun_append_text(path, sizeof path, &at, "/status");
+        status_file = open(path, O_RDONLY | O_CLOEXEC);
+    }
     // Keep nothing of the plugin's: its pipes must close when it exits.
-    int keep[1] = {exit_fd};
-    close_all_except(keep, 1);
+    int keep[2] = {exit_fd, status_file};
+    close_all_except(keep, status_file >= 0 ? 2 : 1);
+    struct extrun_memory_figures figures;
+    memset(&figures, 0, sizeof figures);
     for (;;) {
         struct plugin_exit done;
         memset(&done, 0, sizeof done);
         pid_t reaped = wait4(-1, &done.status, 0, &done.usage);
+        if (reaped == plugin && WIFSTOPPED(done.status)) {
+            extrun_handle_trace_stop(plugin, done.status, status_file, &figures);
+            continue;
+        }
         if (reaped == plugin) {
+            done.figures = figures;
             write_all(exit_fd, &done, sizeof done);
             _exit(0);
         }
@@ -630,6 +657,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         // The plugin itself: started without copying this process (start_plugin).
         struct plugin_start start = {request, report[1], notify_pair[1], {host_proc_fd, report[0], notify_pair[0], status_fd, lifeline_fd}};
         child = start_plugin(&start);
+        // Its memory as it ends (exit_figures_linux.c): this process is its parent and tracer.
+        if (child > 0) extrun_trace_exit(child);
     }
     close(report[1]);
     if (notify_pair[1] >= 0) close(notify_pair[1]);
@@ -683,13 +712,33 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     send_event(status_fd, &event);
 
     int plugin_fd = (int)syscall(SYS_pidfd_open, child, 0);
+    // The plugin's memory figures: from its exit stop, or read just before a kill.
+    char status_path[48];
+    size_t status_at = 0;
+    status_path[0] = '\0';
+    extrun_append_int(status_path, sizeof status_path, &status_at, plugin);
+    extrun_append_text(status_path, sizeof status_path, &status_at, "/status");
+    int plugin_status_file = open_in_host_proc(status_path);
+    struct extrun_memory_figures final_figures;
+    memset(&final_figures, 0, sizeof final_figures);
+    // Without a pid namespace this process traces the plugin, whose stops make no
+    // descriptor readable: SIGCHLD through a signalfd wakes the loop for them.
+    int child_signals = -1;
+    if (!in_pid_ns) {
+        sigset_t chld;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, NULL);
+        child_signals = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    }
     int killed = 0;
     int disk_reported = 0;
     int check_ms = scratch_fd >= 0 && request->disk_check_ms > 0 ? request->disk_check_ms : -1;
     uint64_t last_check = monotonic_ms();
     for (;;) {
-        struct pollfd fds[3];
+        struct pollfd fds[4];
         int count = 0;
+        if (child_signals >= 0) fds[count++] = (struct pollfd){.fd = child_signals, .events = POLLIN};
         fds[count++] = (struct pollfd){.fd = lifeline_fd, .events = POLLIN};
         if (plugin_fd >= 0) fds[count++] = (struct pollfd){.fd = plugin_fd, .events = POLLIN};
         if (listener >= 0) fds[count++] = (struct pollfd){.fd = listener, .events = POLLIN};
@@ -698,6 +747,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         if (check_ms > 0 && !killed && monotonic_ms() - last_check >= (uint64_t)check_ms) {
             last_check = monotonic_ms();
             if (check_disk(request, scratch_fd, status_fd, plugin, &disk_reported)) {
+                if (!killed) extrun_read_memory_figures(plugin_status_file, &final_figures);
                 kill(child, SIGKILL);
                 kill(-plugin, SIGKILL);
                 killed = 1;
@@ -706,11 +756,15 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
 
         for (int i = 0; ready > 0 && i < count; i++) {
             if (fds[i].revents == 0) continue;
-            if (fds[i].fd == lifeline_fd) {
+            if (fds[i].fd == child_signals) {
+                struct signalfd_siginfo info[8];
+                while (read(child_signals, info, sizeof info) > 0) {}
+            } else if (fds[i].fd == lifeline_fd) {
                 char command;
                 ssize_t n = read(lifeline_fd, &command, 1);
                 if (n <= 0 || command == 'K') {
                     // The host died or asked: the plugin and all it started go.
+                    if (!killed) extrun_read_memory_figures(plugin_status_file, &final_figures);
                     kill(child, SIGKILL);
                     kill(-plugin, SIGKILL);
                     killed = 1;
@@ -776,6 +830,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         event.arg0 = request_buffer.data.args[0];
                         event.arg1 = request_buffer.data.args[3];  // mmap's flags
                         send_event(status_fd, &event);
+                        extrun_read_memory_figures(plugin_status_file, &final_figures);
                         kill(child, SIGKILL);
                         kill(-plugin, SIGKILL);
                         killed = 1;
@@ -790,6 +845,15 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         int status;
         struct rusage usage;
         pid_t done = wait4(child, &status, WNOHANG, &usage);
+        if (done == child && WIFSTOPPED(status)) {
+            // The traced plugin (no pid namespace): its exit stop, or a signal to pass on.
+            struct extrun_memory_figures at_exit;
+            memset(&at_exit, 0, sizeof at_exit);
+            if (extrun_handle_trace_stop(child, status, plugin_status_file, &at_exit) && at_exit.vm_size_kb > 0) {
+                final_figures = at_exit;
+            }
+            continue;
+        }
         if (done == child) {
             if (listener >= 0) close(listener);
             if (in_pid_ns) {
@@ -802,6 +866,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                 if (n == (ssize_t)sizeof reported) {
                     status = reported.status;
                     usage = reported.usage;
+                    if (reported.figures.vm_size_kb > 0) final_figures = reported.figures;
                 } else {
                     status = SIGKILL;  // a wait status meaning "killed by SIGKILL"
                     memset(&usage, 0, sizeof usage);
@@ -817,10 +882,12 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
             event.utime_us = (int64_t)usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec;
             event.stime_us = (int64_t)usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec;
             event.maxrss_kb = usage.ru_maxrss;
+            event.final_memory = final_figures;
             send_event(status_fd, &event);
             _exit(0);
         }
         if (lifeline_fd < 0 && !killed) {
+            extrun_read_memory_figures(plugin_status_file, &final_figures);
             kill(child, SIGKILL);
             kill(-plugin, SIGKILL);
             killed = 1;

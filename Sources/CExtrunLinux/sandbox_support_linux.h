@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <linux/seccomp.h>
+#include "CExtrunSandbox.h"
 
 /// `value` in decimal into `buffer` (NUL-terminated).
 void extrun_format_int(char *buffer, size_t size, long value);
@@ -42,5 +43,19 @@ void extrun_signal_call_target(const struct seccomp_notif *call, pid_t *target, 
 /// Whether a signal of the plugin's may go on: only towards the run's own processes
 /// (the plugin, its descendants, groups they lead).
 int extrun_signal_allowed(pid_t target, int group, pid_t plugin, pid_t self);
+
+// exit_figures_linux.c
+
+/// Reads VmPeak, VmSize, VmData, VmHWM, RssAnon and RssShmem from an open
+/// /proc/PID/status. 0, or -1 (figures zeroed) when the process has no memory any more.
+int extrun_read_memory_figures(int status_fd, struct extrun_memory_figures *figures);
+
+/// The plugin's parent traces it so that it stops once on its way out (PTRACE_O_TRACEEXIT).
+int extrun_trace_exit(pid_t pid);
+
+/// A stop of the traced plugin (`status` from wait): at its exit stop the figures are
+/// read from `status_file_fd` and 1 returned; any other stop is passed through. Either
+/// way the plugin goes on.
+int extrun_handle_trace_stop(pid_t pid, int status, int status_file_fd, struct extrun_memory_figures *figures);
 
 #endif

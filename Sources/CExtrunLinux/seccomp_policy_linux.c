@@ -89,6 +89,21 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     }
     // Sockets: only AF_UNIX (no network).
     if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+    // Named AF_UNIX sockets (a path: the system's D-Bus, docker.sock, /dev/log) are reachable
+    // wherever the plugin can see their path, which Landlock does not control before ABI 8:
+    // no connect (the plugin's channels are inherited descriptors; socketpair still works),
+    // and no datagram socket, which reaches a named one with sendto/sendmsg without connect
+    // (an AF_UNIX SOCK_RAW is a datagram socket too). EACCES, as for a socket file one may not write.
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
+    static const int datagram_types[] = {SOCK_DGRAM, SOCK_RAW};
+    for (size_t i = 0; rc == 0 && i < sizeof datagram_types / sizeof datagram_types[0]; i++) {
+        // (The type is an int for the kernel, its low 4 bits the type, the rest flags.)
+        scmp_datum_t type = (scmp_datum_t)datagram_types[i];
+        // (AF_UNIX only here: another family is a violation by the rule above.)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, AF_UNIX),
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type));
+        if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socketpair), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type));
+    }
     // clone with a namespace flag. clone3 passes its flags in memory, which a
     // filter cannot read: it fails with ENOSYS so that the C library falls back to clone.
     for (size_t i = 0; rc == 0 && i < sizeof namespace_clone_flags / sizeof namespace_clone_flags[0]; i++) {

@@ -93,7 +93,7 @@ struct SandboxSettings {
         seccompNotify = capabilities.seccompNotify
         var flags: Int32 = 0
         if policy.namespaces.pid { flags |= Int32(EXTRUN_NS_PID) }
-        if policy.namespaces.network { flags |= Int32(EXTRUN_NS_NET) }
+        if policy.namespaces.network { flags |= Int32(EXTRUN_NS_NET | EXTRUN_NS_NET_SHARED) }
         if policy.namespaces.ipc { flags |= Int32(EXTRUN_NS_IPC) }
         if policy.namespaces.mount { flags |= Int32(EXTRUN_NS_MOUNT) }
         if policy.namespaces.user && !capabilities.isRoot { flags |= Int32(EXTRUN_NS_USER) }
@@ -208,6 +208,17 @@ struct SandboxSettings {
         } else {
             lines.append("memory files: no mount namespace here: /tmp, /var/tmp and /dev/shm are the host's\(active & Int32(EXTRUN_NS_LANDLOCK) != 0 ? " (Landlock keeps the plugin from writing them)" : ": what the plugin writes there outlives the run and is not counted")")
         }
+        if seccomp {
+            lines.append("sockets: no connect and no datagram sockets (seccomp): no Unix socket of the host's, named (D-Bus, docker.sock, /dev/log) or abstract, is reachable; socketpair works")
+        } else {
+            lines.append("sockets: seccomp OFF (policy): named Unix sockets of the host's are reachable where the plugin sees their path\(active & Int32(EXTRUN_NS_LANDLOCK) != 0 && SandboxCapabilities.current.landlockABI >= 6 ? "; abstract ones only within its run (Landlock)" : "")")
+        }
+        lines.append(active & Int32(EXTRUN_NS_NET_SHARED) != 0
+            ? "network view: the machine's empty network namespace for plugins (/run/extrun/netns, shared by root hosts' runs): /proc/net shows a loopback and no socket of the host's"
+            : active & Int32(EXTRUN_NS_NET) != 0
+            ? "network view: a network namespace of its own: /proc/net shows only a loopback"
+            : "network view: the host's network namespace (policy namespaces.network off): /proc/net shows the host's sockets and interfaces, none of which it can reach")
+        lines.append("memory peak: read as the plugin ends (its parent traces it for its exit stop alone), else just before a kill; sampled only where that cannot be read")
         lines.append("scratch directory: at most \(ByteCount.format(Int64(diskBytes))) and \(diskFiles) files and folders (diskLimitExceeded past them), removed by descriptor after the run")
         lines.append("terminal: the plugin has a session of its own and no controlling terminal\(privateDev && hasMount ? "; no /dev/pts" : "")")
         if hasPid {
