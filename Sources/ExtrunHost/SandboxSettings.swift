@@ -109,8 +109,13 @@ struct SandboxSettings {
                 + [unreachable].compactMap { $0 }).filter { $0 != "/" }
             hidePaths = candidates.filter { path in !candidates.contains { path.hasPrefix($0 + "/") } }
             hidePaths = hidePaths.enumerated().filter { index, path in !hidePaths[..<index].contains(path) }.map(\.element)
+            // /tmp, /var/tmp and /dev/shm are the run's own memory filesystem: what the host has
+            // there is hidden already, so a folder in them (the default $TMPDIR, /tmp, say) needs
+            // no cover of its own; covering it would hide the run's /tmp behind a read-only one.
+            let ownFolders = effective.memoryFilesBytes > 0 ? SandboxSettings.replacedFolders : []
+            hidePaths = hidePaths.filter { path in !ownFolders.contains { path == $0 || path.hasPrefix($0 + "/") } }
             hiddenHome = home.flatMap { SandboxSettings.resolved($0.path) }.flatMap { path in
-                hidePaths.contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
+                (hidePaths + ownFolders).contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
             }
             // Also covered: what lies in /tmp, /var/tmp and /dev/shm, which are the run's own.
             func isHidden(_ path: String) -> Bool {
@@ -188,7 +193,10 @@ struct SandboxSettings {
         let hasPid = active & Int32(EXTRUN_NS_PID) != 0
         if hasMount, hiddenHome != nil {
             let revealed = revealPaths.isEmpty ? "" : " (bound back: \(revealPaths.joined(separator: ", ")))"
-            lines.append("store and keys: hidden by a mount namespace: \(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin\(revealed)")
+            let covers = hidePaths.isEmpty ? "" : "\(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin"
+            let coveredHome = hiddenHome.map { home in hidePaths.contains { home == $0 || home.hasPrefix($0 + "/") } } ?? true
+            let own = coveredHome ? "" : "\(covers.isEmpty ? "" : "; ")\(hiddenHome ?? "the home") lies in the run's own /tmp, /var/tmp or /dev/shm, where the host's files are not"
+            lines.append("store and keys: hidden by a mount namespace: \(covers)\(own)\(revealed)")
         } else if let home, FileManager.default.fileExists(atPath: home.path) == false {
             lines.append("store and keys: \(home.path) does not exist (and could not be made)")
         } else if !identity.dropsPrivileges && active & Int32(EXTRUN_NS_LANDLOCK) != 0 {

@@ -144,6 +144,27 @@ struct ConfinementTests {
     }
 }
 
+extension ConfinementTests {
+    /// With $TMPDIR = /tmp (the default), the scratch directory is bound into the run's own
+    /// /tmp: it was covered by a read-only tmpfs instead, hiding the run's /tmp (EROFS).
+    @Test func theRunsOwnTmpIsWritableWhenScratchDirectoriesAreMadeInTmp() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let intentFile = plugin.root.appendingPathComponent("fill.json")
+        try Data(#"{"intent": "FillFolder", "parameters": {"path": "/tmp", "megabytes": 200}}"#.utf8).write(to: intentFile)
+        let measured = try CLIRun.measure(
+            [ExamplePlugins.extrunBinary.path, "handle", intentFile.path],
+            environment: ["EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TMPDIR": "/tmp"])
+        let report = try JSONCoding.decode(JSONValue.self, fromJSON: Data(measured.output.utf8))
+        let text = try #require(report["response"]?["properties"]?["result"]?.stringValue, "\(measured.output)")
+        let result = try JSONCoding.decode(JSONValue.self, fromJSON: Data(text.utf8))
+        #expect(result["outcome"] == "ENOSPC", "\(text)")
+        #expect((result["written"]?.intValue ?? 0) > 3 << 20, "\(text)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+        #expect(Leftovers.files(named: "extrun-filled-").isEmpty, "left: \(Leftovers.files(named: "extrun-filled-"))")
+    }
+}
+
 /// Landlock, a layer of its own: nothing outside the system's folders, the plugin's
 /// own and its scratch directory; no abstract socket outside its run.
 @Suite(.serialized)
