@@ -15,32 +15,10 @@
 #include <linux/audit.h>
 #include <linux/seccomp.h>
 
-/// System calls a plugin never makes. Each one is denied by the action the
-/// caller chooses: a notification to the supervisor (which kills the plugin
-/// and reports the call) or an immediate kill of the process. docs/sandbox.md
-/// lists them with the reason for each.
-static const char *const denied_syscalls[] = {
-    // Looking into or controlling other processes.
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
-    // Filesystems and mounts.
-    "mount", "umount2", "pivot_root", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount", "open_tree",
-    "mount_setattr", "open_by_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff", "chroot",
-    // The machine itself.
-    "reboot", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "iopl", "ioperm",
-    "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup", "syslog", "uselib",
-    "lookup_dcookie",
-    // Kernel attack surface no plugin needs.
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "keyctl", "add_key", "request_key",
-    // Namespaces.
-    "unshare", "setns",
-    // Running another program (execve itself is allowed once, see below).
-    "execveat",
-    // Memory that RLIMIT_DATA does not count (docs/sandbox.md, "Memory"): memory files,
-    // secret memory, System V shared memory and message queues.
-    "memfd_create", "memfd_secret", "shmget", "shmat", "msgget",
-    NULL,
-};
+/// System calls a plugin never makes (seccomp_deny_list.h). Each one is denied by the
+/// action the caller chooses: a notification to the supervisor (which kills the plugin
+/// and reports the call) or an immediate kill of the process.
+#include "seccomp_deny_list.h"
 
 /// Calls that send a signal to another process, thread or process group. Without
 /// a pid namespace the plugin could name any process of its user with them, so
@@ -82,7 +60,7 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     uint32_t deny = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS;
     int rc = 0;
 
-    for (const char *const *name = denied_syscalls; *name != NULL && rc == 0; name++) {
+    for (const char *const *name = extrun_denied_syscalls; *name != NULL && rc == 0; name++) {
         int nr = seccomp_syscall_resolve_name(*name);
         if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
         rc = seccomp_rule_add(ctx, deny, nr, 0);
