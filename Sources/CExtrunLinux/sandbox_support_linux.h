@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <linux/seccomp.h>
 #include "CExtrunSandbox.h"
@@ -43,6 +44,65 @@ void extrun_signal_call_target(const struct seccomp_notif *call, pid_t *target, 
 /// Whether a signal of the plugin's may go on: only towards the run's own processes
 /// (the plugin, its descendants, groups they lead).
 int extrun_signal_allowed(pid_t target, int group, pid_t plugin, pid_t self);
+
+// sandbox_linux.c, plugin_start_linux.c, init_linux.c: the supervisor, the plugin's
+// process and the pid namespace's init.
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef SECCOMP_FILTER_FLAG_NEW_LISTENER
+#define SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
+#endif
+#ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
+#define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+/// A record on the report pipe with this stage is information, not a failure:
+/// whether init could mount a /proc of the plugin's pid namespace (error 0: yes).
+#define EXTRUN_REPORT_PROC_MOUNTED (-1)
+
+struct child_failure {
+    int stage;
+    int error;
+};
+
+/// What the plugin's process closes before it becomes the plugin, then its setup.
+struct plugin_start {
+    const struct extrun_sandbox_request *request;
+    int report_fd;
+    int notify_socket;
+    int close_fds[5];
+};
+
+/// What the namespace's init tells the supervisor when the plugin ends.
+struct plugin_exit {
+    int status;
+    struct rusage usage;
+    struct extrun_memory_figures figures;  // read in its exit stop (zeros: unknown)
+};
+
+/// Writes all of `data` (retrying after EINTR); gives up on any other error.
+void extrun_write_all(int fd, const void *data, size_t length);
+
+/// Every signal back to its default action, none blocked.
+void extrun_reset_signals(void);
+
+/// Closes every descriptor from 3 up, except those in `keep` (sorted here in place).
+void extrun_close_all_except(int *keep, int count);
+
+/// Starts the plugin's process (plugin_start_linux.c): returns once it has exec'd or failed.
+pid_t extrun_start_plugin(struct plugin_start *start);
+
+/// Pid 1 of the plugin's pid namespace (init_linux.c). Never returns.
+void extrun_run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd)
+    __attribute__((noreturn));
 
 // exit_figures_linux.c
 
