@@ -171,26 +171,23 @@ static void kill_and_reap_descendants(pid_t self, pid_t plugin_group) {
     }
 }
 
-/// VmData of process `pid` (host pid) in bytes, or 0.
-static uint64_t private_memory_of(pid_t pid) {
-    char path[64];
+/// /proc/PID/status of process `pid` (host pid), opened in the host's /proc, or -1.
+static int open_host_status(pid_t pid) {
+    char path[48];
     size_t at = 0;
     path[0] = '\0';
     extrun_append_int(path, sizeof path, &at, pid);
     extrun_append_text(path, sizeof path, &at, "/status");
-    int fd = open_in_host_proc(path);
-    if (fd < 0) return 0;
-    char buffer[4096];
-    ssize_t n = read(fd, buffer, sizeof buffer - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    buffer[n] = '\0';
-    const char *line = strstr(buffer, "\nVmData:");
-    if (line == NULL) return 0;
-    uint64_t kb = 0;
-    for (line += 8; *line == ' ' || *line == '\t'; line++) {}
-    for (; *line >= '0' && *line <= '9'; line++) kb = kb * 10 + (uint64_t)(*line - '0');
-    return kb * 1024;
+    return open_in_host_proc(path);
+}
+
+/// VmData of process `pid` (host pid) in bytes, or 0.
+static uint64_t private_memory_of(pid_t pid) {
+    int fd = open_host_status(pid);
+    struct extrun_memory_figures figures;
+    int read = extrun_read_memory_figures(fd, &figures) == 0;
+    if (fd >= 0) close(fd);
+    return read ? figures.vm_data_kb * 1024 : 0;
 }
 
 static uint64_t monotonic_ms(void) {
@@ -367,12 +364,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
 
     int plugin_fd = (int)syscall(SYS_pidfd_open, child, 0);
     // The plugin's memory figures: from its exit stop, or read just before a kill.
-    char status_path[48];
-    size_t status_at = 0;
-    status_path[0] = '\0';
-    extrun_append_int(status_path, sizeof status_path, &status_at, plugin);
-    extrun_append_text(status_path, sizeof status_path, &status_at, "/status");
-    int plugin_status_file = open_in_host_proc(status_path);
+    int plugin_status_file = open_host_status(plugin);
     struct extrun_memory_figures final_figures;
     memset(&final_figures, 0, sizeof final_figures);
     // Without a pid namespace this process traces the plugin, whose stops make no

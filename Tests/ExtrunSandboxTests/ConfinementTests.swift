@@ -179,15 +179,9 @@ struct LandlockTests {
         defer { plugin.remove() }
         // An abstract socket of the host's side, listening.
         let name = "extrun-reach-\(plugin.marker)"
-        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(listener) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = [UInt8(0)] + Array(name.utf8)
-        withUnsafeMutableBytes(of: &address.sun_path) { for (i, b) in bytes.enumerated() { $0[i] = b } }
-        let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count)
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-        #expect(bound == 0 && listen(listener, 4) == 0)
+        let listener = try UnixSocket(type: SOCK_STREAM, abstractName: name)
+        defer { listener.close() }
+        #expect(listen(listener.fd, 4) == 0)
         let report = plugin.handle("Reach", ["path": .string(name)])
         let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
         let results = try JSONCoding.decode([String: String].self, fromJSON: Data(text.utf8))
@@ -198,7 +192,7 @@ struct LandlockTests {
         #expect(results["abstract socket"] == (seccomp ? "EACCES" : "EPERM"), "\(results)")
         // The pid namespace's /proc: its pid 1 does not show the host's command line.
         #expect(results["/proc/1/cmdline"] == "extrun-init", "\(results)")
-        // A network namespace of its own: /proc/net shows none of the host's sockets or interfaces.
+        // Not the host's network namespace: /proc/net shows none of its sockets or interfaces.
         if networkNamespace {
             #expect(results["/proc/net/unix"] == "own", "\(results)")
             #expect(results["/proc/net/dev"] == "lo", "\(results)")
@@ -238,22 +232,29 @@ struct NamedSocketTests {
     }
 }
 
-/// A bound AF_UNIX socket at a path, writable by anyone.
+/// A bound AF_UNIX socket: at a path, writable by anyone, or by an abstract name.
 struct UnixSocket {
     let fd: Int32
 
     init(type: __socket_type, path: String) throws {
-        fd = socket(AF_UNIX, Int32(type.rawValue), 0)
+        fd = try Self.bound(type: type, address: Array(path.utf8))
+        chmod(path, 0o777)
+    }
+
+    init(type: __socket_type, abstractName: String) throws {
+        fd = try Self.bound(type: type, address: [0] + Array(abstractName.utf8))
+    }
+
+    private static func bound(type: __socket_type, address bytes: [UInt8]) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(type.rawValue), 0)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        try #require(bytes.count < MemoryLayout.size(ofValue: address.sun_path), "socket path too long: \(path)")
+        try #require(bytes.count < MemoryLayout.size(ofValue: address.sun_path), "socket address too long: \(bytes.count) bytes")
         withUnsafeMutableBytes(of: &address.sun_path) { for (i, b) in bytes.enumerated() { $0[i] = b } }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        try #require(bound == 0, "bind \(path): errno \(errno)")
-        chmod(path, 0o777)
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        try #require(bound == 0, "bind: errno \(errno)")
+        return fd
     }
 
     func close() { _ = Glibc.close(fd) }
