@@ -4,9 +4,9 @@
 //
 // Usage: mkseccomp OUT.bpf
 //
-// The list mirrors Sources/CExtrunLinux/seccomp_policy_linux.c (denied calls,
-// sockets other than AF_UNIX, clone with namespace flags, clone3 → ENOSYS,
-// TIOCSTI/TIOCLINUX). It differs in two ways: forbidden calls kill the process
+// The denied calls are Sources/CExtrunLinux/seccomp_deny_list.h, included; the other
+// rules mirror seccomp_policy_linux.c (sockets other than AF_UNIX, connect and
+// datagram sockets, clone with namespace flags, clone3 → ENOSYS, TIOCSTI/TIOCLINUX). It differs in two ways: forbidden calls kill the process
 // (bwrap has no supervisor to notify), and execve is not pinned to one pointer
 // (bwrap execs the plugin itself after installing the filter).
 #define _GNU_SOURCE
@@ -20,15 +20,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char *const denied[] = {
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
-    "mount", "umount2", "pivot_root", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount", "open_tree",
-    "mount_setattr", "open_by_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff", "chroot",
-    "reboot", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "iopl", "ioperm",
-    "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup", "syslog", "uselib",
-    "lookup_dcookie", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
-    "io_uring_register", "keyctl", "add_key", "request_key", "unshare", "setns", "execveat", NULL,
-};
+// The deny list itself is extrun's own, included rather than copied.
+#include "../../Sources/CExtrunLinux/seccomp_deny_list.h"
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -38,7 +31,7 @@ int main(int argc, char **argv) {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (ctx == NULL) return 1;
     int rc = 0;
-    for (const char *const *name = denied; *name != NULL && rc == 0; name++) {
+    for (const char *const *name = extrun_denied_syscalls; *name != NULL && rc == 0; name++) {
         int nr = seccomp_syscall_resolve_name(*name);
         if (nr != __NR_SCMP_ERROR) rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, nr, 0);
     }
@@ -48,6 +41,15 @@ int main(int argc, char **argv) {
         rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flags[i], flags[i]));
     }
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    // No connect and no AF_UNIX datagram sockets (named sockets of the host's), as extrun's.
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
+    const int datagram_types[] = {SOCK_DGRAM, SOCK_RAW};
+    for (size_t i = 0; rc == 0 && i < sizeof datagram_types / sizeof datagram_types[0]; i++) {
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, AF_UNIX),
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, (scmp_datum_t)datagram_types[i]));
+        if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socketpair), 1,
+                                           SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, (scmp_datum_t)datagram_types[i]));
+    }
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, TIOCSTI));
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, TIOCLINUX));
     if (rc != 0) {

@@ -7,8 +7,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <linux/seccomp.h>
+#include "CExtrunSandbox.h"
 
 /// `value` in decimal into `buffer` (NUL-terminated).
 void extrun_format_int(char *buffer, size_t size, long value);
@@ -42,5 +44,78 @@ void extrun_signal_call_target(const struct seccomp_notif *call, pid_t *target, 
 /// Whether a signal of the plugin's may go on: only towards the run's own processes
 /// (the plugin, its descendants, groups they lead).
 int extrun_signal_allowed(pid_t target, int group, pid_t plugin, pid_t self);
+
+// sandbox_linux.c, plugin_start_linux.c, init_linux.c: the supervisor, the plugin's
+// process and the pid namespace's init.
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef SECCOMP_FILTER_FLAG_NEW_LISTENER
+#define SECCOMP_FILTER_FLAG_NEW_LISTENER (1UL << 3)
+#endif
+#ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
+#define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+
+/// A record on the report pipe with this stage is information, not a failure:
+/// whether init could mount a /proc of the plugin's pid namespace (error 0: yes).
+#define EXTRUN_REPORT_PROC_MOUNTED (-1)
+
+struct child_failure {
+    int stage;
+    int error;
+};
+
+/// What the plugin's process closes before it becomes the plugin, then its setup.
+struct plugin_start {
+    const struct extrun_sandbox_request *request;
+    int report_fd;
+    int notify_socket;
+    int close_fds[5];
+};
+
+/// What the namespace's init tells the supervisor when the plugin ends.
+struct plugin_exit {
+    int status;
+    struct rusage usage;
+    struct extrun_memory_figures figures;  // read in its exit stop (zeros: unknown)
+};
+
+/// Writes all of `data` (retrying after EINTR); gives up on any other error.
+void extrun_write_all(int fd, const void *data, size_t length);
+
+/// Every signal back to its default action, none blocked.
+void extrun_reset_signals(void);
+
+/// Closes every descriptor from 3 up, except those in `keep` (sorted here in place).
+void extrun_close_all_except(int *keep, int count);
+
+/// Starts the plugin's process (plugin_start_linux.c): returns once it has exec'd or failed.
+pid_t extrun_start_plugin(struct plugin_start *start);
+
+/// Pid 1 of the plugin's pid namespace (init_linux.c). Never returns.
+void extrun_run_init(const struct extrun_sandbox_request *request, int report_fd, int notify_socket, int exit_fd)
+    __attribute__((noreturn));
+
+// exit_figures_linux.c
+
+/// Reads VmPeak, VmSize, VmData, VmHWM, RssAnon and RssShmem from an open
+/// /proc/PID/status. 0, or -1 (figures zeroed) when the process has no memory any more.
+int extrun_read_memory_figures(int status_fd, struct extrun_memory_figures *figures);
+
+/// The plugin's parent traces it so that it stops once on its way out (PTRACE_O_TRACEEXIT).
+int extrun_trace_exit(pid_t pid);
+
+/// A stop of the traced plugin (`status` from wait): at its exit stop the figures are
+/// read from `status_file_fd` and 1 returned; any other stop is passed through. Either
+/// way the plugin goes on.
+int extrun_handle_trace_stop(pid_t pid, int status, int status_file_fd, struct extrun_memory_figures *figures);
 
 #endif

@@ -15,32 +15,10 @@
 #include <linux/audit.h>
 #include <linux/seccomp.h>
 
-/// System calls a plugin never makes. Each one is denied by the action the
-/// caller chooses: a notification to the supervisor (which kills the plugin
-/// and reports the call) or an immediate kill of the process. docs/sandbox.md
-/// lists them with the reason for each.
-static const char *const denied_syscalls[] = {
-    // Looking into or controlling other processes.
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
-    // Filesystems and mounts.
-    "mount", "umount2", "pivot_root", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount", "open_tree",
-    "mount_setattr", "open_by_handle_at", "quotactl", "quotactl_fd", "swapon", "swapoff", "chroot",
-    // The machine itself.
-    "reboot", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "iopl", "ioperm",
-    "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup", "syslog", "uselib",
-    "lookup_dcookie",
-    // Kernel attack surface no plugin needs.
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "keyctl", "add_key", "request_key",
-    // Namespaces.
-    "unshare", "setns",
-    // Running another program (execve itself is allowed once, see below).
-    "execveat",
-    // Memory that RLIMIT_DATA does not count (docs/sandbox.md, "Memory"): memory files,
-    // secret memory, System V shared memory and message queues.
-    "memfd_create", "memfd_secret", "shmget", "shmat", "msgget",
-    NULL,
-};
+/// System calls a plugin never makes (seccomp_deny_list.h). Each one is denied by the
+/// action the caller chooses: a notification to the supervisor (which kills the plugin
+/// and reports the call) or an immediate kill of the process.
+#include "seccomp_deny_list.h"
 
 /// Calls that send a signal to another process, thread or process group. Without
 /// a pid namespace the plugin could name any process of its user with them, so
@@ -82,13 +60,28 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
     uint32_t deny = notify ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS;
     int rc = 0;
 
-    for (const char *const *name = denied_syscalls; *name != NULL && rc == 0; name++) {
+    for (const char *const *name = extrun_denied_syscalls; *name != NULL && rc == 0; name++) {
         int nr = seccomp_syscall_resolve_name(*name);
         if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
         rc = seccomp_rule_add(ctx, deny, nr, 0);
     }
     // Sockets: only AF_UNIX (no network).
     if (rc == 0) rc = seccomp_rule_add(ctx, deny, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+    // Named AF_UNIX sockets (a path: the system's D-Bus, docker.sock, /dev/log) are reachable
+    // wherever the plugin can see their path, which Landlock does not control before ABI 8:
+    // no connect (the plugin's channels are inherited descriptors; socketpair still works),
+    // and no datagram socket, which reaches a named one with sendto/sendmsg without connect
+    // (an AF_UNIX SOCK_RAW is a datagram socket too). EACCES, as for a socket file one may not write.
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
+    static const int datagram_types[] = {SOCK_DGRAM, SOCK_RAW};
+    for (size_t i = 0; rc == 0 && i < sizeof datagram_types / sizeof datagram_types[0]; i++) {
+        // (The type is an int for the kernel, its low 4 bits the type, the rest flags.)
+        scmp_datum_t type = (scmp_datum_t)datagram_types[i];
+        // (AF_UNIX only here: another family is a violation by the rule above.)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, AF_UNIX),
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type));
+        if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socketpair), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type));
+    }
     // clone with a namespace flag. clone3 passes its flags in memory, which a
     // filter cannot read: it fails with ENOSYS so that the C library falls back to clone.
     for (size_t i = 0; rc == 0 && i < sizeof namespace_clone_flags / sizeof namespace_clone_flags[0]; i++) {

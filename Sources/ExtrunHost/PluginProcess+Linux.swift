@@ -17,6 +17,8 @@ public struct ProcessExit: Sendable, Equatable {
     public var cpuMs: Double
     /// Peak resident set size from the kernel's rusage (includes shared library pages).
     public var maxRSSBytes: Int64
+    /// Its memory as it ended, read by the supervisor's side before it was released (nil: unknown).
+    public var finalMemory: FinalMemory? = nil
 
     public var isClean: Bool { termination == .exited(0) }
 
@@ -25,6 +27,34 @@ public struct ProcessExit: Sendable, Equatable {
         case .exited(let code): "exited with status \(code)"
         case .signaled(let signal): "was killed by signal \(signal) (\(signalName(signal)))"
         }
+    }
+}
+
+/// A plugin's memory as it ended, exact: read from /proc/PID/status in its exit stop
+/// (its parent traces it for that stop alone), or just before the supervisor killed it.
+public struct FinalMemory: Sendable, Equatable {
+    /// VmPeak: the largest address space it had (the kernel's high-water mark).
+    public var peakAddressSpaceBytes: Int64
+    /// VmSize: its address space at the end.
+    public var addressSpaceBytes: Int64
+    /// VmData: its private writable memory at the end (what RLIMIT_DATA counts).
+    public var privateBytes: Int64
+    /// VmHWM: the largest resident set it had.
+    public var peakResidentBytes: Int64
+    /// RssShmem: shared memory resident at the end.
+    public var sharedResidentBytes: Int64
+
+    /// Requests smaller than this go unseen by the supervisor (EXTRUN_LARGE_MAPPING_BYTES):
+    /// the cap refuses one only when at most this much is left under it.
+    static let unseenRequestBytes: Int64 = 4 << 20
+
+    init?(_ figures: extrun_memory_figures) {
+        guard figures.vm_size_kb > 0 else { return nil }
+        peakAddressSpaceBytes = Int64(clamping: figures.vm_peak_kb) * 1024
+        addressSpaceBytes = Int64(clamping: figures.vm_size_kb) * 1024
+        privateBytes = Int64(clamping: figures.vm_data_kb) * 1024
+        peakResidentBytes = Int64(clamping: figures.vm_hwm_kb) * 1024
+        sharedResidentBytes = Int64(clamping: figures.rss_shmem_kb) * 1024
     }
 }
 
@@ -417,7 +447,9 @@ final class PluginProcess {
             let termination: ProcessExit.Termination =
                 extrun_wifsignaled(status) != 0 ? .signaled(extrun_wtermsig(status)) : .exited(extrun_wexitstatus(status))
             let cpu = Double(event.utime_us + event.stime_us) / 1000
-            exit = ProcessExit(termination: termination, cpuMs: cpu.rounded(toPlaces: 3), maxRSSBytes: event.maxrss_kb * 1024)
+            exit = ProcessExit(
+                termination: termination, cpuMs: cpu.rounded(toPlaces: 3), maxRSSBytes: event.maxrss_kb * 1024,
+                finalMemory: FinalMemory(event.final_memory))
         default:
             break
         }

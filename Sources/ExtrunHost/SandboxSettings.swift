@@ -93,7 +93,7 @@ struct SandboxSettings {
         seccompNotify = capabilities.seccompNotify
         var flags: Int32 = 0
         if policy.namespaces.pid { flags |= Int32(EXTRUN_NS_PID) }
-        if policy.namespaces.network { flags |= Int32(EXTRUN_NS_NET) }
+        if policy.namespaces.network { flags |= Int32(EXTRUN_NS_NET | EXTRUN_NS_NET_SHARED) }
         if policy.namespaces.ipc { flags |= Int32(EXTRUN_NS_IPC) }
         if policy.namespaces.mount { flags |= Int32(EXTRUN_NS_MOUNT) }
         if policy.namespaces.user && !capabilities.isRoot { flags |= Int32(EXTRUN_NS_USER) }
@@ -109,8 +109,13 @@ struct SandboxSettings {
                 + [unreachable].compactMap { $0 }).filter { $0 != "/" }
             hidePaths = candidates.filter { path in !candidates.contains { path.hasPrefix($0 + "/") } }
             hidePaths = hidePaths.enumerated().filter { index, path in !hidePaths[..<index].contains(path) }.map(\.element)
+            // /tmp, /var/tmp and /dev/shm are the run's own memory filesystem: what the host has
+            // there is hidden already, so a folder in them (the default $TMPDIR, /tmp, say) needs
+            // no cover of its own; covering it would hide the run's /tmp behind a read-only one.
+            let ownFolders = effective.memoryFilesBytes > 0 ? SandboxSettings.replacedFolders : []
+            hidePaths = hidePaths.filter { path in !ownFolders.contains { path == $0 || path.hasPrefix($0 + "/") } }
             hiddenHome = home.flatMap { SandboxSettings.resolved($0.path) }.flatMap { path in
-                hidePaths.contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
+                (hidePaths + ownFolders).contains { path == $0 || path.hasPrefix($0 + "/") } ? path : nil
             }
             // Also covered: what lies in /tmp, /var/tmp and /dev/shm, which are the run's own.
             func isHidden(_ path: String) -> Bool {
@@ -188,7 +193,10 @@ struct SandboxSettings {
         let hasPid = active & Int32(EXTRUN_NS_PID) != 0
         if hasMount, hiddenHome != nil {
             let revealed = revealPaths.isEmpty ? "" : " (bound back: \(revealPaths.joined(separator: ", ")))"
-            lines.append("store and keys: hidden by a mount namespace: \(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin\(revealed)")
+            let covers = hidePaths.isEmpty ? "" : "\(hidePaths.joined(separator: " and ")) \(hidePaths.count == 1 ? "is an empty read-only tmpfs" : "are empty read-only tmpfs") for the plugin"
+            let coveredHome = hiddenHome.map { home in hidePaths.contains { home == $0 || home.hasPrefix($0 + "/") } } ?? true
+            let own = coveredHome ? "" : "\(covers.isEmpty ? "" : "; ")\(hiddenHome ?? "the home") lies in the run's own /tmp, /var/tmp or /dev/shm, where the host's files are not"
+            lines.append("store and keys: hidden by a mount namespace: \(covers)\(own)\(revealed)")
         } else if let home, FileManager.default.fileExists(atPath: home.path) == false {
             lines.append("store and keys: \(home.path) does not exist (and could not be made)")
         } else if !identity.dropsPrivileges && active & Int32(EXTRUN_NS_LANDLOCK) != 0 {
@@ -208,6 +216,17 @@ struct SandboxSettings {
         } else {
             lines.append("memory files: no mount namespace here: /tmp, /var/tmp and /dev/shm are the host's\(active & Int32(EXTRUN_NS_LANDLOCK) != 0 ? " (Landlock keeps the plugin from writing them)" : ": what the plugin writes there outlives the run and is not counted")")
         }
+        if seccomp {
+            lines.append("sockets: no connect and no datagram sockets (seccomp): no Unix socket of the host's, named (D-Bus, docker.sock, /dev/log) or abstract, is reachable; socketpair works")
+        } else {
+            lines.append("sockets: seccomp OFF (policy): named Unix sockets of the host's are reachable where the plugin sees their path\(active & Int32(EXTRUN_NS_LANDLOCK) != 0 && SandboxCapabilities.current.landlockABI >= 6 ? "; abstract ones only within its run (Landlock)" : "")")
+        }
+        lines.append(active & Int32(EXTRUN_NS_NET_SHARED) != 0
+            ? "network view: the machine's empty network namespace for plugins (/run/extrun/netns, shared by root hosts' runs): /proc/net shows a loopback and no socket of the host's"
+            : active & Int32(EXTRUN_NS_NET) != 0
+            ? "network view: a network namespace of its own: /proc/net shows only a loopback"
+            : "network view: the host's network namespace (policy namespaces.network off): /proc/net shows the host's sockets and interfaces, none of which it can reach")
+        lines.append("memory peak: read as the plugin ends (its parent traces it for its exit stop alone), else just before a kill; sampled only where that cannot be read")
         lines.append("scratch directory: at most \(ByteCount.format(Int64(diskBytes))) and \(diskFiles) files and folders (diskLimitExceeded past them), removed by descriptor after the run")
         lines.append("terminal: the plugin has a session of its own and no controlling terminal\(privateDev && hasMount ? "; no /dev/pts" : "")")
         if hasPid {

@@ -30,6 +30,10 @@ enum {
     EXTRUN_NS_PROC = 1 << 5,
     /// Reported only: Landlock restricts the plugin.
     EXTRUN_NS_LANDLOCK = 1 << 6,
+    /// With EXTRUN_NS_NET, for a root host: join the machine's one empty network namespace
+    /// for plugins (/run/extrun/netns, made and pinned on first use) instead of making one
+    /// per run. Reported when it was joined.
+    EXTRUN_NS_NET_SHARED = 1 << 7,
 };
 
 struct extrun_sandbox_request {
@@ -129,6 +133,16 @@ struct seccomp_data;
 /// Whether a notified call is such a mapping (not a violation).
 int extrun_is_large_private_mapping(const struct seccomp_data *data);
 
+/// A process's memory from /proc/PID/status, in kB (0: unknown).
+struct extrun_memory_figures {
+    uint64_t vm_peak_kb;    // largest address space it had (libraries and reservations included)
+    uint64_t vm_size_kb;    // its address space now
+    uint64_t vm_data_kb;    // private writable memory now (what RLIMIT_DATA counts)
+    uint64_t vm_hwm_kb;     // largest resident set it had (the kernel's high-water mark)
+    uint64_t rss_anon_kb;   // resident anonymous memory now
+    uint64_t rss_shmem_kb;  // resident shared memory now
+};
+
 struct extrun_event {
     int32_t type;
     int32_t pid;
@@ -143,6 +157,9 @@ struct extrun_event {
     int64_t utime_us;
     int64_t stime_us;
     int64_t maxrss_kb;
+    /// EXITED: the plugin's memory as it ended, read in its exit stop before its memory
+    /// was released (or, when the supervisor killed it, just before the kill); zeros when unknown.
+    struct extrun_memory_figures final_memory;
 };
 
 struct extrun_sandbox_result {

@@ -280,6 +280,19 @@ def misbehave(intent, params, request):
         if not libc.malloc(int(params.get("megabytes", 200)) << 20):
             os.abort()
         return success(request, allocated=True)
+    if intent == "AllocateSmall":
+        # 1 MiB at a time, every page written, until malloc fails: then abort() without a word.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+        for _ in range(int(params.get("megabytes", 200))):
+            block = libc.malloc(1 << 20)
+            if not block:
+                os.abort()
+            libc.memset(block, 0x5A, 1 << 20)
+        return success(request, allocated=True)
     if intent == "DeepScratch":
         # Folders nested past PATH_MAX, one closed to everyone, links out of the scratch directory.
         here = os.getcwd()
@@ -332,6 +345,43 @@ def misbehave(intent, params, request):
             finally:
                 s.close()
         results["abstract socket"] = attempt(connect_abstract)
+        return success(request, result=json.dumps(results))
+    if intent == "NamedSockets":
+        # Named AF_UNIX sockets of the host's (the system's D-Bus, docker.sock, /dev/log): a
+        # listening stream socket and a bound datagram one at paths the test made, world-writable.
+        import socket
+        folder = params["path"]
+
+        def connect_stream():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(os.path.join(folder, "stream.sock"))
+            finally:
+                s.close()
+
+        def send_datagram():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                s.sendto(b"from the plugin", os.path.join(folder, "dgram.sock"))
+            finally:
+                s.close()
+
+        def send_from_pair():
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                a.sendto(b"from the plugin", os.path.join(folder, "dgram.sock"))
+            finally:
+                a.close()
+                b.close()
+
+        def stream_pair():
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            a.sendall(b"x")
+            assert b.recv(1) == b"x"
+            a.close()
+            b.close()
+        results = {"connect stream": attempt(connect_stream), "sendto datagram": attempt(send_datagram),
+                   "sendto from a datagram pair": attempt(send_from_pair), "stream pair": attempt(stream_pair)}
         return success(request, result=json.dumps(results))
     if intent == "FillFolder":
         # Write up to `megabytes` into a file in `path` (a memory filesystem or a scratch folder).
@@ -415,7 +465,7 @@ def main():
 INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout",
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
-           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach"]
+           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall"]
 
 if __name__ == "__main__":
     main()
