@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
         .executableTarget(
             name: "extrun",
-            dependencies: ["ExtrunHost", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
             // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic
             // Swift program spends ~7 ms in, and a workflow starts extrun once per action

@@ -145,7 +145,7 @@ public struct Globals: Sendable {
     /// The next version of the owner's counter (inside the caller's write transaction).
     static func nextVersion(_ db: Database, owner: String) throws -> Int64 {
         guard let version = try Int64.fetchOne(
-            db, sql: "UPDATE owner SET lastVersion = lastVersion + 1 WHERE name = ? RETURNING lastVersion", arguments: [owner])
+            db.cachedStatement(sql: "UPDATE owner SET lastVersion = lastVersion + 1 WHERE name = ? RETURNING lastVersion"), arguments: [owner])
         else {
             throw StoreError(.databaseError, "owner '\(owner)' has no row in the store's owner table", details: ["owner": .string(owner)])
         }

@@ -123,16 +123,20 @@ extension Globals {
             // The document's names, for `replace` and to find a name given twice: a
             // temporary table, which SQLite keeps on disk past its page cache, not in memory.
             try db.execute(sql: "CREATE TEMP TABLE importedName (name TEXT PRIMARY KEY) WITHOUT ROWID")
+            // Prepared once for the whole document (preparing them for each global was an eighth of the time).
+            let remember = try db.cachedStatement(sql: "INSERT INTO temp.importedName (name) VALUES (?)")
+            let current = try db.cachedStatement(sql: "SELECT sealed FROM global WHERE owner = ? AND name = ?")
+            let update = try db.cachedStatement(sql: "UPDATE global SET version = ?, sealed = ? WHERE owner = ? AND name = ?")
+            let insert = try db.cachedStatement(sql: "INSERT INTO global (owner, name, version, sealed) VALUES (?, ?, ?, ?)")
             let imported = try readDocument(source) { name, plaintext in
-                let seen = try Int.fetchOne(db, sql: "SELECT 1 FROM temp.importedName WHERE name = ?", arguments: [name])
-                guard seen == nil else {
+                do {
+                    try remember.execute(arguments: [name])
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                     throw StoreError(
                         .invalidDocument, "the globals document is invalid: global '\(name)' is in it twice; nothing was imported",
                         details: ["owner": .string(owner), "name": .string(name)])
                 }
-                try db.execute(sql: "INSERT INTO temp.importedName (name) VALUES (?)", arguments: [name])
-                let row = try Row.fetchOne(
-                    db, sql: "SELECT sealed FROM global WHERE owner = ? AND name = ?", arguments: [owner, name])
+                let row = try Row.fetchOne(current, arguments: [owner, name])
                 if let row, try openPlaintext(row["sealed"], name: name, key: key) == plaintext {
                     summary.unchanged += 1
                     return
@@ -140,14 +144,10 @@ extension Globals {
                 let blob = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name))
                 let version = try Globals.nextVersion(db, owner: owner)
                 if row != nil {
-                    try db.execute(
-                        sql: "UPDATE global SET version = ?, sealed = ? WHERE owner = ? AND name = ?",
-                        arguments: [version, blob, owner, name])
+                    try update.execute(arguments: [version, blob, owner, name])
                     summary.updated += 1
                 } else {
-                    try db.execute(
-                        sql: "INSERT INTO global (owner, name, version, sealed) VALUES (?, ?, ?, ?)",
-                        arguments: [owner, name, version, blob])
+                    try insert.execute(arguments: [owner, name, version, blob])
                     summary.created += 1
                 }
             }

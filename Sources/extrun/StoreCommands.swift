@@ -342,7 +342,12 @@ struct GlobalsImport: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "import",
         abstract: "Import a document written by `export`: all of it or nothing.",
-        discussion: "--mode merge keeps globals the document does not name; --mode replace deletes them.")
+        discussion: """
+            --mode merge keeps globals the document does not name; --mode replace deletes them. \
+            The document is streamed, one global held at a time, so memory stays flat whatever its \
+            size. A file is checked through before anything is written, then written in one \
+            transaction; standard input is checked as it is written, and any problem rolls it all back.
+            """)
     @Argument(help: "The document (- reads standard input).") var file: String
     @OptionGroup var owner: OwnerOption
     @Option(help: "merge (default) or replace.") var mode: ImportMode = .merge
