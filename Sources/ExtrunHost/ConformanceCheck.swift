@@ -191,7 +191,7 @@ public struct ConformanceCheck {
         }
         do throws(HostError) {
             let policy = try SandboxPolicy.load(home: host.paths.home).0
-            let identity = try PluginIdentity.resolve(policy: policy)
+            let identity = try PluginCredentials.resolve(policy: policy)
             try identity.checkAccess(
                 toExecutable: plugin.executableURL, pluginDirectory: plugin.directory, mountNamespace: policy.namespaces.mount, of: plugin.manifest.id)
             let (program, _) = try Shebang.resolve(

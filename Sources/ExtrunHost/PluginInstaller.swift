@@ -108,7 +108,7 @@ public struct PluginInstaller: Sendable {
             throw HostError(.signatureInvalid, "the copy of \(source.path) does not hold its signature: \(message)", details: ["file": .string(source.path)])
         }
         let policy = try SandboxPolicy.load(home: host.paths.home).0
-        let identity = try PluginIdentity.resolve(policy: policy)
+        let identity = try PluginCredentials.resolve(policy: policy)
         try identity.checkAccess(
             toExecutable: copy.executableURL, pluginDirectory: staging, mountNamespace: policy.namespaces.mount, of: manifest.id)
 
