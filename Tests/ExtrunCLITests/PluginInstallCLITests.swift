@@ -26,6 +26,10 @@ import Glibc
         try Data(rewrite(manifest).utf8).write(to: directory.appendingPathComponent("manifest.json"))
         chmod(directory.appendingPathComponent("plugin.py").path, 0o700)
         chmod(directory.appendingPathComponent("manifest.json").path, 0o600)
+        // The example's module for Python plugins, as an author copies it beside the script (plugin-guide.md §5).
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try Data(contentsOf: module).write(to: directory.appendingPathComponent("extrun_plugin.py"))
+        chmod(directory.appendingPathComponent("extrun_plugin.py").path, 0o600)
         return directory
     }
 
