@@ -39,7 +39,7 @@
 // Prints one JSON object on stdout. Latencies are in microseconds.
 import ExtrunHost
 import ExtrunProtocol
-import ExtrunStore
+@_spi(Benchmark) import ExtrunStore
 import Foundation
 import Synchronization
 
@@ -118,6 +118,26 @@ while !arguments.isEmpty {
 
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.sortedKeys]
+
+// MARK: populate
+
+/// Fills an owner of `$EXTRUN_HOME` with generated globals and bookmarks, fast, for the
+/// migration benchmark (Scripts/bench, docs/migration.md): `ExtrunBench populate --owner OLD
+/// --globals N [--value-bytes 32] [--bookmarks N --bookmark-target PATH] [--container-files N]`.
+/// It was the product's hidden `extrun migrate populate`; scaffolding belongs to the bench.
+@MainActor func populate() {
+    guard let owner = options["owner"] else { fail("populate needs --owner OWNER (and --globals N, --bookmarks N, ...)") }
+    do {
+        let store = try Store(home: HostPaths.fromEnvironment().home)
+        try store.populateForBenchmark(
+            owner: owner,
+            BulkFill(
+                globals: option("globals", 0), valueBytes: option("value-bytes", 32), bookmarks: option("bookmarks", 0),
+                bookmarkTarget: options["bookmark-target"], containerFiles: option("container-files", 0)))
+    } catch {
+        fail("populate: \(error)")
+    }
+}
 
 // MARK: dispatch
 
@@ -647,7 +667,8 @@ case "parallel": parallel()
 case "store": store()
 case "exchange": exchange()
 case "json": json()
-default: fail("unknown command \(command) (dispatch, warm, parallel, store, exchange, handle or json)")
+case "populate": populate()
+default: fail("unknown command \(command) (dispatch, warm, parallel, store, exchange, handle, json or populate)")
 }
 
 /// A host over a fresh temporary home (remove it afterwards) and the plugins in

@@ -1,5 +1,5 @@
 import ArgumentParser
-@_spi(Benchmark) import ExtrunStore
+import ExtrunStore
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
@@ -57,7 +57,7 @@ struct Migrate: ParsableCommand {
             in OLD during a --remove-source run is kept there; running the same command again \
             carries it, unless NEW changed that global since.
             """,
-        subcommands: [MigrateRun.self, MigrateExport.self, MigrateImport.self, MigratePopulate.self],
+        subcommands: [MigrateRun.self, MigrateExport.self, MigrateImport.self],
         defaultSubcommand: MigrateRun.self
     )
 }
@@ -251,27 +251,6 @@ struct MigrateImport: ParsableCommand {
             let summary = try store.importTransfer(from: bundle, to: to, sender: expected, options: options) { bar.update($0) }
             bar.finish()
             try finishMigration(summary)
-        }
-    }
-}
-
-/// Fills an owner with many items, for benchmarks and tests (not shown in help).
-struct MigratePopulate: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "populate", abstract: "Fill an owner with generated globals and bookmarks (benchmarks, tests).", shouldDisplay: false)
-
-    @Option var owner: String
-    @Option var globals: Int = 0
-    @Option var valueBytes: Int = 32
-    @Option var bookmarks: Int = 0
-    @Option var bookmarkTarget: String?
-    @Option var containerFiles: Int = 0
-
-    func run() throws {
-        try StoreExit.run { store in
-            try store.populateForBenchmark(
-                owner: owner,
-                BulkFill(globals: globals, valueBytes: valueBytes, bookmarks: bookmarks, bookmarkTarget: bookmarkTarget, containerFiles: containerFiles))
         }
     }
 }
