@@ -88,11 +88,13 @@ let package = Package(
         .executableTarget(name: "People", dependencies: ["ExtrunSDK"], path: "Examples/People",
                           exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
 
+        // What several test targets share: the staged plugins, temporary folders, the built binary.
+        .target(name: "ExtrunTestSupport", dependencies: ["ExtrunStore"], path: "Tests/ExtrunTestSupport"),
         .testTarget(name: "ExtrunProtocolTests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
         .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK"]),
-        .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore"]),
-        .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol"], exclude: ["Fixtures"]),
+        .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"]),
+        .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),

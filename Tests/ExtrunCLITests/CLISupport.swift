@@ -1,51 +1,11 @@
 import ExtrunProtocol
+@_exported import ExtrunTestSupport
 import Foundation
 import Testing
 
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// The `extrun` binary: next to the test bundle, or in `<root>/.build/debug`.
-enum ExtrunBinary {
-    static func url() throws -> URL {
-        var candidates: [URL] = []
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("extrun"))
-        }
-        candidates.append(StagedPlugins.packageRoot.appendingPathComponent(".build/debug/extrun"))
-        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate.path) {
-            return candidate
-        }
-        throw StagedPlugins.NotStaged(
-            description: "the extrun binary is not built (looked for \(candidates.map(\.path).joined(separator: " and "))); run Scripts/test")
-    }
-}
-
-/// A temporary directory, removed when the value goes away.
-final class TempDirectory {
-    let url: URL
-
-    init(_ label: String = "cli") throws {
-        let base = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
-        var template = Array("\(base)/extrun-\(label)-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        // Searchable by others: run as root, the host starts plugins as extrun-plugin.
-        chmod(made, 0o711)
-        url = URL(fileURLWithPath: String(cString: made), isDirectory: true)
-    }
-
-    deinit { try? FileManager.default.removeItem(at: url) }
-
-    @discardableResult
-    func write(_ relative: String, _ contents: String, mode: Int? = nil) throws -> URL {
-        let file = url.appendingPathComponent(relative)
-        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try Data(contents.utf8).write(to: file)
-        if let mode { try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: file.path) }
-        return file
-    }
-}
 
 /// What one run of `extrun` produced.
 struct CLIResult: CustomStringConvertible {

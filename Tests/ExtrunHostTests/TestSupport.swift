@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+@_exported import ExtrunTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -7,38 +8,6 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// A temporary directory, removed when the value goes away.
-final class TempDirectory {
-    let url: URL
-
-    init(_ label: String = "test") throws {
-        let base = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
-        var template = Array("\(base)/extrun-\(label)-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        // Searchable by others: run as root, the host starts plugins as extrun-plugin.
-        chmod(made, 0o711)
-        url = URL(fileURLWithPath: String(cString: made), isDirectory: true)
-    }
-
-    deinit { try? FileManager.default.removeItem(at: url) }
-
-    /// Creates `relative` (and its parents) holding `contents`.
-    @discardableResult
-    func write(_ relative: String, _ contents: String, executable: Bool = false) throws -> URL {
-        let file = url.appendingPathComponent(relative)
-        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try Data(contents.utf8).write(to: file)
-        if executable { try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: file.path) }
-        return file
-    }
-
-    func directory(_ relative: String) throws -> URL {
-        let dir = url.appendingPathComponent(relative, isDirectory: true)
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return dir
-    }
-}
 
 /// A manifest's JSON text.
 func manifestJSON(

@@ -1,21 +1,22 @@
+import ExtrunStore
 import Foundation
 
-/// (A copy of Tests/ExtrunHostTests/StagedPlugins.swift: test targets cannot share files.)
 /// Where Scripts/test staged the example plugins (one directory per plugin).
 ///
 /// `EXTRUN_TEST_PLUGINS` when set; otherwise `<package root>/.build/extrun-plugins`,
 /// the package root found from this file's path. Fails with a hint when neither exists.
-enum StagedPlugins {
-    struct NotStaged: Error, CustomStringConvertible {
-        var description: String
+public enum StagedPlugins {
+    public struct NotStaged: Error, CustomStringConvertible {
+        public var description: String
+        public init(description: String) { self.description = description }
     }
 
-    static var packageRoot: URL {
-        // <root>/Tests/<target>/StagedPlugins.swift
+    public static var packageRoot: URL {
+        // <root>/Tests/ExtrunTestSupport/StagedPlugins.swift
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     }
 
-    static func directory() throws -> URL {
+    public static func directory() throws -> URL {
         if let value = ProcessInfo.processInfo.environment["EXTRUN_TEST_PLUGINS"], !value.isEmpty {
             let url = URL(fileURLWithPath: value, isDirectory: true)
             guard FileManager.default.fileExists(atPath: url.path) else {
@@ -29,5 +30,19 @@ enum StagedPlugins {
                 description: "the example plugins are not staged in \(url.path) and EXTRUN_TEST_PLUGINS is not set; run Scripts/test (it builds the plugins, stages them and runs the tests)")
         }
         return url
+    }
+
+    /// Makes the test home's EXAMPLETEAM trust the key Scripts/stage-plugins signed the
+    /// examples with (its public key file is staged as EXAMPLETEAM.pub), so that the
+    /// examples get EXAMPLETEAM's data in that home.
+    public static func trust(home: URL) throws {
+        let file = try directory().appendingPathComponent("EXAMPLETEAM.pub")
+        guard let data = FileManager.default.contents(atPath: file.path) else {
+            throw NotStaged(description: "\(file.path) is missing: the staged examples were not signed; run Scripts/test")
+        }
+        guard let key = try OwnerPublicKey.decode(data, file: file.path).signingKey else {
+            throw NotStaged(description: "\(file.path) has no signing key; run Scripts/test")
+        }
+        try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
     }
 }
