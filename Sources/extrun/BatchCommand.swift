@@ -36,17 +36,10 @@ struct Batch: ParsableCommand {
     @Option(help: "Output format: json (one object per line) or text.")
     var format: OutputFormat = .json
 
+    @OptionGroup var interaction: InteractionOptions
+
     @Flag(help: "Stop after the first intent that does not succeed.")
     var stopOnFailure = false
-
-    @Flag(name: [.customLong("yes"), .customShort("y")], help: "Accept parameter values the plugins ask to confirm.")
-    var assumeYes = false
-
-    @Flag(help: "Never ask on the terminal: a missing value or a needed confirmation ends that intent with an error.")
-    var noInput = false
-
-    @Flag(name: .shortAndLong, help: "Show on stderr what happens, the reuse of processes included.")
-    var verbose = false
 
     @Option(name: .shortAndLong, help: "How many intents to handle at once (each in a process of its own); more than 1 implies --no-input.")
     var jobs = 1
@@ -68,11 +61,9 @@ struct Batch: ParsableCommand {
 
     func run() throws {
         var options = HandleOptions()
-        options.assumeYes = assumeYes
         options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
         options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
-        if !noInput && jobs == 1 { options.prompter = TerminalPrompter() }
-        if verbose { options.log = { line in Output.printError(line) } }
+        interaction.apply(to: &options, mayPrompt: jobs == 1)
         let pool = PluginPool(maxIdleProcesses: max(4, jobs))
         defer { pool.close() }
         let files = intentFiles

@@ -96,11 +96,9 @@ struct Handle: ParsableCommand {
     @Option(help: "Output format: json (for programs) or text (a summary for people).")
     var format: OutputFormat = .json
 
-    @Flag(name: [.customLong("yes"), .customShort("y")], help: "Accept parameter values the plugin asks to confirm.")
-    var assumeYes = false
 
-    @Flag(help: "Never ask on the terminal: a missing value or a needed confirmation ends the run with an error.")
-    var noInput = false
+
+    @OptionGroup var interaction: InteractionOptions
 
     @Flag(help: "Stop after the extension when it asks for the app (continueInApp, failureRequiringAppLaunch, or a memory retry).")
     var noAppLaunch = false
@@ -108,8 +106,6 @@ struct Handle: ParsableCommand {
     @Flag(help: "Do not donate this run's interaction (nor the plugin's own donations) to the donation log.")
     var noDonate = false
 
-    @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases, and the plugin's stdout, stderr and log lines.")
-    var verbose = false
 
     func validate() throws {
         try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
@@ -120,11 +116,9 @@ struct Handle: ParsableCommand {
         options.mode = mode
         options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
         options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
-        options.assumeYes = assumeYes
         options.appLaunch = !noAppLaunch
         options.donate = !noDonate
-        if !noInput { options.prompter = TerminalPrompter() }
-        if verbose { options.log = { line in Output.printError(line) } }
+        interaction.apply(to: &options)
 
         let status = ReportOutput.print(format: format) { () throws(HostError) in
             Host().handle(try IntentFileParser.read(path: intentFile), options: options)

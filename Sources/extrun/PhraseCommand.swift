@@ -18,15 +18,11 @@ struct PhraseCommand: ParsableCommand {
 
     @Argument(help: "What the person said.") var text: String
     @Option(help: "Output format: json or text.") var format: OutputFormat = .json
-    @Flag(name: [.customLong("yes"), .customShort("y")], help: "Accept confirmations without asking.") var assumeYes = false
-    @Flag(help: "Never ask on the terminal.") var noInput = false
-    @Flag(name: .shortAndLong, help: "Show on stderr what happens.") var verbose = false
+    @OptionGroup var interaction: InteractionOptions
 
     func run() throws {
         var options = HandleOptions()
-        options.assumeYes = assumeYes
-        if !noInput { options.prompter = TerminalPrompter() }
-        if verbose { options.log = { Output.printError($0) } }
+        interaction.apply(to: &options)
         let report = Host().phrase(text, options: options)
         switch format {
         case .json: Output.printJSON(report.json)
