@@ -173,7 +173,7 @@ public struct HandleReport: Sendable, Equatable {
             if let full = response.dialog?.full { lines.append("  \(full)") }
             if let supporting = response.dialog?.supporting { lines.append("  \(supporting)") }
             for key in response.properties.keys.sorted() {
-                lines.append("  \(key): \(TextFormat.describe(response.properties[key] ?? .null))")
+                lines.append("  \(key): \(ValueText.describe(response.properties[key] ?? .null))")
             }
         }
         if let options {
@@ -190,43 +190,17 @@ public struct HandleReport: Sendable, Equatable {
             lines.append("  \(error.message)")
             // A disambiguation's candidates (or a phrase's), one a line: what to pass in the intent file.
             if error.details["resolution"] != nil, let choices = error.details["options"]?.arrayValue {
-                for choice in choices { lines.append("    - \(TextFormat.describeChoice(choice))") }
+                for choice in choices { lines.append("    - \(ValueText.describeChoice(choice))") }
             }
         }
         if let appLaunch { lines.append("  app not launched: \(appLaunch)") }
         if let metrics {
-            var parts = ["wall \(TextFormat.ms(metrics.wallMs))"]
-            if let launch = metrics.launchMs { parts.append("launch \(TextFormat.ms(launch))") }
-            if let cpu = metrics.cpuMs { parts.append("cpu \(TextFormat.ms(cpu))") }
-            if let peak = metrics.peakMemoryBytes { parts.append("peak memory \(TextFormat.bytes(peak))") }
+            var parts = ["wall \(ValueText.ms(metrics.wallMs))"]
+            if let launch = metrics.launchMs { parts.append("launch \(ValueText.ms(launch))") }
+            if let cpu = metrics.cpuMs { parts.append("cpu \(ValueText.ms(cpu))") }
+            if let peak = metrics.peakMemoryBytes { parts.append("peak memory \(ValueText.bytes(peak))") }
             lines.append("  [\(parts.joined(separator: ", "))]")
         }
         return lines.joined(separator: "\n")
-    }
-}
-
-enum TextFormat {
-    static func describe(_ value: JSONValue) -> String {
-        switch value {
-        case .string(let s): s
-        case .object(let fields) where fields["filename"] != nil && fields["data"] != nil:
-            "file \(fields["filename"]?.stringValue ?? "") (\(fields["typeIdentifier"]?.stringValue ?? "public.data"), \((fields["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }?.count) ?? 0) bytes)"
-        case .array(let items): "[" + items.map(describe).joined(separator: ", ") + "]"
-        default: String(decoding: (try? JSONCoding.encoder().encode(value)) ?? Data(), as: UTF8.self)
-        }
-    }
-
-    /// A candidate value: a custom type's title and identifier, else the value itself (as JSON when not a string).
-    static func describeChoice(_ value: JSONValue) -> String {
-        if case .object(let fields) = value, let title = fields["title"]?.stringValue {
-            return fields["identifier"] != nil ? "\(title)  \(describe(value))" : title
-        }
-        return describe(value)
-    }
-
-    static func ms(_ value: Double) -> String { String(format: "%.1f ms", value) }
-
-    static func bytes(_ value: Int64) -> String {
-        value >= 1 << 20 ? String(format: "%.1f MiB", Double(value) / 1_048_576) : String(format: "%.0f KiB", Double(value) / 1024)
     }
 }

@@ -246,7 +246,7 @@ extension IntentLifecycle {
         switch resolution {
         case .success(let value), .confirmationRequired(let value, _):
             if case .confirmationRequired(_, let question) = resolution, !options.assumeYes {
-                let question = question ?? parameter.confirmationPrompt ?? "Is \(TextFormat.describe(value)) right for \(parameter.title ?? parameter.name)?"
+                let question = question ?? parameter.confirmationPrompt ?? "Is \(ValueText.describe(value)) right for \(parameter.title ?? parameter.name)?"
                 guard let prompter else {
                     throw unresolved("\(parameter.name): \(question) (run with --yes to accept it)", ["value": value, "prompt": .string(question)])
                 }
@@ -273,7 +273,7 @@ extension IntentLifecycle {
                 throw unresolved(
                     "\(parameter.name): \(question) (\(choices.count) options; pass one in the intent file)", ["options": .array(choices)])
             }
-            guard let index = deadline.excluding({ prompter.choose(question, among: choices.map(TextFormat.describe)) }) else {
+            guard let index = deadline.excluding({ prompter.choose(question, among: choices.map(ValueText.describe)) }) else {
                 throw unresolved("\(parameter.name): \(question) (no answer)", ["options": .array(choices)])
             }
             values[parameter.name] = choices[index]

@@ -44,7 +44,7 @@ struct Describe: ParsableCommand {
             if parameter.multiple { type = "list of \(type)" }
             var head = "  \(parameter.name): \(type)"
             head += parameter.required ? ", required" : ", optional"
-            if let value = parameter.default { head += ", default \(TextFormatting.describe(value))" }
+            if let value = parameter.default { head += ", default \(ValueText.literal(value))" }
             lines.append(head)
             if let title = parameter.title { lines.append("      title: \(title)") }
             if let description = parameter.description { lines.append("      \(description)") }
@@ -53,7 +53,7 @@ struct Describe: ParsableCommand {
             }
             if let allowed = parameter.allowedTypes, !allowed.isEmpty { lines.append("      file types: \(allowed.joined(separator: ", "))") }
             if parameter.dynamicOptions { lines.append("      options: provided by the plugin (extrun options INTENT.json \(parameter.name))") }
-            if let parent = parameter.parent { lines.append("      only when \(parent.parameter) is \(TextFormatting.describe(parent.value))") }
+            if let parent = parameter.parent { lines.append("      only when \(parent.parameter) is \(ValueText.literal(parent.value))") }
             if let prompt = parameter.prompt { lines.append("      asks: \(prompt)") }
             if let confirm = parameter.confirmationPrompt { lines.append("      confirms: \(confirm)") }
             for reason in parameter.unsupportedReasons ?? [] { lines.append("      unsupported (\(reason.code)): \(reason.message)") }
@@ -72,15 +72,6 @@ struct Describe: ParsableCommand {
             for phrase in phrases { lines.append("  \"\(phrase)\"") }
         }
         Output.printLine(lines.joined(separator: "\n"))
-    }
-}
-
-enum TextFormatting {
-    static func describe(_ value: JSONValue) -> String {
-        switch value {
-        case .string(let s): "\"\(s)\""
-        default: String(decoding: (try? JSONCoding.encoder().encode(value)) ?? Data(), as: UTF8.self)
-        }
     }
 }
 
