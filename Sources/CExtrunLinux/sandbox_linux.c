@@ -467,6 +467,26 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
                         continue;
                     }
+                    if (extrun_syscall_abi(request_buffer.data.arch, request_buffer.data.nr) == EXTRUN_ABI_NATIVE &&
+                        extrun_syscall_controls_process(request_buffer.data.nr)) {
+                        // Limits, priority or scheduling of a process: only the run's own.
+                        pid_t target = 0;
+                        if (extrun_process_call_allowed(&request_buffer, plugin, self, &target)) {
+                            response.error = 0;
+                            response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+                        } else if (!killed) {
+                            memset(&event, 0, sizeof event);
+                            event.type = EXTRUN_EVENT_DENIED;
+                            event.pid = (int32_t)request_buffer.pid;
+                            event.syscall_nr = request_buffer.data.nr;
+                            event.arch = request_buffer.data.arch;
+                            event.arg0 = (uint64_t)(int64_t)target;
+                            event.arg1 = (uint64_t)(int64_t)-1;  // not a signal
+                            send_event(status_fd, &event);
+                        }
+                        ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+                        continue;
+                    }
                     if (!killed) {
                         memset(&event, 0, sizeof event);
                         event.type = EXTRUN_EVENT_VIOLATION;

@@ -151,9 +151,14 @@ public struct DeniedCall: Sendable, Equatable {
     public var syscallName: String
     /// The process (or, negative, the process group) it aimed at.
     public var target: Int64
+    /// The signal; -1 for a call on a process's limits or scheduling (prlimit64, setpriority...).
     public var signal: Int32
 
     public var description: String {
+        if signal < 0 {  // a call on a process's limits or scheduling
+            let aim = target == -1 ? "a user's processes" : target < 0 ? "process group \(-target)" : "pid \(target)"
+            return "\(syscallName)(\(aim)): not one of the plugin's own processes"
+        }
         let aim = target == -1 ? "-1, every process it may signal" : target < 0 ? "process group \(-target)" : "pid \(target)"
         return "\(syscallName)(\(aim), \(signal == 0 ? "signal 0" : signalName(signal))): not one of the plugin's own processes"
     }

@@ -87,6 +87,75 @@ struct ConfinementTests {
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
     }
 
+    /// Without a pid namespace the plugin can name the host and every process of its user:
+    /// calls on another process's limits and scheduling are refused (EPERM) unless they aim at
+    /// the run's own processes. prlimit64 setting the host's RLIMIT_FSIZE to 0 killed it with
+    /// SIGXFSZ at its next write (no report, scratch left).
+    @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
+    func callsOnAnotherProcesssLimitsAndSchedulingAreRefused(policy: String?) throws {
+        var before = rlimit()
+        getrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &before)
+        let priority = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        let plugin = try HostilePlugin(policy: policy)
+        defer { plugin.remove() }
+        let report = plugin.handle("ProcessControl", ["pid": .int(Int64(getpid()))])
+        let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+        let results = try JSONCoding.decode([String: String].self, fromJSON: Data(text.utf8))
+        if policy != nil {
+            // (With a pid namespace the host's pid names nothing, or one of the run's own processes.)
+            for call in [
+                "prlimit64(host, FSIZE, 0)", "prlimit64(host|1<<32, FSIZE, 0)", "setpriority(PRIO_PROCESS, host)",
+                "setpriority(PRIO_USER, 0)", "sched_setaffinity(host)", "sched_setscheduler(host, SCHED_IDLE)",
+                "ioprio_set(PROCESS, host, idle)", "ioprio_set(USER, 0, idle)",
+            ] {
+                #expect(results[call] == "EPERM", "\(call): \(results[call] ?? "missing")")
+            }
+        }
+        for call in ["prlimit64(0, NOFILE, 64)", "setpriority(PRIO_PROCESS, 0)", "sched_setaffinity(own tid)"] {
+            #expect(results[call] == "ok", "\(call): \(results) (policy \(policy ?? "default"))")
+        }
+        var after = rlimit()
+        getrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &after)
+        #expect(after.rlim_cur == before.rlim_cur)
+        #expect(getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0) == priority)
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// Kernel memory and machine-wide budgets no limit of the run counts: System V semaphores,
+    /// Linux AIO contexts (fs.aio-max-nr) and fanotify groups are violations.
+    @Test(arguments: [("sem", "semget"), ("aio", "io_setup"), ("fanotify", "fanotify_init")])
+    func kernelBudgetsNoLimitCountsAreViolations(how: String, call: String) throws {
+        let plugin = try HostilePlugin(policy: #"{"namespaces": {"pid": false}}"#)
+        defer { plugin.remove() }
+        let report = plugin.handle("KernelBudgets", ["path": .string(how)])
+        let error = try #require(report.error, "\(how): \(String(describing: report.response))")
+        #expect(error.kind == .sandboxViolation, "\(error)")
+        #expect(error.details["syscall"] == .string(call))
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
+    /// Socket buffers stay at their default size (EPERM), a file without a name (O_TMPFILE)
+    /// is refused as on a filesystem without it (EOPNOTSUPP: Python falls back to a named
+    /// file), and at most 256 signals are queued (RLIMIT_SIGPENDING); a plugin queued 96k.
+    @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
+    func socketBuffersNamelessFilesAndQueuedSignalsAreBounded(policy: String?) throws {
+        let plugin = try HostilePlugin(policy: policy)
+        defer { plugin.remove() }
+        let report = plugin.handle("KernelBudgets", ["path": "bounded"])
+        let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+        let results = try JSONCoding.decode([String: String].self, fromJSON: Data(text.utf8))
+        for option in ["SO_SNDBUF", "SO_RCVBUF", "SO_SNDBUFFORCE", "SO_RCVBUFFORCE", "SO_SNDBUF|1<<32"] {
+            #expect(results[option] == "EPERM", "\(option): \(results[option] ?? "missing")")
+        }
+        #expect(results["SO_KEEPALIVE"] == "ok", "\(results)")
+        // (EOPNOTSUPP, which Python names ENOTSUP: the same number.)
+        #expect(results["open(O_TMPFILE)"] == "ENOTSUP" && results["openat(O_TMPFILE)"] == "ENOTSUP", "\(results)")
+        #expect(results["tempfile.TemporaryFile"] == "ok", "\(results)")
+        let queued = Int(results["queued"] ?? "") ?? -1
+        #expect(queued > 0 && queued <= 256 && results["sigqueue"] == "EAGAIN", "\(results)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
     /// One allocation past the cap, refused, then abort() without a word: the same
     /// verdict every run, from what the supervisor saw the plugin ask for (not from sampling).
     @Test func anAllocationRefusedByTheCapIsAMemoryBreachEveryRun() throws {

@@ -186,6 +186,14 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
 /// Whether `nr` is one of the signal-sending calls `check_signals` routes to the supervisor.
 int extrun_syscall_sends_signal(int nr);
 
+/// RLIMIT_SIGPENDING of every plugin.
+#define EXTRUN_PENDING_SIGNALS 256
+
+/// Whether `nr` is one of the calls on another process's limits or scheduling (prlimit64,
+/// setpriority, ioprio_set, sched_set*, migrate_pages, move_pages) `check_signals` routes
+/// to the supervisor when they name a process other than the caller.
+int extrun_syscall_controls_process(int nr);
+
 /// The name of a syscall number on this architecture (static storage or NULL).
 const char *extrun_syscall_name(int nr);
 
