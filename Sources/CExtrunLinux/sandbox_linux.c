@@ -190,6 +190,137 @@ static uint64_t private_memory_of(pid_t pid) {
     return read ? figures.vm_data_kb * 1024 : 0;
 }
 
+/// The pids listed in a "children" file, appended to `pids` (at most `cap` in all).
+static int append_children(const char *path, pid_t *pids, int count, int cap) {
+    int fd = open_in_host_proc(path);
+    if (fd < 0) return count;
+    char buffer[4096];
+    ssize_t n = read(fd, buffer, sizeof buffer - 1);
+    close(fd);
+    long pid = 0;
+    int in_number = 0;
+    for (ssize_t i = 0; i < n && count < cap; i++) {
+        if (buffer[i] >= '0' && buffer[i] <= '9') {
+            pid = pid * 10 + (buffer[i] - '0');
+            in_number = 1;
+        } else if (in_number) {
+            pids[count++] = (pid_t)pid;
+            pid = 0;
+            in_number = 0;
+        }
+    }
+    return count;
+}
+
+/// Appends the children of every thread of process `pid` (a thread's children are
+/// listed under that thread) to `pids`.
+static int append_children_of_process(pid_t pid, pid_t *pids, int count, int cap) {
+    char path[64];
+    size_t at = 0;
+    path[0] = '\0';
+    extrun_append_int(path, sizeof path, &at, pid);
+    extrun_append_text(path, sizeof path, &at, "/task");
+    int dir = open_in_host_proc(path);
+    if (dir < 0) return count;
+    char entries[4096];
+    long got;
+    while ((got = syscall(SYS_getdents64, dir, entries, sizeof entries)) > 0) {
+        for (long offset = 0; offset < got;) {
+            // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+            unsigned short length;
+            memcpy(&length, entries + offset + 16, sizeof length);
+            const char *name = entries + offset + 19;
+            if (length == 0) break;
+            offset += length;
+            if (name[0] < '0' || name[0] > '9') continue;
+            long tid = 0;
+            for (const char *c = name; *c >= '0' && *c <= '9'; c++) tid = tid * 10 + (*c - '0');
+            char children[96];
+            size_t k = 0;
+            children[0] = '\0';
+            extrun_append_int(children, sizeof children, &k, pid);
+            extrun_append_text(children, sizeof children, &k, "/task/");
+            extrun_append_int(children, sizeof children, &k, (pid_t)tid);
+            extrun_append_text(children, sizeof children, &k, "/children");
+            count = append_children(children, pids, count, cap);
+        }
+    }
+    close(dir);
+    return count;
+}
+
+/// "Name:   1234 kB" in a /proc file's text: the number, or 0.
+static uint64_t kb_field(const char *text, const char *name) {
+    size_t length = strlen(name);
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        if (strncmp(line, name, length) == 0) {
+            const char *c = line + length;
+            while (*c == ' ' || *c == '\t') c++;
+            uint64_t value = 0;
+            for (; *c >= '0' && *c <= '9'; c++) value = value * 10 + (uint64_t)(*c - '0');
+            return value;
+        }
+        line = strchr(line, '\n');
+        if (line != NULL) line++;
+    }
+    return 0;
+}
+
+/// The private memory process `pid` holds, in bytes: its proportional share of resident
+/// anonymous memory (Pss_Anon of smaps_rollup: a page a fork shares is counted once over
+/// the processes sharing it), or its RssAnon where that cannot be read.
+static uint64_t held_anonymous_memory(pid_t pid) {
+    char path[48];
+    size_t at = 0;
+    path[0] = '\0';
+    extrun_append_int(path, sizeof path, &at, pid);
+    extrun_append_text(path, sizeof path, &at, "/smaps_rollup");
+    char text[4096];
+    int fd = open_in_host_proc(path);
+    if (fd >= 0) {
+        ssize_t n = read(fd, text, sizeof text - 1);
+        close(fd);
+        if (n > 0) {
+            text[n] = '\0';
+            if (strstr(text, "Pss_Anon:") != NULL) return kb_field(text, "Pss_Anon:") * 1024;
+        }
+    }
+    fd = open_host_status(pid);
+    struct extrun_memory_figures figures;
+    int read_ok = extrun_read_memory_figures(fd, &figures) == 0;
+    if (fd >= 0) close(fd);
+    return read_ok ? figures.rss_anon_kb * 1024 : 0;
+}
+
+/// The run's processes as many: RLIMIT_DATA bounds each process, so a plugin that forks
+/// holds the cap once per process (20 children of 20 MiB held 401 MiB under a 30 MiB cap).
+/// Sums the private memory of every process of the run (the supervisor's children and
+/// their descendants; `init`, the pid namespace's, left out) when there is more than one,
+/// and reports the run past `limit` (once). Returns 1 when it did.
+static int check_run_memory(pid_t self, pid_t init, uint64_t limit, int status_fd, pid_t plugin) {
+    if (limit == 0) return 0;
+    static pid_t pids[EXTRUN_RUN_PROCESSES_COUNTED];
+    char path[64];
+    children_path(path, sizeof path, self);
+    int count = append_children(path, pids, 0, EXTRUN_RUN_PROCESSES_COUNTED);
+    for (int i = 0; i < count; i++) count = append_children_of_process(pids[i], pids, count, EXTRUN_RUN_PROCESSES_COUNTED);
+    int processes = count - (init > 0 ? 1 : 0);
+    if (processes <= 1) return 0;  // one process: RLIMIT_DATA is the whole bound
+    uint64_t sum = 0;
+    for (int i = 0; i < count; i++) {
+        if (pids[i] != init) sum += held_anonymous_memory(pids[i]);
+    }
+    if (sum <= limit) return 0;
+    struct extrun_event event;
+    memset(&event, 0, sizeof event);
+    event.type = EXTRUN_EVENT_RUN_MEMORY_LIMIT;
+    event.pid = plugin;
+    event.arg0 = sum;
+    event.arg1 = (uint64_t)processes;
+    send_event(status_fd, &event);
+    return 1;
+}
+
 static uint64_t monotonic_ms(void) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -380,6 +511,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     int killed = 0;
     int disk_reported = 0;
     int check_ms = scratch_fd >= 0 && request->disk_check_ms > 0 ? request->disk_check_ms : -1;
+    // The run's memory over all its processes is counted at the same pace (or alone at its own).
+    if (request->limits.data_bytes > 0 && check_ms < 0) check_ms = EXTRUN_RUN_MEMORY_CHECK_MS;
     uint64_t last_check = monotonic_ms();
     for (;;) {
         struct pollfd fds[4];
@@ -392,7 +525,8 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         if (ready < 0 && errno != EINTR) break;
         if (check_ms > 0 && !killed && monotonic_ms() - last_check >= (uint64_t)check_ms) {
             last_check = monotonic_ms();
-            if (check_disk(request, scratch_fd, status_fd, plugin, &disk_reported)) {
+            if (check_disk(request, scratch_fd, status_fd, plugin, &disk_reported) ||
+                check_run_memory(self, in_pid_ns ? child : 0, request->limits.data_bytes, status_fd, plugin)) {
                 if (!killed) extrun_read_memory_figures(plugin_status_file, &final_figures);
                 kill(child, SIGKILL);
                 kill(-plugin, SIGKILL);

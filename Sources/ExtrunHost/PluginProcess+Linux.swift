@@ -145,6 +145,13 @@ public struct DiskBreach: Sendable, Equatable {
     public var tooDeep: Bool
 }
 
+/// The run's processes together past the memory cap (counted by the supervisor while
+/// there is more than one).
+public struct RunMemoryBreach: Sendable, Equatable {
+    public var bytes: Int64
+    public var processes: Int64
+}
+
 /// A call the sandbox refused (with EPERM) without stopping the plugin: a
 /// signal aimed at a process that is not the plugin's own.
 public struct DeniedCall: Sendable, Equatable {
@@ -205,6 +212,7 @@ final class PluginProcess {
     private(set) var violation: SandboxViolation?
     /// The scratch directory past its quota, as the supervisor counted it.
     private(set) var diskBreach: DiskBreach?
+    private(set) var runMemoryBreach: RunMemoryBreach?
     /// The scratch directory, removed by `removeScratch` once the process has ended.
     private var scratch: String?
     private var scratchRemoved = false
@@ -436,6 +444,8 @@ final class PluginProcess {
             }
         case EXTRUN_EVENT_DISK_LIMIT.rawValue:
             diskBreach = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
+        case EXTRUN_EVENT_RUN_MEMORY_LIMIT.rawValue:
+            runMemoryBreach = runMemoryBreach ?? RunMemoryBreach(bytes: Int64(clamping: event.arg0), processes: Int64(clamping: event.arg1))
         case EXTRUN_EVENT_ALLOCATION_REFUSED.rawValue:
             if refusedAllocation == nil {
                 refusedAllocation = RefusedAllocation(requestedBytes: Int64(clamping: event.arg0), inUseBytes: Int64(clamping: event.arg1))

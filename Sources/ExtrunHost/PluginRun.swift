@@ -265,6 +265,10 @@ struct PluginRun {
             report.response = nil
             report.responseIsSuccess = false
             report.error = diskBreach(disk)
+        } else if let run = process.runMemoryBreach {
+            report.response = nil
+            report.responseIsSuccess = false
+            report.error = runMemoryBreach(run)
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, process: process, connection: connection) {
             report.error = breach
         }
@@ -295,10 +299,22 @@ struct PluginRun {
             ])
     }
 
+    /// The run's processes together past the memory cap (summed by the supervisor).
+    func runMemoryBreach(_ run: RunMemoryBreach) -> HostError {
+        HostError(
+            .memoryLimitExceeded,
+            "\(id)'s \(run.processes) processes held \(ByteCount.format(run.bytes)) of private memory together during \(phase.rawValue), past the \(ByteCount.format(limits.dataBytes)) its cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode allows the whole run, and were stopped (docs/sandbox.md, \"Memory\")",
+            details: [
+                "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(run.bytes), "processes": .int(run.processes),
+                "mode": .string(mode.rawValue), "phase": .string(phase.rawValue),
+                "evidence": .array([.string("its \(run.processes) processes held \(ByteCount.format(run.bytes)) together (the supervisor sums them)")]),
+            ])
+    }
+
     /// The plugin's peak private memory: the larger of what was sampled while it ran and
     /// what it held as it ended, read exactly (docs/sandbox.md, "How the peak is measured").
     func peakMemory(_ process: PluginProcess) -> Int64 {
-        max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes, process.exit?.finalMemory?.privateBytes ?? 0)
+        max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes, process.exit?.finalMemory?.privateBytes ?? 0, process.runMemoryBreach?.bytes ?? 0)
     }
 
     /// Whether the plugin's death is the memory cap's doing, from the evidence the

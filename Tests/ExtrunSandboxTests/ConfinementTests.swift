@@ -156,6 +156,28 @@ struct ConfinementTests {
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
     }
 
+    /// The memory cap holds for the run, not per process: 20 children of 20 MiB each held
+    /// 401 MiB under a 30 MiB cap and the run was a success. The supervisor sums what the
+    /// run's processes hold; a plugin whose processes fit together is left alone.
+    @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
+    func theMemoryCapHoldsForAllTheRunsProcessesTogether(policy: String?) throws {
+        let plugin = try HostilePlugin(policy: policy)
+        defer { plugin.remove() }
+        let report = plugin.handle("ForkMemory", ["steps": 20, "megabytes": 12])
+        let error = try #require(report.error, "20 x 12 MiB held: \(String(describing: report.response))")
+        #expect(error.kind == .memoryLimitExceeded, "\(error)")
+        let processes = try #require(error.details["processes"]?.intValue, "\(error)")
+        let held = try #require(error.details["peakBytes"]?.intValue, "\(error)")
+        #expect(processes >= 2 && held > 26 << 20, "\(error)")
+        #expect(error.details["limitBytes"] == .int(30 << 20))
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+
+        let fits = plugin.handle("ForkMemory", ["steps": 2, "megabytes": 4])
+        #expect(fits.error == nil, "2 x 4 MiB: \(String(describing: fits.error))")
+        #expect(fits.response?.properties["result"] == .string(#"{"children": 2}"#))
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
     /// One allocation past the cap, refused, then abort() without a word: the same
     /// verdict every run, from what the supervisor saw the plugin ask for (not from sampling).
     @Test func anAllocationRefusedByTheCapIsAMemoryBreachEveryRun() throws {

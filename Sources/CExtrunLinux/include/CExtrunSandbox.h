@@ -124,7 +124,16 @@ enum extrun_event_type {
     /// arg0 (bytes), arg1 (files), status (1: nested too deep): the scratch directory
     /// went past its quota (sent while it runs, the plugin then killed, or after its end).
     EXTRUN_EVENT_DISK_LIMIT = 7,
+    /// arg0 (bytes), arg1 (processes): the run's processes together held more private
+    /// memory than the cap allows (Pss_Anon summed; counted while there is more than one
+    /// process, every disk_check_ms or EXTRUN_RUN_MEMORY_CHECK_MS); the plugin is being killed.
+    EXTRUN_EVENT_RUN_MEMORY_LIMIT = 8,
 };
+
+/// How often the run's memory over all its processes is counted without a disk quota.
+#define EXTRUN_RUN_MEMORY_CHECK_MS 100
+/// At most this many of the run's processes are counted (a pid namespace's pid_max is 301).
+#define EXTRUN_RUN_PROCESSES_COUNTED 1024
 
 /// Private anonymous mappings at least this large are checked against the cap by the supervisor.
 #define EXTRUN_LARGE_MAPPING_BYTES (4UL << 20)

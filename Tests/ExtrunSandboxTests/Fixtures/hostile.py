@@ -333,6 +333,30 @@ def misbehave(intent, params, request):
         import errno as errno_names
         results["sigqueue"] = errno_names.errorcode.get(ctypes.get_errno(), "ok")
         return success(request, result=json.dumps(results))
+    if intent == "ForkMemory":
+        # `steps` children, each holding `megabytes` of private memory (each under the cap), for 1.5 s.
+        children, size = int(params.get("steps", 20)), int(params.get("megabytes", 20)) << 20
+        ready_r, ready_w = os.pipe()
+        pids = []
+        for _ in range(children):
+            pid = os.fork()
+            if pid == 0:
+                os.close(ready_r)
+                held = bytearray(size)
+                held[::4096] = b"\x01" * len(range(0, size, 4096))  # every page touched
+                os.write(ready_w, b"y")
+                time.sleep(30)
+                os._exit(0)
+            pids.append(pid)
+        os.close(ready_w)
+        ready = 0
+        while ready < children and os.read(ready_r, 1):
+            ready += 1
+        time.sleep(1.5)
+        for pid in pids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        return success(request, result=json.dumps({"children": ready}))
     if intent == "HoldMemory":
         # Ways to hold memory that RLIMIT_DATA does not count.
         import ctypes
@@ -555,7 +579,7 @@ INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
            "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall",
-           "ProcessControl", "KernelBudgets"]
+           "ProcessControl", "KernelBudgets", "ForkMemory"]
 
 if __name__ == "__main__":
     main()
