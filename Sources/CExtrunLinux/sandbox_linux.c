@@ -269,7 +269,7 @@ static uint64_t kb_field(const char *text, const char *name) {
 /// The private memory process `pid` holds, in bytes: its proportional share of resident
 /// anonymous memory (Pss_Anon of smaps_rollup: a page a fork shares is counted once over
 /// the processes sharing it), or its RssAnon where that cannot be read.
-static uint64_t held_anonymous_memory(pid_t pid) {
+static uint64_t held_anonymous_memory(pid_t pid, const struct extrun_memory_figures *figures) {
     char path[48];
     size_t at = 0;
     path[0] = '\0';
@@ -285,19 +285,29 @@ static uint64_t held_anonymous_memory(pid_t pid) {
             if (strstr(text, "Pss_Anon:") != NULL) return kb_field(text, "Pss_Anon:") * 1024;
         }
     }
-    fd = open_host_status(pid);
-    struct extrun_memory_figures figures;
-    int read_ok = extrun_read_memory_figures(fd, &figures) == 0;
-    if (fd >= 0) close(fd);
-    return read_ok ? figures.rss_anon_kb * 1024 : 0;
+    return figures->rss_anon_kb * 1024;
+}
+
+/// Reports the run past its memory (`page_tables`: past its page tables' share) once.
+static void report_run_memory(int status_fd, pid_t plugin, uint64_t bytes, int processes, int page_tables) {
+    struct extrun_event event;
+    memset(&event, 0, sizeof event);
+    event.type = EXTRUN_EVENT_RUN_MEMORY_LIMIT;
+    event.pid = plugin;
+    event.status = page_tables;
+    event.arg0 = bytes;
+    event.arg1 = (uint64_t)processes;
+    send_event(status_fd, &event);
 }
 
 /// The run's processes as many: RLIMIT_DATA bounds each process, so a plugin that forks
 /// holds the cap once per process (20 children of 20 MiB held 401 MiB under a 30 MiB cap).
 /// Sums the private memory of every process of the run (the supervisor's children and
 /// their descendants; `init`, the pid namespace's, left out) when there is more than one,
-/// and reports the run past `limit` (once). Returns 1 when it did.
-static int check_run_memory(pid_t self, pid_t init, uint64_t limit, int status_fd, pid_t plugin) {
+/// and reports the run past `limit`. Page tables, which no rlimit counts, are summed too,
+/// one process or many, against 1/EXTRUN_PAGE_TABLE_SHARE of `limit` (the plugin's own
+/// from `plugin_status_file`, already open). Returns 1 when it reported.
+static int check_run_memory(pid_t self, pid_t init, uint64_t limit, int status_fd, pid_t plugin, int plugin_status_file) {
     if (limit == 0) return 0;
     static pid_t pids[EXTRUN_RUN_PROCESSES_COUNTED];
     char path[64];
@@ -305,19 +315,30 @@ static int check_run_memory(pid_t self, pid_t init, uint64_t limit, int status_f
     int count = append_children(path, pids, 0, EXTRUN_RUN_PROCESSES_COUNTED);
     for (int i = 0; i < count; i++) count = append_children_of_process(pids[i], pids, count, EXTRUN_RUN_PROCESSES_COUNTED);
     int processes = count - (init > 0 ? 1 : 0);
-    if (processes <= 1) return 0;  // one process: RLIMIT_DATA is the whole bound
-    uint64_t sum = 0;
+    struct extrun_memory_figures figures;
+    if (processes <= 1) {
+        // One process: RLIMIT_DATA bounds its private memory; only its page tables to count.
+        if (extrun_read_memory_figures(plugin_status_file, &figures) != 0) return 0;
+        if (figures.vm_pte_kb * 1024 <= limit / EXTRUN_PAGE_TABLE_SHARE) return 0;
+        report_run_memory(status_fd, plugin, figures.vm_pte_kb * 1024, 1, 1);
+        return 1;
+    }
+    uint64_t sum = 0, page_tables = 0;
     for (int i = 0; i < count; i++) {
-        if (pids[i] != init) sum += held_anonymous_memory(pids[i]);
+        if (pids[i] == init) continue;
+        int fd = open_host_status(pids[i]);
+        int read_ok = extrun_read_memory_figures(fd, &figures) == 0;
+        if (fd >= 0) close(fd);
+        if (!read_ok) continue;  // gone, or its memory already dropped
+        sum += held_anonymous_memory(pids[i], &figures);
+        page_tables += figures.vm_pte_kb * 1024;
+    }
+    if (page_tables > limit / EXTRUN_PAGE_TABLE_SHARE) {
+        report_run_memory(status_fd, plugin, page_tables, processes, 1);
+        return 1;
     }
     if (sum <= limit) return 0;
-    struct extrun_event event;
-    memset(&event, 0, sizeof event);
-    event.type = EXTRUN_EVENT_RUN_MEMORY_LIMIT;
-    event.pid = plugin;
-    event.arg0 = sum;
-    event.arg1 = (uint64_t)processes;
-    send_event(status_fd, &event);
+    report_run_memory(status_fd, plugin, sum, processes, 0);
     return 1;
 }
 
@@ -526,7 +547,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
         if (check_ms > 0 && !killed && monotonic_ms() - last_check >= (uint64_t)check_ms) {
             last_check = monotonic_ms();
             if (check_disk(request, scratch_fd, status_fd, plugin, &disk_reported) ||
-                check_run_memory(self, in_pid_ns ? child : 0, request->limits.data_bytes, status_fd, plugin)) {
+                check_run_memory(self, in_pid_ns ? child : 0, request->limits.data_bytes, status_fd, plugin, plugin_status_file)) {
                 if (!killed) extrun_read_memory_figures(plugin_status_file, &final_figures);
                 kill(child, SIGKILL);
                 kill(-plugin, SIGKILL);

@@ -150,6 +150,8 @@ public struct DiskBreach: Sendable, Equatable {
 public struct RunMemoryBreach: Sendable, Equatable {
     public var bytes: Int64
     public var processes: Int64
+    /// `bytes` are the run's page tables, past their share of the cap.
+    public var pageTables: Bool
 }
 
 /// A call the sandbox refused (with EPERM) without stopping the plugin: a
@@ -445,7 +447,8 @@ final class PluginProcess {
         case EXTRUN_EVENT_DISK_LIMIT.rawValue:
             diskBreach = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
         case EXTRUN_EVENT_RUN_MEMORY_LIMIT.rawValue:
-            runMemoryBreach = runMemoryBreach ?? RunMemoryBreach(bytes: Int64(clamping: event.arg0), processes: Int64(clamping: event.arg1))
+            runMemoryBreach = runMemoryBreach ?? RunMemoryBreach(
+                bytes: Int64(clamping: event.arg0), processes: Int64(clamping: event.arg1), pageTables: event.status != 0)
         case EXTRUN_EVENT_ALLOCATION_REFUSED.rawValue:
             if refusedAllocation == nil {
                 refusedAllocation = RefusedAllocation(requestedBytes: Int64(clamping: event.arg0), inUseBytes: Int64(clamping: event.arg1))

@@ -299,22 +299,30 @@ struct PluginRun {
             ])
     }
 
-    /// The run's processes together past the memory cap (summed by the supervisor).
+    /// The run's processes together past the memory cap, or their page tables past their
+    /// share of it (counted by the supervisor).
     func runMemoryBreach(_ run: RunMemoryBreach) -> HostError {
-        HostError(
+        let who = run.processes == 1 ? "\(id)" : "\(id)'s \(run.processes) processes"
+        let what =
+            run.pageTables
+            ? "\(who) made \(ByteCount.format(run.bytes)) of page tables, past the \(ByteCount.format(limits.dataBytes / 8)) they may take (an eighth of its \(ByteCount.format(limits.dataBytes)) of private memory)"
+            : "\(who) held \(ByteCount.format(run.bytes)) of private memory together, past the \(ByteCount.format(limits.dataBytes)) its cap allows the whole run"
+        var details: [String: JSONValue] = [
+            "limitBytes": .int(limits.memoryBytes), "processes": .int(run.processes),
+            "mode": .string(mode.rawValue), "phase": .string(phase.rawValue),
+            "evidence": .array([.string(run.pageTables ? "its page tables took \(ByteCount.format(run.bytes))" : "its \(run.processes) processes held \(ByteCount.format(run.bytes)) together (the supervisor sums them)")]),
+        ]
+        details[run.pageTables ? "pageTableBytes" : "peakBytes"] = .int(run.bytes)
+        return HostError(
             .memoryLimitExceeded,
-            "\(id)'s \(run.processes) processes held \(ByteCount.format(run.bytes)) of private memory together during \(phase.rawValue), past the \(ByteCount.format(limits.dataBytes)) its cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode allows the whole run, and were stopped (docs/sandbox.md, \"Memory\")",
-            details: [
-                "limitBytes": .int(limits.memoryBytes), "peakBytes": .int(run.bytes), "processes": .int(run.processes),
-                "mode": .string(mode.rawValue), "phase": .string(phase.rawValue),
-                "evidence": .array([.string("its \(run.processes) processes held \(ByteCount.format(run.bytes)) together (the supervisor sums them)")]),
-            ])
+            "\(what) during \(phase.rawValue) under its cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode, and was stopped (docs/sandbox.md, \"Memory\")",
+            details: details)
     }
 
     /// The plugin's peak private memory: the larger of what was sampled while it ran and
     /// what it held as it ended, read exactly (docs/sandbox.md, "How the peak is measured").
     func peakMemory(_ process: PluginProcess) -> Int64 {
-        max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes, process.exit?.finalMemory?.privateBytes ?? 0, process.runMemoryBreach?.bytes ?? 0)
+        max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes, process.exit?.finalMemory?.privateBytes ?? 0, process.runMemoryBreach.flatMap { $0.pageTables ? nil : $0.bytes } ?? 0)
     }
 
     /// Whether the plugin's death is the memory cap's doing, from the evidence the

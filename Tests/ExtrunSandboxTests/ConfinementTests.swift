@@ -178,6 +178,27 @@ struct ConfinementTests {
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
     }
 
+    /// Page tables are kernel memory no rlimit counts: one read per 2 MiB of a 64 GiB
+    /// read-only private mapping made 128 MiB of them, VmData unchanged. The supervisor
+    /// counts them against an eighth of the private memory the cap allows; 1 GiB (2 MiB of
+    /// page tables) is left alone.
+    @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
+    func pageTablesPastTheirShareOfTheCapEndTheRun(policy: String?) throws {
+        let plugin = try HostilePlugin(policy: policy)
+        defer { plugin.remove() }
+        let report = plugin.handle("PageTables", ["megabytes": 64])
+        let error = try #require(report.error, "64 GiB touched: \(String(describing: report.response))")
+        #expect(error.kind == .memoryLimitExceeded, "\(error)")
+        let pageTables = try #require(error.details["pageTableBytes"]?.intValue, "\(error)")
+        #expect(pageTables > (26 << 20) / 8, "\(error)")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+
+        let fits = plugin.handle("PageTables", ["megabytes": 1])
+        #expect(fits.error == nil, "1 GiB: \(String(describing: fits.error))")
+        #expect(fits.response?.properties["result"]?.stringValue?.hasPrefix("VmPTE") == true, "\(String(describing: fits.response))")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
     /// One allocation past the cap, refused, then abort() without a word: the same
     /// verdict every run, from what the supervisor saw the plugin ask for (not from sampling).
     @Test func anAllocationRefusedByTheCapIsAMemoryBreachEveryRun() throws {

@@ -127,8 +127,16 @@ enum extrun_event_type {
     /// arg0 (bytes), arg1 (processes): the run's processes together held more private
     /// memory than the cap allows (Pss_Anon summed; counted while there is more than one
     /// process, every disk_check_ms or EXTRUN_RUN_MEMORY_CHECK_MS); the plugin is being killed.
+    /// status 1: arg0 is instead the page tables of the run's processes, past
+    /// EXTRUN_PAGE_TABLE_SHARE of the cap (counted at the same pace, one process or many).
     EXTRUN_EVENT_RUN_MEMORY_LIMIT = 8,
 };
+
+/// The run's page tables may take this fraction (1/N) of the private memory the cap
+/// allows: a read-only private mapping is not counted by RLIMIT_DATA, but touching one
+/// page per 2 MiB of it costs the kernel 4 KiB of page table (64 GiB gave 128 MiB).
+/// Page tables are ~1/512 of the memory they map, so 1/8 leaves a legitimate plugin 64x.
+#define EXTRUN_PAGE_TABLE_SHARE 8
 
 /// How often the run's memory over all its processes is counted without a disk quota.
 #define EXTRUN_RUN_MEMORY_CHECK_MS 100
@@ -150,6 +158,7 @@ struct extrun_memory_figures {
     uint64_t vm_hwm_kb;     // largest resident set it had (the kernel's high-water mark)
     uint64_t rss_anon_kb;   // resident anonymous memory now
     uint64_t rss_shmem_kb;  // resident shared memory now
+    uint64_t vm_pte_kb;     // its page tables now (kernel memory no rlimit counts)
 };
 
 struct extrun_event {

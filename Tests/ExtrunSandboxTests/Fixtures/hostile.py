@@ -357,6 +357,24 @@ def misbehave(intent, params, request):
             os.kill(pid, 9)
             os.waitpid(pid, 0)
         return success(request, result=json.dumps({"children": ready}))
+    if intent == "PageTables":
+        # A read-only private mapping is not what RLIMIT_DATA counts; one read per 2 MiB of
+        # it costs the kernel a 4 KiB page table: `megabytes` GiB make megabytes * 2 MiB of them.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        size = int(params.get("megabytes", 64)) << 30
+        address = libc.mmap(None, size, 1, 0x02 | 0x20 | 0x4000, -1, 0)  # PROT_READ; MAP_PRIVATE|ANONYMOUS|NORESERVE
+        if address is None or address == ctypes.c_void_p(-1).value:
+            return success(request, result="mmap failed")
+        libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(size), 15)  # MADV_NOHUGEPAGE
+        total = 0
+        for offset in range(0, size, 2 << 20):
+            total += ctypes.c_char.from_address(address + offset).value[0]
+        time.sleep(1)
+        pte = [line for line in open("/proc/self/status") if line.startswith("VmPTE")]
+        return success(request, result="".join(pte).strip())
     if intent == "HoldMemory":
         # Ways to hold memory that RLIMIT_DATA does not count.
         import ctypes
@@ -579,7 +597,7 @@ INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
            "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall",
-           "ProcessControl", "KernelBudgets", "ForkMemory"]
+           "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables"]
 
 if __name__ == "__main__":
     main()
