@@ -199,6 +199,56 @@ struct ConfinementTests {
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
     }
 
+    /// A killed host leaves its scratch directory (38 were found in /tmp): the next host to
+    /// make one in the same place removes those whose host is gone (their lock is free),
+    /// and never one whose host still runs.
+    @Test func aKilledHostsScratchDirectoryIsRemovedByTheNextHostAndALiveOnesIsNot() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let base = plugin.root.appendingPathComponent("scratch-parent")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        chmod(base.path, 0o711)
+        let hang = plugin.root.appendingPathComponent("hang.json")
+        try Data(#"{"intent": "NeverAnswer"}"#.utf8).write(to: hang)
+        let quick = plugin.root.appendingPathComponent("quick.json")
+        try Data(#"{"intent": "WhoAmI"}"#.utf8).write(to: quick)
+        let environment = [
+            "EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TMPDIR": base.path, "PATH": "/usr/bin:/bin",
+        ]
+        func scratch() -> Set<String> {
+            Set(((try? FileManager.default.contentsOfDirectory(atPath: base.path)) ?? []).filter { $0.hasPrefix("extrun-run-") })
+        }
+        /// A host whose plugin never answers, once its scratch directory is there.
+        func hangingHost(besides known: Set<String>) throws -> (Process, String) {
+            let host = Process()
+            host.executableURL = ExamplePlugins.extrunBinary
+            host.arguments = ["handle", hang.path]
+            host.environment = environment
+            host.standardOutput = FileHandle.nullDevice
+            host.standardError = FileHandle.nullDevice
+            try host.run()
+            let end = Date().addingTimeInterval(5)
+            while scratch().subtracting(known).isEmpty && Date() < end { usleep(20_000) }
+            return (host, try #require(scratch().subtracting(known).first, "no scratch directory appeared"))
+        }
+        let (killed, stale) = try hangingHost(besides: [])
+        kill(killed.processIdentifier, SIGKILL)
+        killed.waitUntilExit()
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+        #expect(scratch() == [stale], "the killed host's folder is left until the next host")
+
+        let (live, running) = try hangingHost(besides: [stale])
+        #expect(!scratch().contains(stale), "the next host removed the dead host's folder: \(scratch())")
+        let measured = try CLIRun.measure([ExamplePlugins.extrunBinary.path, "handle", quick.path], environment: environment)
+        #expect(measured.status == 0, "\(measured.output)")
+        #expect(scratch() == [running], "a live host's folder is kept: \(scratch())")
+        kill(live.processIdentifier, SIGKILL)
+        live.waitUntilExit()
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+        _ = try CLIRun.measure([ExamplePlugins.extrunBinary.path, "handle", quick.path], environment: environment)
+        #expect(scratch().isEmpty, "left: \(scratch())")
+    }
+
     /// One allocation past the cap, refused, then abort() without a word: the same
     /// verdict every run, from what the supervisor saw the plugin ask for (not from sampling).
     @Test func anAllocationRefusedByTheCapIsAMemoryBreachEveryRun() throws {
@@ -434,7 +484,11 @@ enum Leftovers {
 struct RunIsolationTests {
     @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
     func aForkBombDoesNotStarveOtherRuns(policy: String?) throws {
-        let bomb = try HostilePlugin(policy: policy)
+        // A cap of 1 GiB for the bomb: under 30 MiB its processes' memory and page tables
+        // together end it within 100 ms (aForkBombIsContainedAndLeavesNothing), and here it
+        // has to last.
+        let memory = #""extension": {"memoryBytes": 1073741824, "maxMemoryBytes": 1073741824}"#
+        let bomb = try HostilePlugin(policy: policy == nil ? "{\(memory)}" : #"{"namespaces": {"pid": false}, "# + memory + "}")
         defer { bomb.remove() }
         let others = try HostilePlugin(policy: policy)
         defer { others.remove() }
