@@ -445,7 +445,14 @@ final class PluginProcess {
                 denied.append(DeniedCall(syscallName: name, target: Int64(bitPattern: event.arg0), signal: Int32(truncatingIfNeeded: event.arg1)))
             }
         case EXTRUN_EVENT_DISK_LIMIT.rawValue:
-            diskBreach = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
+            // (Counted again after the end, in full: the larger count is what was written.)
+            let counted = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
+            if let earlier = diskBreach {
+                diskBreach = DiskBreach(
+                    bytes: max(earlier.bytes, counted.bytes), files: max(earlier.files, counted.files), tooDeep: earlier.tooDeep || counted.tooDeep)
+            } else {
+                diskBreach = counted
+            }
         case EXTRUN_EVENT_RUN_MEMORY_LIMIT.rawValue:
             runMemoryBreach = runMemoryBreach ?? RunMemoryBreach(
                 bytes: Int64(clamping: event.arg0), processes: Int64(clamping: event.arg1), pageTables: event.status != 0)

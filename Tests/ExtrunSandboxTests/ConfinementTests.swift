@@ -453,6 +453,23 @@ struct ScratchTests {
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
     }
 
+    /// Files unlinked but held open hold disk the walk of the folder does not see (8 of them
+    /// held 2 GiB under a 256 MiB quota): the supervisor counts the run's open descriptors'
+    /// unlinked files on the scratch directory's filesystem too.
+    @Test(arguments: [nil, #"{"namespaces": {"pid": false}}"#])
+    func filesUnlinkedButHeldOpenCountAgainstTheQuota(namespaces: String?) throws {
+        let quota = #""extension": {"diskBytes": 8388608}"#
+        let plugin = try HostilePlugin(policy: namespaces == nil ? "{\(quota)}" : #"{"namespaces": {"pid": false}, "# + quota + "}")
+        defer { plugin.remove() }
+        let report = plugin.handle("HoldUnlinked", ["steps": 4, "megabytes": 4])
+        let error = try #require(report.error, "16 MiB held unlinked under an 8 MiB quota: \(String(describing: report.response))")
+        #expect(error.kind == .diskLimitExceeded, "\(error)")
+        #expect((error.details["usedBytes"]?.intValue ?? 0) > 8 << 20, "\(error)")
+        let within = plugin.handle("HoldUnlinked", ["steps": 1, "megabytes": 4])
+        #expect(within.error == nil, "\(String(describing: within.error))")
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
     @Test func makingMoreFilesThanTheQuotaIsATypedError() throws {
         let plugin = try HostilePlugin(policy: #"{"extension": {"diskFiles": 100}}"#)
         defer { plugin.remove() }

@@ -375,6 +375,17 @@ def misbehave(intent, params, request):
         time.sleep(1)
         pte = [line for line in open("/proc/self/status") if line.startswith("VmPTE")]
         return success(request, result="".join(pte).strip())
+    if intent == "HoldUnlinked":
+        # `steps` files of `megabytes` MiB in its scratch directory, unlinked and held open:
+        # disk the folder's walk does not see.
+        held = []
+        for index in range(int(params.get("steps", 4))):
+            fd = os.open("unlinked-%d" % index, os.O_CREAT | os.O_RDWR, 0o600)
+            os.unlink("unlinked-%d" % index)
+            os.posix_fallocate(fd, 0, int(params.get("megabytes", 4)) << 20)
+            held.append(fd)
+        time.sleep(3)
+        return success(request, result="held %d" % len(held))
     if intent == "HoldMemory":
         # Ways to hold memory that RLIMIT_DATA does not count.
         import ctypes
@@ -597,7 +608,7 @@ INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
            "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall",
-           "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables"]
+           "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables", "HoldUnlinked"]
 
 if __name__ == "__main__":
     main()
