@@ -249,6 +249,27 @@ struct ConfinementTests {
         #expect(scratch().isEmpty, "left: \(scratch())")
     }
 
+    /// inotify instances are a budget of the user's (128 here): one plugin took it whole.
+    /// In the run's user namespace (an ordinary user's host) the run gets at most 16 of it;
+    /// a root host's plugins share the plugin user's (a stated limit).
+    @Test func aRunHoldsABoundedShareOfItsUsersInotifyInstances() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let report = plugin.handle("Inotify")
+        let text = try #require(report.response?.properties["result"]?.stringValue, "\(String(describing: report.error))")
+        let results = try JSONCoding.decode(JSONValue.self, fromJSON: Data(text.utf8))
+        let made = try #require(results["instances"]?.intValue)
+        #expect(made >= 1 && results["refused"] == "EMFILE", "\(results)")
+        if getuid() != 0 {
+            #expect(made <= 16, "\(made) inotify instances in one run")
+        } else {
+            let machine = (try? String(contentsOfFile: "/proc/sys/fs/inotify/max_user_instances", encoding: .utf8))
+                .flatMap { Int64($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 128
+            #expect(made <= machine)
+        }
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
     /// One allocation past the cap, refused, then abort() without a word: the same
     /// verdict every run, from what the supervisor saw the plugin ask for (not from sampling).
     @Test func anAllocationRefusedByTheCapIsAMemoryBreachEveryRun() throws {

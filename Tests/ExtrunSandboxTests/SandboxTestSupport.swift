@@ -31,7 +31,7 @@ struct HostilePlugin {
             "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome", "ReadContainer",
             "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal", "SignalOwner", "OtherABI",
             "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall",
-            "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables", "HoldUnlinked",
+            "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables", "HoldUnlinked", "Inotify",
         ]
         let manifest = PluginManifest(
             id: "test.hostile", version: "1", owner: "TESTTEAM", executable: "hostile.py",

@@ -386,6 +386,16 @@ def misbehave(intent, params, request):
             held.append(fd)
         time.sleep(3)
         return success(request, result="held %d" % len(held))
+    if intent == "Inotify":
+        # inotify instances until refused: a budget of its user's.
+        import ctypes
+        import errno as errno_names
+        libc = ctypes.CDLL(None, use_errno=True)
+        made = 0
+        while made < 10000 and libc.inotify_init1(os.O_CLOEXEC) >= 0:
+            made += 1
+        refused = errno_names.errorcode.get(ctypes.get_errno(), "?")
+        return success(request, result=json.dumps({"instances": made, "refused": refused}))
     if intent == "HoldMemory":
         # Ways to hold memory that RLIMIT_DATA does not count.
         import ctypes
@@ -608,7 +618,7 @@ INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
            "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall",
-           "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables", "HoldUnlinked"]
+           "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables", "HoldUnlinked", "Inotify"]
 
 if __name__ == "__main__":
     main()
