@@ -71,6 +71,8 @@ enum ScratchDirectory {
     /// as its run's host lives. A killed host leaves its folder; the next host to make one
     /// in the same place removes every such folder whose lock nobody holds.
     static let prefix = "extrun-run-l-"
+    /// What one is called from its making to its lock.
+    static let unlockedPrefix = "extrun-new-"
     /// The lock descriptor of each scratch directory of this process's, by path.
     private static let locks = Mutex<[String: Int32]>([:])
     /// The folders this process has swept already.
@@ -82,7 +84,7 @@ enum ScratchDirectory {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         if swept.withLock({ $0.insert(base).inserted }) { sweep(base) }
         // Made under another name, locked, then renamed: a sweep never sees one unlocked.
-        var template = Array("\(base)/extrun-new-XXXXXX".utf8CString)
+        var template = Array("\(base)/\(unlockedPrefix)XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else {
             throw HostError(.internalError, "cannot create a scratch directory under \(base): \(String(cString: strerror(errno)))")
         }
@@ -111,8 +113,15 @@ enum ScratchDirectory {
     static func sweep(_ base: String) -> Int {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: base) else { return 0 }
         var removed = 0
-        for name in names where name.hasPrefix(prefix) {
+        let now = time(nil)
+        for name in names where name.hasPrefix(prefix) || name.hasPrefix(unlockedPrefix) {
             let path = "\(base)/\(name)"
+            if name.hasPrefix(unlockedPrefix) {
+                // Not locked yet: a live host holds one for microseconds, so only one older
+                // than a minute is a killed host's.
+                var info = stat()
+                guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, now - info.st_mtim.tv_sec > 60 else { continue }
+            }
             // (Never a link; a folder of this process's runs is locked by another descriptor.)
             let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }

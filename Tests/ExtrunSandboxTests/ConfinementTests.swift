@@ -231,7 +231,18 @@ struct ConfinementTests {
             while scratch().subtracting(known).isEmpty && Date() < end { usleep(20_000) }
             return (host, try #require(scratch().subtracting(known).first, "no scratch directory appeared"))
         }
+        // A host killed between making its folder and locking it leaves an extrun-new-*:
+        // removed once older than a minute, never sooner (a live host's is that for microseconds).
+        let unlockedOld = base.appendingPathComponent("extrun-new-OLDOLD")
+        let unlockedNew = base.appendingPathComponent("extrun-new-NEWNEW")
+        try FileManager.default.createDirectory(at: unlockedOld, withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(at: unlockedNew, withIntermediateDirectories: false)
+        var times = [timeval(tv_sec: time(nil) - 120, tv_usec: 0), timeval(tv_sec: time(nil) - 120, tv_usec: 0)]
+        utimes(unlockedOld.path, &times)
         let (killed, stale) = try hangingHost(besides: [])
+        #expect(!FileManager.default.fileExists(atPath: unlockedOld.path), "an unlocked folder two minutes old is left")
+        #expect(FileManager.default.fileExists(atPath: unlockedNew.path), "a fresh unlocked folder was removed")
+        try FileManager.default.removeItem(at: unlockedNew)
         kill(killed.processIdentifier, SIGKILL)
         killed.waitUntilExit()
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
