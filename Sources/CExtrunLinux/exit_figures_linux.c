@@ -56,6 +56,7 @@ int extrun_read_memory_figures(int status_fd, struct extrun_memory_figures *figu
     figures->vm_hwm_kb = status_field(buffer, "VmHWM:");
     figures->rss_anon_kb = status_field(buffer, "RssAnon:");
     figures->rss_shmem_kb = status_field(buffer, "RssShmem:");
+    figures->vm_pte_kb = status_field(buffer, "VmPTE:");
     // A process that has dropped its memory shows none of these.
     return figures->vm_size_kb > 0 ? 0 : -1;
 }

@@ -41,6 +41,9 @@ static void identity_map(char *buffer, size_t size, long id) {
     extrun_append_text(buffer, size, &at, " 1\n");
 }
 
+#define EXTRUN_INOTIFY_INSTANCES_TEXT "16"
+#define EXTRUN_INOTIFY_WATCHES_TEXT "8192"
+
 /// A user namespace in which the host's user is itself (no root inside), so
 /// that an ordinary user may create the other namespaces. 0, or -1 and errno.
 static int enter_user_namespace(void) {
@@ -55,6 +58,12 @@ static int enter_user_namespace(void) {
     if (write_text_file("/proc/self/uid_map", map) != 0) return -2;
     identity_map(map, sizeof map, gid);
     if (write_text_file("/proc/self/gid_map", map) != 0) return -2;
+    // inotify instances and watches are counted per user and per user namespace, up each
+    // namespace's limits: lowered in the run's (where this process has every capability
+    // until it execs), a run holds at most these of its user's budget (128 instances here,
+    // which one plugin could otherwise take whole). Best effort: a kernel without them goes on.
+    (void)write_text_file("/proc/sys/user/max_inotify_instances", EXTRUN_INOTIFY_INSTANCES_TEXT);
+    (void)write_text_file("/proc/sys/user/max_inotify_watches", EXTRUN_INOTIFY_WATCHES_TEXT);
     return 0;
 }
 

@@ -129,6 +129,11 @@ static void run_plugin(const struct extrun_sandbox_request *request, int report_
     if (setrlimit(RLIMIT_CORE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
     // POSIX message queues hold kernel memory no other limit counts: none.
     if (setrlimit(RLIMIT_MSGQUEUE, &no_core) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
+    // Queued signals (sigqueue, timers) are kernel memory counted per user: without a limit
+    // a plugin queued 96k and the user's own sigqueue then failed. The count is its user's,
+    // so the plugin can add at most this many to it.
+    struct rlimit pending = {EXTRUN_PENDING_SIGNALS, EXTRUN_PENDING_SIGNALS};
+    if (setrlimit(RLIMIT_SIGPENDING, &pending) != 0) fail_child(report_fd, EXTRUN_STAGE_RLIMIT);
 
     // The plugin's own user: no supplementary groups, then the group, then the
     // user (after which the first two could no longer be changed). Raw system

@@ -45,6 +45,9 @@ void extrun_signal_call_target(const struct seccomp_notif *call, pid_t *target, 
 /// (the plugin, its descendants, groups they lead).
 int extrun_signal_allowed(pid_t target, int group, pid_t plugin, pid_t self);
 
+/// Whether a call on another process's limits or scheduling may go on (its target in `*target`).
+int extrun_process_call_allowed(const struct seccomp_notif *call, pid_t plugin, pid_t self, pid_t *target);
+
 // sandbox_linux.c, plugin_start_linux.c, init_linux.c: the supervisor, the plugin's
 // process and the pid namespace's init.
 

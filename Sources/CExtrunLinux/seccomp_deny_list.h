@@ -26,6 +26,13 @@ static const char *const extrun_denied_syscalls[] = {
     // Memory that RLIMIT_DATA does not count (docs/sandbox.md, "Memory"): memory files,
     // secret memory, System V shared memory and message queues.
     "memfd_create", "memfd_secret", "shmget", "shmat", "msgget",
+    // The rest of System V IPC: semaphore arrays are kernel memory no limit counts (a 32000-
+    // semaphore array is ~2 MiB of slab), and without an IPC namespace the ids name the
+    // user's other programs' objects (semctl IPC_RMID, msgctl, shmctl).
+    "semget", "semop", "semtimedop", "semctl", "msgsnd", "msgrcv", "msgctl", "shmctl",
+    // Budgets of the whole machine or user that no limit of the run's bounds: Linux AIO
+    // contexts (fs.aio-max-nr, machine-wide) and fanotify groups.
+    "io_setup", "io_submit", "io_getevents", "io_pgetevents", "io_destroy", "io_cancel", "fanotify_init",
     NULL,
 };
 

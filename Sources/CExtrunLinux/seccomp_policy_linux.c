@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -32,6 +33,28 @@ static const int signal_syscalls[] = {
 #endif
 };
 
+/// Calls that change another process's limits, priority, scheduling, CPUs or memory
+/// placement, named by pid (argument 0; 0 is the caller). Without a pid namespace the
+/// plugin could name the host with them (prlimit64 setting its RLIMIT_FSIZE to 0 kills it
+/// with SIGXFSZ at its next write), so with `check_signals` a call naming a pid goes to the
+/// supervisor, which lets it go on for the run's own processes only (EPERM otherwise).
+static const int process_syscalls[] = {
+    SYS_prlimit64, SYS_sched_setaffinity, SYS_sched_setscheduler, SYS_sched_setparam,
+#ifdef SYS_sched_setattr
+    SYS_sched_setattr,
+#else
+    314,
+#endif
+    SYS_migrate_pages, SYS_move_pages,
+};
+
+int extrun_syscall_controls_process(int nr) {
+    for (size_t i = 0; i < sizeof process_syscalls / sizeof process_syscalls[0]; i++) {
+        if (process_syscalls[i] == nr) return 1;
+    }
+    return nr == SYS_setpriority || nr == SYS_ioprio_set;
+}
+
 int extrun_syscall_sends_signal(int nr) {
     for (size_t i = 0; i < sizeof signal_syscalls / sizeof signal_syscalls[0]; i++) {
         if (signal_syscalls[i] == nr) return 1;
@@ -48,6 +71,9 @@ int extrun_syscall_sends_signal(int nr) {
 #ifndef F_SETPIPE_SZ
 #define F_SETPIPE_SZ 1031
 #endif
+
+/// O_TMPFILE's own bit (O_TMPFILE is it with O_DIRECTORY).
+#define EXTRUN_O_TMPFILE_BIT 020000000
 
 static const unsigned long namespace_clone_flags[] = {
     CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWCGROUP,
@@ -103,6 +129,31 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
         int nr = signal_syscalls[i];
         rc = seccomp_rule_add(ctx, nr == signal_syscalls[5] ? SCMP_ACT_ERRNO(ENOSYS) : SCMP_ACT_NOTIFY, nr, 0);
     }
+    // Calls on another process's limits and scheduling (see process_syscalls): a pid other
+    // than 0 goes to the supervisor. (A 64-bit comparison: a pid with upper bits set goes
+    // there too, and the supervisor reads it as the int the kernel reads.) setpriority and
+    // ioprio_set name a process, a process group or a user: anything but "this process" goes.
+    for (size_t i = 0; rc == 0 && notify && check_signals && i < sizeof process_syscalls / sizeof process_syscalls[0]; i++) {
+        rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, process_syscalls[i], 1, SCMP_A0(SCMP_CMP_NE, 0));
+    }
+    if (rc == 0 && notify && check_signals) rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(setpriority), 1, SCMP_A0(SCMP_CMP_NE, PRIO_PROCESS));
+    if (rc == 0 && notify && check_signals) rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(setpriority), 1, SCMP_A1(SCMP_CMP_NE, 0));
+    if (rc == 0 && notify && check_signals) rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(ioprio_set), 1, SCMP_A0(SCMP_CMP_NE, 1));  // IOPRIO_WHO_PROCESS
+    if (rc == 0 && notify && check_signals) rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(ioprio_set), 1, SCMP_A1(SCMP_CMP_NE, 0));
+    // Socket buffers are kernel memory no limit counts: they stay at their default size
+    // (net.core.wmem_default/rmem_default). level and optname are ints: masked comparisons.
+    static const int buffer_options[] = {SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE};
+    for (size_t i = 0; rc == 0 && i < sizeof buffer_options / sizeof buffer_options[0]; i++) {
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setsockopt), 2, SCMP_A1(SCMP_CMP_MASKED_EQ, CMD_MASK, SOL_SOCKET),
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, CMD_MASK, (scmp_datum_t)buffer_options[i]));
+    }
+    // A file with no name (O_TMPFILE) holds disk the scratch quota cannot see: refused with
+    // EOPNOTSUPP, the kernel's answer where a filesystem lacks it (C libraries and Python fall
+    // back to a named file). openat2 passes its flags in memory a filter cannot read: ENOSYS,
+    // so that C libraries use openat.
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EOPNOTSUPP), SCMP_SYS(open), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, EXTRUN_O_TMPFILE_BIT, EXTRUN_O_TMPFILE_BIT));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EOPNOTSUPP), SCMP_SYS(openat), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, EXTRUN_O_TMPFILE_BIT, EXTRUN_O_TMPFILE_BIT));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0);
     // Signals without a signal call: a descriptor's owner gets SIGIO (or the signal F_SETSIG
     // names) when it becomes ready, checked by uid only. Setting an owner is refused (EPERM).
     // fcntl's and ioctl's command is an int for the kernel: every comparison on it is masked

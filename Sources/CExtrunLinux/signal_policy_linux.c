@@ -128,3 +128,31 @@ int extrun_signal_allowed(pid_t target, int group, pid_t plugin, pid_t self) {
     return belongs_to_run(target, plugin, self);
 }
 
+
+/// For a call on another process's limits or scheduling the filter sent here (setpriority,
+/// ioprio_set, prlimit64, sched_set*, migrate_pages, move_pages): whether it may go on, that
+/// is whether it names only the run's own processes. `*target` gets what it named (negative:
+/// a process group; -1: a user).
+int extrun_process_call_allowed(const struct seccomp_notif *call, pid_t plugin, pid_t self, pid_t *target) {
+    int nr = call->data.nr;
+    if (nr == SYS_setpriority || nr == SYS_ioprio_set) {
+        // which: setpriority's PRIO_PROCESS 0, PRIO_PGRP 1, PRIO_USER 2; ioprio_set's one more.
+        int which = (int)call->data.args[0] - (nr == SYS_ioprio_set ? 1 : 0);
+        pid_t who = (pid_t)(int)call->data.args[1];
+        if (which == 0) {
+            *target = who;
+            return who == 0 || belongs_to_run(who, plugin, self);
+        }
+        if (which == 1) {
+            // 0: the caller's own group, in the plugin's own session (it called setsid),
+            // which only the run's processes can be in.
+            *target = who == 0 ? -getpgid((pid_t)call->pid) : -who;
+            return who == 0 || extrun_signal_allowed(who, 1, plugin, self);
+        }
+        *target = -1;  // every process of a user (or an unknown `which`)
+        return 0;
+    }
+    pid_t pid = (pid_t)(int)call->data.args[0];
+    *target = pid;
+    return pid == 0 || belongs_to_run(pid, plugin, self);
+}

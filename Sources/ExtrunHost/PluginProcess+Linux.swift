@@ -145,15 +145,29 @@ public struct DiskBreach: Sendable, Equatable {
     public var tooDeep: Bool
 }
 
+/// The run's processes together past the memory cap (counted by the supervisor while
+/// there is more than one).
+public struct RunMemoryBreach: Sendable, Equatable {
+    public var bytes: Int64
+    public var processes: Int64
+    /// `bytes` are the run's page tables, past their share of the cap.
+    public var pageTables: Bool
+}
+
 /// A call the sandbox refused (with EPERM) without stopping the plugin: a
 /// signal aimed at a process that is not the plugin's own.
 public struct DeniedCall: Sendable, Equatable {
     public var syscallName: String
     /// The process (or, negative, the process group) it aimed at.
     public var target: Int64
+    /// The signal; -1 for a call on a process's limits or scheduling (prlimit64, setpriority...).
     public var signal: Int32
 
     public var description: String {
+        if signal < 0 {  // a call on a process's limits or scheduling
+            let aim = target == -1 ? "a user's processes" : target < 0 ? "process group \(-target)" : "pid \(target)"
+            return "\(syscallName)(\(aim)): not one of the plugin's own processes"
+        }
         let aim = target == -1 ? "-1, every process it may signal" : target < 0 ? "process group \(-target)" : "pid \(target)"
         return "\(syscallName)(\(aim), \(signal == 0 ? "signal 0" : signalName(signal))): not one of the plugin's own processes"
     }
@@ -200,6 +214,7 @@ final class PluginProcess {
     private(set) var violation: SandboxViolation?
     /// The scratch directory past its quota, as the supervisor counted it.
     private(set) var diskBreach: DiskBreach?
+    private(set) var runMemoryBreach: RunMemoryBreach?
     /// The scratch directory, removed by `removeScratch` once the process has ended.
     private var scratch: String?
     private var scratchRemoved = false
@@ -436,7 +451,17 @@ final class PluginProcess {
                 denied.append(DeniedCall(syscallName: name, target: Int64(bitPattern: event.arg0), signal: Int32(truncatingIfNeeded: event.arg1)))
             }
         case EXTRUN_EVENT_DISK_LIMIT.rawValue:
-            diskBreach = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
+            // (Counted again after the end, in full: the larger count is what was written.)
+            let counted = DiskBreach(bytes: Int64(clamping: event.arg0), files: Int64(clamping: event.arg1), tooDeep: event.status != 0)
+            if let earlier = diskBreach {
+                diskBreach = DiskBreach(
+                    bytes: max(earlier.bytes, counted.bytes), files: max(earlier.files, counted.files), tooDeep: earlier.tooDeep || counted.tooDeep)
+            } else {
+                diskBreach = counted
+            }
+        case EXTRUN_EVENT_RUN_MEMORY_LIMIT.rawValue:
+            runMemoryBreach = runMemoryBreach ?? RunMemoryBreach(
+                bytes: Int64(clamping: event.arg0), processes: Int64(clamping: event.arg1), pageTables: event.status != 0)
         case EXTRUN_EVENT_ALLOCATION_REFUSED.rawValue:
             if refusedAllocation == nil {
                 refusedAllocation = RefusedAllocation(requestedBytes: Int64(clamping: event.arg0), inUseBytes: Int64(clamping: event.arg1))

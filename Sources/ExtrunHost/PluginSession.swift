@@ -268,6 +268,10 @@ final class PluginSession {
             report.response = nil
             report.responseIsSuccess = false
             report.error = diskBreach(disk, during: phase)
+        } else if let run = process.runMemoryBreach {
+            report.response = nil
+            report.responseIsSuccess = false
+            report.error = runMemoryBreach(run, during: phase)
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, during: phase) {
             report.error = breach
         }
@@ -306,7 +310,29 @@ final class PluginSession {
     /// The plugin's peak private memory: the larger of what was sampled while it ran and
     /// what it held as it ended, read exactly (docs/sandbox.md, "How the peak is measured").
     func peakMemory() -> Int64 {
-        max(cgroup?.peakBytes ?? 0, process.memory.peakDataBytes, process.exit?.finalMemory?.privateBytes ?? 0)
+        max(
+            cgroup?.peakBytes ?? 0, process.memory.peakDataBytes, process.exit?.finalMemory?.privateBytes ?? 0,
+            process.runMemoryBreach.flatMap { $0.pageTables ? nil : $0.bytes } ?? 0)
+    }
+
+    /// The run's processes together past the memory cap, or their page tables past their
+    /// share of it (counted by the supervisor).
+    func runMemoryBreach(_ run: RunMemoryBreach, during phase: Phase) -> HostError {
+        let who = run.processes == 1 ? "\(id)" : "\(id)'s \(run.processes) processes"
+        let what =
+            run.pageTables
+            ? "\(who) made \(ByteCount.format(run.bytes)) of page tables, past the \(ByteCount.format(limits.dataBytes / 8)) they may take (an eighth of its \(ByteCount.format(limits.dataBytes)) of private memory)"
+            : "\(who) held \(ByteCount.format(run.bytes)) of private memory together, past the \(ByteCount.format(limits.dataBytes)) its cap allows the whole run"
+        var details: [String: JSONValue] = [
+            "limitBytes": .int(limits.memoryBytes), "processes": .int(run.processes),
+            "mode": .string(mode.rawValue), "phase": .string(phase.rawValue),
+            "evidence": .array([.string(run.pageTables ? "its page tables took \(ByteCount.format(run.bytes))" : "its \(run.processes) processes held \(ByteCount.format(run.bytes)) together (the supervisor sums them)")]),
+        ]
+        details[run.pageTables ? "pageTableBytes" : "peakBytes"] = .int(run.bytes)
+        return HostError(
+            .memoryLimitExceeded,
+            "\(what) during \(phase.rawValue) under its cap of \(ByteCount.format(limits.memoryBytes)) in \(mode.rawValue) mode, and was stopped (docs/sandbox.md, \"Memory\")",
+            details: details)
     }
 
     /// Whether the plugin's death is the memory cap's doing, from the evidence the

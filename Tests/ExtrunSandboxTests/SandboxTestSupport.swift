@@ -35,6 +35,7 @@ struct HostilePlugin {
             "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome", "ReadContainer",
             "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal", "SignalOwner", "OtherABI",
             "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall",
+            "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables", "HoldUnlinked", "Inotify",
         ]
         let manifest = PluginManifest(
             id: "test.hostile", version: "1", owner: "TESTTEAM", executable: "hostile.py",

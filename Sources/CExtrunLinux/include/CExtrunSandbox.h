@@ -124,7 +124,24 @@ enum extrun_event_type {
     /// arg0 (bytes), arg1 (files), status (1: nested too deep): the scratch directory
     /// went past its quota (sent while it runs, the plugin then killed, or after its end).
     EXTRUN_EVENT_DISK_LIMIT = 7,
+    /// arg0 (bytes), arg1 (processes): the run's processes together held more private
+    /// memory than the cap allows (Pss_Anon summed; counted while there is more than one
+    /// process, every disk_check_ms or EXTRUN_RUN_MEMORY_CHECK_MS); the plugin is being killed.
+    /// status 1: arg0 is instead the page tables of the run's processes, past
+    /// EXTRUN_PAGE_TABLE_SHARE of the cap (counted at the same pace, one process or many).
+    EXTRUN_EVENT_RUN_MEMORY_LIMIT = 8,
 };
+
+/// The run's page tables may take this fraction (1/N) of the private memory the cap
+/// allows: a read-only private mapping is not counted by RLIMIT_DATA, but touching one
+/// page per 2 MiB of it costs the kernel 4 KiB of page table (64 GiB gave 128 MiB).
+/// Page tables are ~1/512 of the memory they map, so 1/8 leaves a legitimate plugin 64x.
+#define EXTRUN_PAGE_TABLE_SHARE 8
+
+/// How often the run's memory over all its processes is counted without a disk quota.
+#define EXTRUN_RUN_MEMORY_CHECK_MS 100
+/// At most this many of the run's processes are counted (a pid namespace's pid_max is 301).
+#define EXTRUN_RUN_PROCESSES_COUNTED 1024
 
 /// Private anonymous mappings at least this large are checked against the cap by the supervisor.
 #define EXTRUN_LARGE_MAPPING_BYTES (4UL << 20)
@@ -141,6 +158,7 @@ struct extrun_memory_figures {
     uint64_t vm_hwm_kb;     // largest resident set it had (the kernel's high-water mark)
     uint64_t rss_anon_kb;   // resident anonymous memory now
     uint64_t rss_shmem_kb;  // resident shared memory now
+    uint64_t vm_pte_kb;     // its page tables now (kernel memory no rlimit counts)
 };
 
 struct extrun_event {
@@ -185,6 +203,14 @@ int extrun_seccomp_build(const char *exec_path, int notify, int check_signals, v
 
 /// Whether `nr` is one of the signal-sending calls `check_signals` routes to the supervisor.
 int extrun_syscall_sends_signal(int nr);
+
+/// RLIMIT_SIGPENDING of every plugin.
+#define EXTRUN_PENDING_SIGNALS 256
+
+/// Whether `nr` is one of the calls on another process's limits or scheduling (prlimit64,
+/// setpriority, ioprio_set, sched_set*, migrate_pages, move_pages) `check_signals` routes
+/// to the supervisor when they name a process other than the caller.
+int extrun_syscall_controls_process(int nr);
 
 /// The name of a syscall number on this architecture (static storage or NULL).
 const char *extrun_syscall_name(int nr);

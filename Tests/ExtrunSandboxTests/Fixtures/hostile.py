@@ -244,6 +244,154 @@ def misbehave(intent, params, request):
         address = ctypes.addressof(ctypes.c_char.from_buffer(page))
         ctypes.CFUNCTYPE(ctypes.c_int)(address)()
         return success(request, result="int 0x80 returned")
+    if intent == "ProcessControl":
+        # Calls on another process's limits and scheduling, aimed at `pid` (the host), and at itself.
+        import threading
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        target = int(params.get("pid", 1))
+        high = 1 << 32
+        results = {}
+
+        def call(number, *arguments):
+            if libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in arguments]) < 0:
+                raise OSError(ctypes.get_errno(), "refused")
+
+        no_file_size = (ctypes.c_ulong * 2)(0, (1 << 64) - 1)  # RLIMIT_FSIZE 0: SIGXFSZ at the next write
+        one_cpu = ctypes.c_ulong(1)
+        idle = (ctypes.c_int * 1)(0)
+        for name, number, arguments in [
+            ("prlimit64(host, FSIZE, 0)", 302, (target, 1, ctypes.addressof(no_file_size), 0)),
+            ("prlimit64(host|1<<32, FSIZE, 0)", 302, (target | high, 1, ctypes.addressof(no_file_size), 0)),
+            ("setpriority(PRIO_PROCESS, host)", 141, (0, target, 10)),
+            ("setpriority(PRIO_USER, 0)", 141, (2, 0, 10)),
+            ("sched_setaffinity(host)", 203, (target, 8, ctypes.addressof(one_cpu))),
+            ("sched_setscheduler(host, SCHED_IDLE)", 144, (target, 5, ctypes.addressof(idle))),
+            ("ioprio_set(PROCESS, host, idle)", 251, (1, target, 3 << 13)),
+            ("ioprio_set(USER, 0, idle)", 251, (3, 0, 3 << 13)),
+        ]:
+            results[name] = attempt(lambda number=number, arguments=arguments: call(number, *arguments))
+        # On itself, by 0 and by its own thread id (what pthread_setaffinity_np passes): allowed.
+        own_files = (ctypes.c_ulong * 2)(64, 64)
+        results["prlimit64(0, NOFILE, 64)"] = attempt(lambda: call(302, 0, 7, ctypes.addressof(own_files), 0))
+        results["setpriority(PRIO_PROCESS, 0)"] = attempt(lambda: call(141, 0, 0, 19))
+        results["sched_setaffinity(own tid)"] = attempt(
+            lambda: call(203, threading.get_native_id(), 8, ctypes.addressof(one_cpu)))
+        return success(request, result=json.dumps(results))
+    if intent == "KernelBudgets":
+        # Kernel memory or machine-wide budgets no limit of the run counts.
+        import ctypes
+        import socket
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        how = params["path"]
+        if how == "sem":
+            libc.syscall(ctypes.c_long(64), ctypes.c_long(0), ctypes.c_long(32000), ctypes.c_long(0o1600))  # semget
+            return success(request, result="semget returned")
+        if how == "aio":
+            context = ctypes.c_ulong(0)
+            libc.syscall(ctypes.c_long(206), ctypes.c_long(4096), ctypes.c_long(ctypes.addressof(context)))  # io_setup
+            return success(request, result="io_setup returned")
+        if how == "fanotify":
+            libc.syscall(ctypes.c_long(300), ctypes.c_long(0x200), ctypes.c_long(0))  # fanotify_init
+            return success(request, result="fanotify_init returned")
+        results = {}
+        high = 1 << 32
+        a, b = socket.socketpair()
+        size = ctypes.c_int(4 << 20)
+        for name, level, option in [("SO_SNDBUF", 1, 7), ("SO_RCVBUF", 1, 8), ("SO_SNDBUFFORCE", 1, 32),
+                                    ("SO_RCVBUFFORCE", 1, 33), ("SO_SNDBUF|1<<32", 1 | high, 7 | high)]:
+            def set_buffer(level=level, option=option):
+                if libc.syscall(ctypes.c_long(54), ctypes.c_long(a.fileno()), ctypes.c_long(level), ctypes.c_long(option),
+                                ctypes.c_long(ctypes.addressof(size)), ctypes.c_long(4)) < 0:
+                    raise OSError(ctypes.get_errno(), "setsockopt")
+            results[name] = attempt(set_buffer)
+        results["SO_KEEPALIVE"] = attempt(lambda: a.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
+        o_tmpfile = 0o20000000 | os.O_DIRECTORY
+        def raw_open():  # open itself (the C library's open is openat)
+            fd = libc.syscall(ctypes.c_long(2), ctypes.c_char_p(b"."), ctypes.c_long(o_tmpfile | os.O_RDWR), ctypes.c_long(0o600))
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "open")
+            os.close(fd)
+        results["open(O_TMPFILE)"] = attempt(raw_open)
+        results["openat(O_TMPFILE)"] = attempt(lambda: os.close(os.open(".", o_tmpfile | os.O_RDWR, 0o600, dir_fd=os.open(".", os.O_RDONLY))))
+        import tempfile
+        results["tempfile.TemporaryFile"] = attempt(lambda: tempfile.TemporaryFile(dir=".").write(b"x"))
+        # Queued signals: RLIMIT_SIGPENDING.
+        import signal
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+        queued = 0
+        value = ctypes.c_void_p(0)
+        while queued < 100000 and libc.sigqueue(os.getpid(), int(signal.SIGRTMIN), value) == 0:
+            queued += 1
+        results["queued"] = str(queued)
+        import errno as errno_names
+        results["sigqueue"] = errno_names.errorcode.get(ctypes.get_errno(), "ok")
+        return success(request, result=json.dumps(results))
+    if intent == "ForkMemory":
+        # `steps` children, each holding `megabytes` of private memory (each under the cap), for 1.5 s.
+        children, size = int(params.get("steps", 20)), int(params.get("megabytes", 20)) << 20
+        ready_r, ready_w = os.pipe()
+        pids = []
+        for _ in range(children):
+            pid = os.fork()
+            if pid == 0:
+                os.close(ready_r)
+                held = bytearray(size)
+                held[::4096] = b"\x01" * len(range(0, size, 4096))  # every page touched
+                os.write(ready_w, b"y")
+                time.sleep(30)
+                os._exit(0)
+            pids.append(pid)
+        os.close(ready_w)
+        ready = 0
+        while ready < children and os.read(ready_r, 1):
+            ready += 1
+        time.sleep(1.5)
+        for pid in pids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        return success(request, result=json.dumps({"children": ready}))
+    if intent == "PageTables":
+        # A read-only private mapping is not what RLIMIT_DATA counts; one read per 2 MiB of
+        # it costs the kernel a 4 KiB page table: `megabytes` GiB make megabytes * 2 MiB of them.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        size = int(params.get("megabytes", 64)) << 30
+        address = libc.mmap(None, size, 1, 0x02 | 0x20 | 0x4000, -1, 0)  # PROT_READ; MAP_PRIVATE|ANONYMOUS|NORESERVE
+        if address is None or address == ctypes.c_void_p(-1).value:
+            return success(request, result="mmap failed")
+        libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(size), 15)  # MADV_NOHUGEPAGE
+        total = 0
+        for offset in range(0, size, 2 << 20):
+            total += ctypes.c_char.from_address(address + offset).value[0]
+        time.sleep(1)
+        pte = [line for line in open("/proc/self/status") if line.startswith("VmPTE")]
+        return success(request, result="".join(pte).strip())
+    if intent == "HoldUnlinked":
+        # `steps` files of `megabytes` MiB in its scratch directory, unlinked and held open:
+        # disk the folder's walk does not see.
+        held = []
+        for index in range(int(params.get("steps", 4))):
+            fd = os.open("unlinked-%d" % index, os.O_CREAT | os.O_RDWR, 0o600)
+            os.unlink("unlinked-%d" % index)
+            os.posix_fallocate(fd, 0, int(params.get("megabytes", 4)) << 20)
+            held.append(fd)
+        time.sleep(3)
+        return success(request, result="held %d" % len(held))
+    if intent == "Inotify":
+        # inotify instances until refused: a budget of its user's.
+        import ctypes
+        import errno as errno_names
+        libc = ctypes.CDLL(None, use_errno=True)
+        made = 0
+        while made < 10000 and libc.inotify_init1(os.O_CLOEXEC) >= 0:
+            made += 1
+        refused = errno_names.errorcode.get(ctypes.get_errno(), "?")
+        return success(request, result=json.dumps({"instances": made, "refused": refused}))
     if intent == "HoldMemory":
         # Ways to hold memory that RLIMIT_DATA does not count.
         import ctypes
@@ -465,7 +613,8 @@ def main():
 INTENTS = ["NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout",
            "FloodStderr", "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome",
            "ReadContainer", "PtraceAttach", "SignalHost", "EscapeScratch", "WhoAmI", "RewriteOwnManifest", "Terminal",
-           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall"]
+           "SignalOwner", "OtherABI", "HoldMemory", "FillFolder", "AllocateOnce", "DeepScratch", "ManyFiles", "Reach", "NamedSockets", "AllocateSmall",
+           "ProcessControl", "KernelBudgets", "ForkMemory", "PageTables", "HoldUnlinked", "Inotify"]
 
 if __name__ == "__main__":
     main()
