@@ -7,7 +7,9 @@
 /// that fit an `Int64` become `.int`; every other number is a `.double`, so
 /// `1.0` stays a double. Duplicate keys: the last one wins (as with `JSONDecoder`).
 /// Errors say what is wrong and where: byte offset, line and column (columns
-/// count characters, not bytes).
+/// count characters, not bytes). `parseLocated` is the same scanner recording the
+/// position of every value and key (for files people write); the scanner is
+/// specialized for each mode, so `parse` does not count lines.
 public enum JSONParser {
     /// The deepest nesting of arrays and objects accepted (`JSONDecoder` allows 512 too).
     public static let maxDepth = 512
@@ -19,15 +21,43 @@ public enum JSONParser {
 
     public static func parse(_ bytes: some Collection<UInt8>, maxNodes: Int = JSONParser.maxNodes) throws(JSONParseError) -> JSONValue {
         let result: Result<JSONValue, JSONParseError>? = bytes.withContiguousStorageIfAvailable { buffer in
-            parse(buffer: buffer, maxNodes: maxNodes)
+            parse(buffer: buffer, maxNodes: maxNodes, builder: PlainBuilder())
         }
         if let result { return try result.get() }
         let array = Array(bytes)
-        return try array.withUnsafeBufferPointer { buffer in parse(buffer: buffer, maxNodes: maxNodes) }.get()
+        return try array.withUnsafeBufferPointer { buffer in parse(buffer: buffer, maxNodes: maxNodes, builder: PlainBuilder()) }.get()
     }
 
-    private static func parse(buffer: UnsafeBufferPointer<UInt8>, maxNodes: Int) -> Result<JSONValue, JSONParseError> {
-        var reader = Reader(bytes: buffer, maxNodes: maxNodes)
+    /// What to do with a key given twice in one object.
+    public enum DuplicateKeys: Sendable, Hashable {
+        /// The last one wins (as with `JSONDecoder`, and as `parse` does).
+        case lastWins
+        /// An error at the second one, naming the first's position.
+        case refuse
+    }
+
+    /// The position-recording mode (the same scanner as `parse`, so the same grammar, limits
+    /// and errors): every value and every key with its offset, line and column, and objects'
+    /// members in the text's order, for files people write (definition files, manifests)
+    /// whose diagnostics name a line and a column.
+    public static func parseLocated(
+        _ bytes: some Collection<UInt8>, maxNodes: Int = JSONParser.maxNodes, duplicateKeys: DuplicateKeys = .refuse
+    ) throws(JSONParseError) -> LocatedJSON {
+        let refuse = duplicateKeys == .refuse
+        let result: Result<LocatedJSON, JSONParseError>? = bytes.withContiguousStorageIfAvailable { buffer in
+            parse(buffer: buffer, maxNodes: maxNodes, builder: LocatingBuilder(bytes: buffer, refuseDuplicates: refuse))
+        }
+        if let result { return try result.get() }
+        let array = Array(bytes)
+        return try array.withUnsafeBufferPointer { buffer in
+            parse(buffer: buffer, maxNodes: maxNodes, builder: LocatingBuilder(bytes: buffer, refuseDuplicates: refuse))
+        }.get()
+    }
+
+    private static func parse<Builder: JSONBuilder>(
+        buffer: UnsafeBufferPointer<UInt8>, maxNodes: Int, builder: Builder
+    ) -> Result<Builder.Value, JSONParseError> {
+        var reader = Reader(bytes: buffer, maxNodes: maxNodes, builder: builder)
         do throws(JSONParseError) {
             reader.skipWhitespace()
             let value = try reader.value(depth: 0)
@@ -40,6 +70,170 @@ public enum JSONParser {
             return .failure(error)
         }
     }
+}
+
+/// Where a value or a key starts in a JSON text.
+public struct JSONTextPosition: Sendable, Hashable, CustomStringConvertible {
+    /// Zero-based byte offset.
+    public var offset: Int
+    /// One-based line and column (columns count characters, not bytes).
+    public var line: Int
+    public var column: Int
+
+    public init(offset: Int, line: Int, column: Int) {
+        self.offset = offset
+        self.line = line
+        self.column = column
+    }
+
+    /// "3:8".
+    public var description: String { "\(line):\(column)" }
+}
+
+/// A JSON value with the position of every value and key in it (`JSONParser.parseLocated`).
+public struct LocatedJSON: Sendable, Hashable {
+    public indirect enum Content: Sendable, Hashable {
+        case null
+        case bool(Bool)
+        case int(Int64)
+        case double(Double)
+        case string(String)
+        case array([LocatedJSON])
+        /// Members in the order of the text.
+        case object([Member])
+    }
+
+    public struct Member: Sendable, Hashable {
+        public var key: String
+        public var keyPosition: JSONTextPosition
+        public var value: LocatedJSON
+
+        public init(key: String, keyPosition: JSONTextPosition, value: LocatedJSON) {
+            self.key = key
+            self.keyPosition = keyPosition
+            self.value = value
+        }
+    }
+
+    public var content: Content
+    public var position: JSONTextPosition
+
+    public init(content: Content, position: JSONTextPosition) {
+        self.content = content
+        self.position = position
+    }
+
+    /// The same value without positions (of a key given twice, the last wins).
+    public var json: JSONValue {
+        switch content {
+        case .null: .null
+        case .bool(let b): .bool(b)
+        case .int(let i): .int(i)
+        case .double(let d): .double(d)
+        case .string(let s): .string(s)
+        case .array(let items): .array(items.map(\.json))
+        case .object(let members): .object(Dictionary(members.map { ($0.key, $0.value.json) }, uniquingKeysWith: { _, last in last }))
+        }
+    }
+}
+
+/// What the scanner builds: `JSONValue`s (`parse`) or `LocatedJSON`s (`parseLocated`).
+/// The scanner is specialized for each, so the plain mode pays nothing for positions.
+private protocol JSONBuilder {
+    associatedtype Value
+    associatedtype Object
+    associatedtype List
+    mutating func null(at offset: Int) -> Value
+    mutating func bool(_ value: Bool, at offset: Int) -> Value
+    mutating func int(_ value: Int64, at offset: Int) -> Value
+    mutating func double(_ value: Double, at offset: Int) -> Value
+    mutating func string(_ value: String, at offset: Int) -> Value
+    mutating func beginObject(at offset: Int) -> Object
+    /// A key at `offset`, before its value is read: the offset of the same key earlier in
+    /// `object` when the builder refuses duplicates, else nil.
+    mutating func key(_ key: String, at offset: Int, in object: inout Object) -> Int?
+    mutating func add(_ key: String, _ value: Value, to object: inout Object)
+    mutating func end(_ object: Object) -> Value
+    mutating func beginList(at offset: Int) -> List
+    mutating func append(_ value: Value, to list: inout List)
+    mutating func end(_ list: List) -> Value
+}
+
+private struct PlainBuilder: JSONBuilder {
+    @inline(__always) func null(at offset: Int) -> JSONValue { .null }
+    @inline(__always) func bool(_ value: Bool, at offset: Int) -> JSONValue { .bool(value) }
+    @inline(__always) func int(_ value: Int64, at offset: Int) -> JSONValue { .int(value) }
+    @inline(__always) func double(_ value: Double, at offset: Int) -> JSONValue { .double(value) }
+    @inline(__always) func string(_ value: String, at offset: Int) -> JSONValue { .string(value) }
+    @inline(__always) func beginObject(at offset: Int) -> [String: JSONValue] { [:] }
+    @inline(__always) func key(_ key: String, at offset: Int, in object: inout [String: JSONValue]) -> Int? { nil }
+    @inline(__always) func add(_ key: String, _ value: JSONValue, to object: inout [String: JSONValue]) { object[key] = value }
+    @inline(__always) func end(_ object: [String: JSONValue]) -> JSONValue { .object(object) }
+    @inline(__always) func beginList(at offset: Int) -> [JSONValue] { [] }
+    @inline(__always) func append(_ value: JSONValue, to list: inout [JSONValue]) { list.append(value) }
+    @inline(__always) func end(_ list: [JSONValue]) -> JSONValue { .array(list) }
+}
+
+private struct LocatingBuilder: JSONBuilder {
+    struct Object {
+        var position: JSONTextPosition
+        var members: [LocatedJSON.Member] = []
+        var seen: [String: JSONTextPosition] = [:]
+        var pendingKey = JSONTextPosition(offset: 0, line: 1, column: 1)
+    }
+    struct List {
+        var position: JSONTextPosition
+        var items: [LocatedJSON] = []
+    }
+
+    let bytes: UnsafeBufferPointer<UInt8>
+    let refuseDuplicates: Bool
+    // Values are met in the text's order: lines and columns are counted once, forward.
+    var cursor = 0
+    var line = 1
+    var column = 1
+
+    init(bytes: UnsafeBufferPointer<UInt8>, refuseDuplicates: Bool) {
+        self.bytes = bytes
+        self.refuseDuplicates = refuseDuplicates
+    }
+
+    mutating func position(_ offset: Int) -> JSONTextPosition {
+        while cursor < offset {
+            let byte = bytes[cursor]
+            if byte == 10 {
+                line += 1
+                column = 1
+            } else if byte & 0xC0 != 0x80 {
+                column += 1
+            }
+            cursor += 1
+        }
+        return JSONTextPosition(offset: offset, line: line, column: column)
+    }
+
+    mutating func null(at offset: Int) -> LocatedJSON { LocatedJSON(content: .null, position: position(offset)) }
+    mutating func bool(_ value: Bool, at offset: Int) -> LocatedJSON { LocatedJSON(content: .bool(value), position: position(offset)) }
+    mutating func int(_ value: Int64, at offset: Int) -> LocatedJSON { LocatedJSON(content: .int(value), position: position(offset)) }
+    mutating func double(_ value: Double, at offset: Int) -> LocatedJSON { LocatedJSON(content: .double(value), position: position(offset)) }
+    mutating func string(_ value: String, at offset: Int) -> LocatedJSON { LocatedJSON(content: .string(value), position: position(offset)) }
+    mutating func beginObject(at offset: Int) -> Object { Object(position: position(offset)) }
+    mutating func key(_ key: String, at offset: Int, in object: inout Object) -> Int? {
+        let here = position(offset)
+        if refuseDuplicates {
+            if let first = object.seen[key] { return first.offset }
+            object.seen[key] = here
+        }
+        object.pendingKey = here
+        return nil
+    }
+    mutating func add(_ key: String, _ value: LocatedJSON, to object: inout Object) {
+        object.members.append(LocatedJSON.Member(key: key, keyPosition: object.pendingKey, value: value))
+    }
+    mutating func end(_ object: Object) -> LocatedJSON { LocatedJSON(content: .object(object.members), position: object.position) }
+    mutating func beginList(at offset: Int) -> List { List(position: position(offset)) }
+    mutating func append(_ value: LocatedJSON, to list: inout List) { list.items.append(value) }
+    mutating func end(_ list: List) -> LocatedJSON { LocatedJSON(content: .array(list.items), position: list.position) }
 }
 
 /// What is wrong with a JSON text, and where.
@@ -58,15 +252,17 @@ public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible
     public var description: String { "\(reason) (line \(line), column \(column))" }
 }
 
-private struct Reader {
+private struct Reader<Builder: JSONBuilder> {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     let maxNodes: Int
     var nodes = 0
+    var builder: Builder
 
-    init(bytes: UnsafeBufferPointer<UInt8>, maxNodes: Int) {
+    init(bytes: UnsafeBufferPointer<UInt8>, maxNodes: Int, builder: Builder) {
         self.bytes = bytes
         self.maxNodes = maxNodes
+        self.builder = builder
     }
 
     // MARK: Errors
@@ -92,7 +288,7 @@ private struct Reader {
     /// The input ended in the middle of a value: point at its last non-blank character.
     func endOfInput() -> JSONParseError {
         var end = bytes.count
-        while end > 0, Reader.isWhitespace(bytes[end - 1]) { end -= 1 }
+        while end > 0, isJSONWhitespace(bytes[end - 1]) { end -= 1 }
         return error("unexpected end of input (truncated, or an unterminated string)", at: max(0, end - 1))
     }
 
@@ -109,15 +305,14 @@ private struct Reader {
         return String(validating: UnsafeBufferPointer(rebasing: bytes[offset..<end]), as: UTF8.self)
     }
 
-    static func isWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 }
 
     mutating func skipWhitespace() {
-        while index < bytes.count, Reader.isWhitespace(bytes[index]) { index += 1 }
+        while index < bytes.count, isJSONWhitespace(bytes[index]) { index += 1 }
     }
 
     // MARK: Values
 
-    mutating func value(depth: Int) throws(JSONParseError) -> JSONValue {
+    mutating func value(depth: Int) throws(JSONParseError) -> Builder.Value {
         guard index < bytes.count else { throw endOfInput() }
         nodes += 1
         if nodes > maxNodes {
@@ -128,10 +323,21 @@ private struct Reader {
         switch bytes[index] {
         case UInt8(ascii: "{"): return try object(depth: depth + 1)
         case UInt8(ascii: "["): return try array(depth: depth + 1)
-        case UInt8(ascii: "\""): return .string(try string())
-        case UInt8(ascii: "t"): try literal("true"); return .bool(true)
-        case UInt8(ascii: "f"): try literal("false"); return .bool(false)
-        case UInt8(ascii: "n"): try literal("null"); return .null
+        case UInt8(ascii: "\""):
+            let start = index
+            return builder.string(try string(), at: start)
+        case UInt8(ascii: "t"):
+            let start = index
+            try literal("true")
+            return builder.bool(true, at: start)
+        case UInt8(ascii: "f"):
+            let start = index
+            try literal("false")
+            return builder.bool(false, at: start)
+        case UInt8(ascii: "n"):
+            let start = index
+            try literal("null")
+            return builder.null(at: start)
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
         default: throw error("unexpected \(describeByte(at: index)) where a value should start", at: index)
         }
@@ -150,24 +356,29 @@ private struct Reader {
         }
     }
 
-    mutating func object(depth: Int) throws(JSONParseError) -> JSONValue {
+    mutating func object(depth: Int) throws(JSONParseError) -> Builder.Value {
         if depth > JSONParser.maxDepth {
             throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index)
         }
+        var members = builder.beginObject(at: index)
         index += 1  // {
-        var members: [String: JSONValue] = [:]
         skipWhitespace()
         guard index < bytes.count else { throw endOfInput() }
         if bytes[index] == UInt8(ascii: "}") {
             index += 1
-            return .object(members)
+            return builder.end(members)
         }
         while true {
             guard index < bytes.count else { throw endOfInput() }
             guard bytes[index] == UInt8(ascii: "\"") else {
                 throw error("unexpected \(describeByte(at: index)) where a key (a string in double quotes) should be", at: index)
             }
+            let keyStart = index
             let key = try string()
+            if let first = builder.key(key, at: keyStart, in: &members) {
+                let earlier = error("", at: first)
+                throw error("the key \"\(key)\" appears twice in this object (first at line \(earlier.line), column \(earlier.column))", at: keyStart)
+            }
             skipWhitespace()
             guard index < bytes.count else { throw endOfInput() }
             guard bytes[index] == UInt8(ascii: ":") else {
@@ -175,7 +386,8 @@ private struct Reader {
             }
             index += 1
             skipWhitespace()
-            members[key] = try value(depth: depth)
+            let member = try value(depth: depth)
+            builder.add(key, member, to: &members)
             skipWhitespace()
             guard index < bytes.count else { throw endOfInput() }
             switch bytes[index] {
@@ -184,27 +396,28 @@ private struct Reader {
                 skipWhitespace()
             case UInt8(ascii: "}"):
                 index += 1
-                return .object(members)
+                return builder.end(members)
             default:
                 throw error("unexpected \(describeByte(at: index)) in an object (expected ',' or '}')", at: index)
             }
         }
     }
 
-    mutating func array(depth: Int) throws(JSONParseError) -> JSONValue {
+    mutating func array(depth: Int) throws(JSONParseError) -> Builder.Value {
         if depth > JSONParser.maxDepth {
             throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index)
         }
+        var items = builder.beginList(at: index)
         index += 1  // [
-        var items: [JSONValue] = []
         skipWhitespace()
         guard index < bytes.count else { throw endOfInput() }
         if bytes[index] == UInt8(ascii: "]") {
             index += 1
-            return .array(items)
+            return builder.end(items)
         }
         while true {
-            items.append(try value(depth: depth))
+            let item = try value(depth: depth)
+            builder.append(item, to: &items)
             skipWhitespace()
             guard index < bytes.count else { throw endOfInput() }
             switch bytes[index] {
@@ -216,7 +429,7 @@ private struct Reader {
                 }
             case UInt8(ascii: "]"):
                 index += 1
-                return .array(items)
+                return builder.end(items)
             default:
                 throw error("unexpected \(describeByte(at: index)) in an array (expected ',' or ']')", at: index)
             }
@@ -341,7 +554,7 @@ private struct Reader {
 
     // MARK: Numbers
 
-    mutating func number() throws(JSONParseError) -> JSONValue {
+    mutating func number() throws(JSONParseError) -> Builder.Value {
         let start = index
         var integral = true
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
@@ -372,32 +585,35 @@ private struct Reader {
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
         let text = UnsafeBufferPointer(rebasing: bytes[start..<index])
-        if integral, let value = Reader.int64(text) { return .int(value) }
+        if integral, let value = jsonInt64(text) { return builder.int(value, at: start) }
         let string = String(decoding: text, as: UTF8.self)
         guard let value = Double(string), value.isFinite else {
             throw error("the number \(string) is out of range", at: start)
         }
-        return .double(value)
+        return builder.double(value, at: start)
     }
 
     private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
 
-    /// An integer's digits (with an optional '-') as an Int64, or nil when it does not fit.
-    static func int64(_ text: UnsafeBufferPointer<UInt8>) -> Int64? {
-        var i = 0
-        let negative = text[0] == UInt8(ascii: "-")
-        if negative { i = 1 }
-        var value: Int64 = 0
-        while i < text.count {
-            let digit = Int64(text[i] &- UInt8(ascii: "0"))
-            let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
-            // Accumulate negatively so that Int64.min fits.
-            let (next, overflow2) = times10.subtractingReportingOverflow(digit)
-            if overflow1 || overflow2 { return nil }
-            value = next
-            i += 1
-        }
-        if negative { return value }
-        return value == Int64.min ? nil : -value
+}
+
+@inline(__always) private func isJSONWhitespace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 }
+
+/// An integer's digits (with an optional '-') as an Int64, or nil when it does not fit.
+private func jsonInt64(_ text: UnsafeBufferPointer<UInt8>) -> Int64? {
+    var i = 0
+    let negative = text[0] == UInt8(ascii: "-")
+    if negative { i = 1 }
+    var value: Int64 = 0
+    while i < text.count {
+        let digit = Int64(text[i] &- UInt8(ascii: "0"))
+        let (times10, overflow1) = value.multipliedReportingOverflow(by: 10)
+        // Accumulate negatively so that Int64.min fits.
+        let (next, overflow2) = times10.subtractingReportingOverflow(digit)
+        if overflow1 || overflow2 { return nil }
+        value = next
+        i += 1
     }
+    if negative { return value }
+    return value == Int64.min ? nil : -value
 }
