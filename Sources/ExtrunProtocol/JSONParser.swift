@@ -63,7 +63,7 @@ public enum JSONParser {
             let value = try reader.value(depth: 0)
             reader.skipWhitespace()
             if reader.index < buffer.count {
-                throw reader.error("unexpected \(reader.describeByte(at: reader.index)) after the JSON value", at: reader.index)
+                throw reader.error("unexpected \(reader.describeByte(at: reader.index)) after the JSON value", at: reader.index, .textAfterValue)
             }
             return .success(value)
         } catch {
@@ -247,6 +247,32 @@ public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible
     public var column: Int
     /// The text holds more values than the parser was allowed to build (`maxNodes`).
     public var exceedsNodeLimit = false
+    /// What is wrong, for callers that word it their own way (definition files).
+    public var problem: Problem
+    /// Where the construct the problem is about starts, when that is not `offset`: the
+    /// opening quote of an unterminated string, the first `\u` of a pair, the start of a
+    /// number without digits after '.', the closing ']' after a trailing comma, and
+    /// the end of the text when it ends where something else was expected.
+    public var problemOffset: Int
+
+    /// What is wrong with a JSON text.
+    public enum Problem: Sendable, Hashable {
+        case textAfterValue, valueMissing, notAValue, misspelledLiteral, tooDeep, tooManyValues
+        /// The text ended where a key should be.
+        case objectEnded
+        case notAKey, trailingCommaInObject
+        case duplicateKey(String, firstOffset: Int)
+        /// No ':' (or the end of the text) after a key.
+        case colonMissing(key: String)
+        /// The text ended after a member (or an item), before ',' or the closing bracket.
+        case objectUnterminated, listUnterminated
+        case notCommaOrBrace, notCommaOrBracket, trailingCommaInList
+        case stringUnterminated, controlCharacter, invalidUTF8, unknownEscape
+        case incompleteUnicodeEscape, badUnicodeEscape, loneSurrogate, badSurrogatePair
+        /// A '-' at the end of the text; a '-' not followed by a digit.
+        case numberIncomplete, notANumber
+        case leadingZero, fractionDigitsMissing, exponentDigitsMissing, numberOutOfRange
+    }
 
     /// "unexpected character '?' (line 3, column 8)".
     public var description: String { "\(reason) (line \(line), column \(column))" }
@@ -267,7 +293,9 @@ private struct Reader<Builder: JSONBuilder> {
 
     // MARK: Errors
 
-    func error(_ reason: String, at offset: Int) -> JSONParseError {
+    /// `problem` says what is wrong for callers with wording of their own; `problemAt` is where
+    /// its construct is when that is not `offset` (see `JSONParseError.problemOffset`).
+    func error(_ reason: String, at offset: Int, _ problem: JSONParseError.Problem, problemAt: Int? = nil) -> JSONParseError {
         var line = 1
         var column = 1
         var i = 0
@@ -282,14 +310,15 @@ private struct Reader<Builder: JSONBuilder> {
             }
             i += 1
         }
-        return JSONParseError(reason: reason, offset: offset, line: line, column: column)
+        return JSONParseError(reason: reason, offset: offset, line: line, column: column, problem: problem, problemOffset: problemAt ?? offset)
     }
 
     /// The input ended in the middle of a value: point at its last non-blank character.
-    func endOfInput() -> JSONParseError {
+    /// (`problemAt`: where the construct the input ended in starts; by default the end of the input.)
+    func endOfInput(_ problem: JSONParseError.Problem, at problemAt: Int? = nil) -> JSONParseError {
         var end = bytes.count
         while end > 0, isJSONWhitespace(bytes[end - 1]) { end -= 1 }
-        return error("unexpected end of input (truncated, or an unterminated string)", at: max(0, end - 1))
+        return error("unexpected end of input (truncated, or an unterminated string)", at: max(0, end - 1), problem, problemAt: problemAt ?? bytes.count)
     }
 
     func describeByte(at offset: Int) -> String {
@@ -313,10 +342,10 @@ private struct Reader<Builder: JSONBuilder> {
     // MARK: Values
 
     mutating func value(depth: Int) throws(JSONParseError) -> Builder.Value {
-        guard index < bytes.count else { throw endOfInput() }
+        guard index < bytes.count else { throw endOfInput(.valueMissing) }
         nodes += 1
         if nodes > maxNodes {
-            var failure = error("more than \(maxNodes) values (the limit on values in one text)", at: index)
+            var failure = error("more than \(maxNodes) values (the limit on values in one text)", at: index, .tooManyValues)
             failure.exceedsNodeLimit = true
             throw failure
         }
@@ -339,7 +368,7 @@ private struct Reader<Builder: JSONBuilder> {
             try literal("null")
             return builder.null(at: start)
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
-        default: throw error("unexpected \(describeByte(at: index)) where a value should start", at: index)
+        default: throw error("unexpected \(describeByte(at: index)) where a value should start", at: index, .notAValue)
         }
     }
 
@@ -347,9 +376,9 @@ private struct Reader<Builder: JSONBuilder> {
         let start = index
         var offset = 0
         while offset < word.utf8CodeUnitCount {
-            guard index < bytes.count else { throw endOfInput() }
+            guard index < bytes.count else { throw endOfInput(.misspelledLiteral, at: start) }
             guard bytes[index] == word.utf8Start[offset] else {
-                throw error("misspelled literal: expected '\(word)' (true, false and null are lowercase)", at: start)
+                throw error("misspelled literal: expected '\(word)' (true, false and null are lowercase)", at: start, .misspelledLiteral)
             }
             index += 1
             offset += 1
@@ -358,38 +387,38 @@ private struct Reader<Builder: JSONBuilder> {
 
     mutating func object(depth: Int) throws(JSONParseError) -> Builder.Value {
         if depth > JSONParser.maxDepth {
-            throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index)
+            throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index, .tooDeep)
         }
         var members = builder.beginObject(at: index)
         index += 1  // {
         skipWhitespace()
-        guard index < bytes.count else { throw endOfInput() }
+        guard index < bytes.count else { throw endOfInput(.objectEnded) }
         if bytes[index] == UInt8(ascii: "}") {
             index += 1
             return builder.end(members)
         }
         while true {
-            guard index < bytes.count else { throw endOfInput() }
+            guard index < bytes.count else { throw endOfInput(.objectEnded) }
             guard bytes[index] == UInt8(ascii: "\"") else {
-                throw error("unexpected \(describeByte(at: index)) where a key (a string in double quotes) should be", at: index)
+                throw error("unexpected \(describeByte(at: index)) where a key (a string in double quotes) should be", at: index, bytes[index] == UInt8(ascii: "}") ? .trailingCommaInObject : .notAKey)
             }
             let keyStart = index
             let key = try string()
             if let first = builder.key(key, at: keyStart, in: &members) {
-                let earlier = error("", at: first)
-                throw error("the key \"\(key)\" appears twice in this object (first at line \(earlier.line), column \(earlier.column))", at: keyStart)
+                let earlier = error("", at: first, .notAValue)
+                throw error("the key \"\(key)\" appears twice in this object (first at line \(earlier.line), column \(earlier.column))", at: keyStart, .duplicateKey(key, firstOffset: first))
             }
             skipWhitespace()
-            guard index < bytes.count else { throw endOfInput() }
+            guard index < bytes.count else { throw endOfInput(.colonMissing(key: key)) }
             guard bytes[index] == UInt8(ascii: ":") else {
-                throw error("unexpected \(describeByte(at: index)) after the key \"\(key)\" (expected ':')", at: index)
+                throw error("unexpected \(describeByte(at: index)) after the key \"\(key)\" (expected ':')", at: index, .colonMissing(key: key))
             }
             index += 1
             skipWhitespace()
             let member = try value(depth: depth)
             builder.add(key, member, to: &members)
             skipWhitespace()
-            guard index < bytes.count else { throw endOfInput() }
+            guard index < bytes.count else { throw endOfInput(.objectUnterminated) }
             switch bytes[index] {
             case UInt8(ascii: ","):
                 index += 1
@@ -398,19 +427,19 @@ private struct Reader<Builder: JSONBuilder> {
                 index += 1
                 return builder.end(members)
             default:
-                throw error("unexpected \(describeByte(at: index)) in an object (expected ',' or '}')", at: index)
+                throw error("unexpected \(describeByte(at: index)) in an object (expected ',' or '}')", at: index, .notCommaOrBrace)
             }
         }
     }
 
     mutating func array(depth: Int) throws(JSONParseError) -> Builder.Value {
         if depth > JSONParser.maxDepth {
-            throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index)
+            throw error("arrays and objects nested more than \(JSONParser.maxDepth) deep", at: index, .tooDeep)
         }
         var items = builder.beginList(at: index)
         index += 1  // [
         skipWhitespace()
-        guard index < bytes.count else { throw endOfInput() }
+        guard index < bytes.count else { throw endOfInput(.valueMissing) }
         if bytes[index] == UInt8(ascii: "]") {
             index += 1
             return builder.end(items)
@@ -419,19 +448,19 @@ private struct Reader<Builder: JSONBuilder> {
             let item = try value(depth: depth)
             builder.append(item, to: &items)
             skipWhitespace()
-            guard index < bytes.count else { throw endOfInput() }
+            guard index < bytes.count else { throw endOfInput(.listUnterminated) }
             switch bytes[index] {
             case UInt8(ascii: ","):
                 index += 1
                 skipWhitespace()
                 if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-                    throw error("a trailing ',' before ']'", at: index - 1)
+                    throw error("a trailing ',' before ']'", at: index - 1, .trailingCommaInList, problemAt: index)
                 }
             case UInt8(ascii: "]"):
                 index += 1
                 return builder.end(items)
             default:
-                throw error("unexpected \(describeByte(at: index)) in an array (expected ',' or ']')", at: index)
+                throw error("unexpected \(describeByte(at: index)) in an array (expected ',' or ']')", at: index, .notCommaOrBracket)
             }
         }
     }
@@ -451,26 +480,27 @@ private struct Reader<Builder: JSONBuilder> {
                 return text
             }
             if byte == UInt8(ascii: "\\") { break }
-            if byte < 0x20 { throw error("a control character (byte 0x\(String(byte, radix: 16, uppercase: true))) in a string: write it as an escape such as \\n", at: index) }
+            if byte < 0x20 { throw error("a control character (byte 0x\(String(byte, radix: 16, uppercase: true))) in a string: write it as an escape such as \\n", at: index, .controlCharacter) }
             index += 1
         }
-        guard index < bytes.count else { throw endOfInput() }
-        // Slow path: escapes.
+        guard index < bytes.count else { throw endOfInput(.stringUnterminated, at: open) }
+        // Slow path: escapes. Each run of raw bytes is checked to be UTF-8 when an escape or
+        // the closing quote ends it (what escapes write is), so the first problem is reported.
         var scratch: [UInt8] = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
+        var run = start
         while true {
-            guard index < bytes.count else { throw endOfInput() }
+            guard index < bytes.count else { throw endOfInput(.stringUnterminated, at: open) }
             let byte = bytes[index]
             switch byte {
             case UInt8(ascii: "\""):
+                try validateUTF8(run..<index, open: open)
                 index += 1
-                guard let text = String(validating: scratch, as: UTF8.self) else {
-                    throw error("a string that is not valid UTF-8", at: open)
-                }
-                return text
+                return String(decoding: scratch, as: UTF8.self)
             case UInt8(ascii: "\\"):
+                try validateUTF8(run..<index, open: open)
                 let escape = index
                 index += 1
-                guard index < bytes.count else { throw endOfInput() }
+                guard index < bytes.count else { throw endOfInput(.stringUnterminated, at: open) }
                 switch bytes[index] {
                 case UInt8(ascii: "\""): scratch.append(0x22)
                 case UInt8(ascii: "\\"): scratch.append(0x5C)
@@ -482,32 +512,34 @@ private struct Reader<Builder: JSONBuilder> {
                 case UInt8(ascii: "t"): scratch.append(0x09)
                 case UInt8(ascii: "u"):
                     index += 1
-                    var scalar = try hex4(escapeAt: escape)
+                    var scalar = try hex4(escapeAt: escape, first: escape)
                     if scalar >= 0xD800 && scalar < 0xDC00 {
                         // A high surrogate must be followed by \u and a low surrogate.
                         guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
-                            throw error("a \\u escape of a high surrogate (\\u\(String(scalar, radix: 16, uppercase: true))) not followed by a low surrogate", at: escape)
+                            throw error("a \\u escape of a high surrogate (\\u\(String(scalar, radix: 16, uppercase: true))) not followed by a low surrogate", at: escape, .loneSurrogate)
                         }
                         index += 2
-                        let low = try hex4(escapeAt: index - 2)
+                        let low = try hex4(escapeAt: index - 2, first: escape)
                         guard low >= 0xDC00 && low < 0xE000 else {
-                            throw error("a \\u escape of a high surrogate (\\u\(String(scalar, radix: 16, uppercase: true))) followed by \\u\(String(low, radix: 16, uppercase: true)), which is not a low surrogate", at: escape)
+                            throw error("a \\u escape of a high surrogate (\\u\(String(scalar, radix: 16, uppercase: true))) followed by \\u\(String(low, radix: 16, uppercase: true)), which is not a low surrogate", at: escape, .badSurrogatePair)
                         }
                         scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
                     } else if scalar >= 0xDC00 && scalar < 0xE000 {
-                        throw error("a \\u escape of a lone low surrogate (\\u\(String(scalar, radix: 16, uppercase: true)))", at: escape)
+                        throw error("a \\u escape of a lone low surrogate (\\u\(String(scalar, radix: 16, uppercase: true)))", at: escape, .loneSurrogate)
                     }
                     guard let unicode = Unicode.Scalar(scalar) else {
-                        throw error("a \\u escape that is not a Unicode scalar", at: escape)
+                        throw error("a \\u escape that is not a Unicode scalar", at: escape, .loneSurrogate)
                     }
                     scratch.append(contentsOf: String(Character(unicode)).utf8)
+                    run = index
                     continue
                 default:
-                    throw error("an unknown escape '\\\(describeEscape(bytes[index]))' in a string (known: \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)", at: escape)
+                    throw error("an unknown escape '\\\(describeEscape(bytes[index]))' in a string (known: \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)", at: escape, .unknownEscape)
                 }
                 index += 1
+                run = index
             default:
-                if byte < 0x20 { throw error("a control character (byte 0x\(String(byte, radix: 16, uppercase: true))) in a string: write it as an escape such as \\n", at: index) }
+                if byte < 0x20 { throw error("a control character (byte 0x\(String(byte, radix: 16, uppercase: true))) in a string: write it as an escape such as \\n", at: index, .controlCharacter) }
                 scratch.append(byte)
                 index += 1
             }
@@ -519,22 +551,32 @@ private struct Reader<Builder: JSONBuilder> {
     }
 
     /// Four hex digits at `index` (after `\u`).
-    private mutating func hex4(escapeAt escape: Int) throws(JSONParseError) -> UInt32 {
+    private mutating func hex4(escapeAt escape: Int, first: Int) throws(JSONParseError) -> UInt32 {
         var value: UInt32 = 0
         for _ in 0..<4 {
-            guard index < bytes.count else { throw endOfInput() }
+            guard index < bytes.count else { throw endOfInput(.incompleteUnicodeEscape, at: first) }
             let byte = bytes[index]
             let digit: UInt8
             switch byte {
             case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
             case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
             case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-            default: throw error("a \\u escape needs four hexadecimal digits", at: escape)
+            default: throw error("a \\u escape needs four hexadecimal digits", at: escape, .badUnicodeEscape, problemAt: first)
             }
             value = value << 4 | UInt32(digit)
             index += 1
         }
         return value
+    }
+
+    private func validateUTF8(_ range: Range<Int>, open: Int) throws(JSONParseError) {
+        let slice = UnsafeBufferPointer(rebasing: bytes[range])
+        for byte in slice where byte >= 0x80 {
+            guard String(validating: slice, as: UTF8.self) != nil else {
+                throw error("a string that is not valid UTF-8", at: open, .invalidUTF8)
+            }
+            return
+        }
     }
 
     private func decodeUTF8(_ range: Range<Int>) throws(JSONParseError) -> String {
@@ -547,7 +589,7 @@ private struct Reader<Builder: JSONBuilder> {
         }
         if ascii { return String(decoding: slice, as: UTF8.self) }
         guard let text = String(validating: slice, as: UTF8.self) else {
-            throw error("a string that is not valid UTF-8", at: range.lowerBound - 1)
+            throw error("a string that is not valid UTF-8", at: range.lowerBound - 1, .invalidUTF8)
         }
         return text
     }
@@ -558,37 +600,37 @@ private struct Reader<Builder: JSONBuilder> {
         let start = index
         var integral = true
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
-        guard index < bytes.count else { throw endOfInput() }
+        guard index < bytes.count else { throw endOfInput(.numberIncomplete, at: start) }
         if bytes[index] == UInt8(ascii: "0") {
             index += 1
             if index < bytes.count, isDigit(bytes[index]) {
-                throw error("a number with a leading zero", at: start)
+                throw error("a number with a leading zero", at: start, .leadingZero)
             }
         } else if isDigit(bytes[index]) {
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         } else {
-            throw error("a '-' not followed by a digit", at: start)
+            throw error("a '-' not followed by a digit", at: start, .notANumber)
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             integral = false
             index += 1
-            guard index < bytes.count else { throw endOfInput() }
-            guard isDigit(bytes[index]) else { throw error("a '.' not followed by a digit in a number", at: index) }
+            guard index < bytes.count else { throw endOfInput(.fractionDigitsMissing, at: start) }
+            guard isDigit(bytes[index]) else { throw error("a '.' not followed by a digit in a number", at: index, .fractionDigitsMissing, problemAt: start) }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
             integral = false
             index += 1
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
-            guard index < bytes.count else { throw endOfInput() }
-            guard isDigit(bytes[index]) else { throw error("an exponent without digits in a number", at: index) }
+            guard index < bytes.count else { throw endOfInput(.exponentDigitsMissing, at: start) }
+            guard isDigit(bytes[index]) else { throw error("an exponent without digits in a number", at: index, .exponentDigitsMissing, problemAt: start) }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
         let text = UnsafeBufferPointer(rebasing: bytes[start..<index])
         if integral, let value = jsonInt64(text) { return builder.int(value, at: start) }
         let string = String(decoding: text, as: UTF8.self)
         guard let value = Double(string), value.isFinite else {
-            throw error("the number \(string) is out of range", at: start)
+            throw error("the number \(string) is out of range", at: start, .numberOutOfRange)
         }
         return builder.double(value, at: start)
     }
