@@ -1,10 +1,18 @@
-// libFuzzer target: the JSON parser; what it accepts, JSONWriter writes back to the same value (compact and pretty).
+// libFuzzer target: the JSON parser (both modes agree); what it accepts, JSONWriter writes back to the same value (compact and pretty).
 import ExtrunProtocol
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = UnsafeBufferPointer(start: data, count: size)
-    guard let value = try? JSONParser.parse(bytes, maxNodes: 100_000) else { return 0 }
+    // The position-recording mode shares the scanner: the same value, or the same error.
+    let plain = Result { () throws(JSONParseError) in try JSONParser.parse(bytes, maxNodes: 100_000) }
+    let located = Result { () throws(JSONParseError) in try JSONParser.parseLocated(bytes, maxNodes: 100_000, duplicateKeys: .lastWins) }
+    switch (plain, located) {
+    case (.success(let a), .success(let b)): if a != b.json { fatalError("parseLocated read another value than parse") }
+    case (.failure(let a), .failure(let b)): if a != b { fatalError("parseLocated failed otherwise than parse: \(a) / \(b)") }
+    default: fatalError("parse and parseLocated disagree on whether the text is JSON")
+    }
+    guard let value = try? plain.get() else { return 0 }
     let compact = JSONWriter.bytes(value)
     guard let again = try? JSONParser.parse(compact) else { fatalError("JSONWriter wrote JSON the parser refuses: \(compact.prefix(200))") }
     guard again.isSameJSON(as: value) else { fatalError("compact round trip changed the value") }

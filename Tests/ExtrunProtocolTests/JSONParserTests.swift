@@ -172,6 +172,71 @@ struct JSONParserTests {
         let description = error.map { JSONCoding.describe($0) } ?? ""
         #expect(description.hasPrefix("not valid JSON: ") && description.contains("(line 3, column 2)"), "\(description)")
     }
+
+    @Test("parseLocated: every value and key with its offset, line and column; members in the text's order")
+    func located() throws {
+        let text = "{\"b\": [1, 2.5],\n  \"é🍲\": {\"x\": null},\r\n\t\"a\": \"s\\n\", \"t\": true}"
+        let node = try JSONParser.parseLocated(Array(text.utf8))
+        #expect(node.position == JSONTextPosition(offset: 0, line: 1, column: 1))
+        #expect(node.json == (try parse(text)))
+        guard case .object(let members) = node.content else { Issue.record("not an object"); return }
+        #expect(members.map(\.key) == ["b", "é🍲", "a", "t"])
+        #expect(members.map(\.keyPosition.description) == ["1:2", "2:3", "3:2", "3:14"])
+        #expect(members[1].keyPosition.offset == 18)
+        #expect(members[1].value.position.description == "2:9", "columns count characters, not bytes")
+        guard case .array(let items) = members[0].value.content, case .object(let inner) = members[1].value.content else {
+            Issue.record("shapes"); return
+        }
+        #expect(items.map(\.position.description) == ["1:8", "1:11"])
+        #expect(items.map(\.content) == [.int(1), .double(2.5)])
+        #expect(inner[0].value.position.description == "2:15" && inner[0].value.content == .null)
+        #expect(members[2].value.content == .string("s\n") && members[3].value.position.description == "3:19")
+        #expect(try JSONParser.parseLocated(Array(" 7 ".utf8)).position.description == "1:2")
+    }
+
+    @Test("parseLocated refuses a key given twice (naming the first), unless told the last wins")
+    func locatedDuplicates() throws {
+        let text = Array("{\"a\": 1,\n \"b\": {\"a\": 2}, \"a\": 3}".utf8)
+        do {
+            let node = try JSONParser.parseLocated(text)
+            Issue.record("parsed \(node)")
+        } catch {
+            #expect(error.reason == "the key \"a\" appears twice in this object (first at line 1, column 2)")
+            #expect((error.line, error.column, error.offset) == (2, 17, 25))
+        }
+        let lastWins = try JSONParser.parseLocated(text, duplicateKeys: .lastWins)
+        #expect(lastWins.json == ["a": 3, "b": ["a": 2]])
+        guard case .object(let members) = lastWins.content else { Issue.record("not an object"); return }
+        #expect(members.map(\.key) == ["a", "b", "a"], "both kept, in order")
+        #expect(try JSONParser.parse(text) == lastWins.json)
+    }
+
+    @Test("parseLocated shares parse's grammar, limits and errors")
+    func locatedErrors() {
+        for text in ["01", "[1,]", "{\"a\" 1}", "\"\\q\"", "tru", "[1] x", "", String(repeating: "[", count: 600) + String(repeating: "]", count: 600)] {
+            var plain: JSONParseError?
+            var located: JSONParseError?
+            do { _ = try JSONParser.parse(Array(text.utf8)) } catch { plain = error }
+            do { _ = try JSONParser.parseLocated(Array(text.utf8)) } catch { located = error }
+            #expect(plain != nil && plain == located, "\(text.prefix(20))")
+        }
+        do {
+            _ = try JSONParser.parseLocated(Array("[1, 2, 3]".utf8), maxNodes: 3)
+            Issue.record("parsed past maxNodes")
+        } catch {
+            #expect(error.exceedsNodeLimit)
+        }
+    }
+
+    @Test("parseLocated reads random documents as parse does")
+    func locatedRandom() throws {
+        var g = SplitMix(seed: 19)
+        for _ in 0..<300 {
+            let value = randomValue(depth: 0, &g)
+            let text = JSONWriter.prettyBytes(value)
+            #expect(try JSONParser.parseLocated(text).json == JSONParser.parse(text))
+        }
+    }
 }
 
 private struct SplitMix {
