@@ -212,6 +212,36 @@ static int append_children(const char *path, pid_t *pids, int count, int cap) {
     return count;
 }
 
+/// The entries of a /proc folder whose names are numbers (pids, tids, descriptors),
+/// read with getdents64 (no allocation: the supervisor runs after fork).
+struct numeric_entries {
+    int dir;
+    char buffer[4096];
+    long got;
+    long offset;
+};
+
+/// The next numeric name in `entries`, or NULL at the end.
+static const char *next_numeric_entry(struct numeric_entries *entries) {
+    for (;;) {
+        if (entries->offset >= entries->got) {
+            entries->got = syscall(SYS_getdents64, entries->dir, entries->buffer, sizeof entries->buffer);
+            entries->offset = 0;
+            if (entries->got <= 0) return NULL;
+        }
+        // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+        unsigned short length;
+        memcpy(&length, entries->buffer + entries->offset + 16, sizeof length);
+        const char *name = entries->buffer + entries->offset + 19;
+        if (length == 0) {
+            entries->got = 0;
+            continue;
+        }
+        entries->offset += length;
+        if (name[0] >= '0' && name[0] <= '9') return name;
+    }
+}
+
 /// Appends the children of every thread of process `pid` (a thread's children are
 /// listed under that thread) to `pids`.
 static int append_children_of_process(pid_t pid, pid_t *pids, int count, int cap) {
@@ -222,28 +252,18 @@ static int append_children_of_process(pid_t pid, pid_t *pids, int count, int cap
     extrun_append_text(path, sizeof path, &at, "/task");
     int dir = open_in_host_proc(path);
     if (dir < 0) return count;
-    char entries[4096];
-    long got;
-    while ((got = syscall(SYS_getdents64, dir, entries, sizeof entries)) > 0) {
-        for (long offset = 0; offset < got;) {
-            // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
-            unsigned short length;
-            memcpy(&length, entries + offset + 16, sizeof length);
-            const char *name = entries + offset + 19;
-            if (length == 0) break;
-            offset += length;
-            if (name[0] < '0' || name[0] > '9') continue;
-            long tid = 0;
-            for (const char *c = name; *c >= '0' && *c <= '9'; c++) tid = tid * 10 + (*c - '0');
-            char children[96];
-            size_t k = 0;
-            children[0] = '\0';
-            extrun_append_int(children, sizeof children, &k, pid);
-            extrun_append_text(children, sizeof children, &k, "/task/");
-            extrun_append_int(children, sizeof children, &k, (pid_t)tid);
-            extrun_append_text(children, sizeof children, &k, "/children");
-            count = append_children(children, pids, count, cap);
-        }
+    struct numeric_entries entries = {.dir = dir};
+    for (const char *name; (name = next_numeric_entry(&entries)) != NULL;) {
+        long tid = 0;
+        for (const char *c = name; *c >= '0' && *c <= '9'; c++) tid = tid * 10 + (*c - '0');
+        char children[96];
+        size_t k = 0;
+        children[0] = '\0';
+        extrun_append_int(children, sizeof children, &k, pid);
+        extrun_append_text(children, sizeof children, &k, "/task/");
+        extrun_append_int(children, sizeof children, &k, (pid_t)tid);
+        extrun_append_text(children, sizeof children, &k, "/children");
+        count = append_children(children, pids, count, cap);
     }
     close(dir);
     return count;
@@ -276,26 +296,17 @@ static uint64_t unlinked_open_bytes(pid_t self, dev_t device) {
         extrun_append_text(path, sizeof path, &at, "/fd");
         int dir = open_in_host_proc(path);
         if (dir < 0) continue;
-        char entries[4096];
-        long got;
-        while ((got = syscall(SYS_getdents64, dir, entries, sizeof entries)) > 0) {
-            for (long offset = 0; offset < got;) {
-                unsigned short length;
-                memcpy(&length, entries + offset + 16, sizeof length);
-                const char *name = entries + offset + 19;
-                if (length == 0) break;
-                offset += length;
-                if (name[0] < '0' || name[0] > '9') continue;
-                struct stat info;
-                // (fstatat on the fd entry follows its magic link to the open file itself.)
-                if (fstatat(dir, name, &info, 0) != 0) continue;
-                if (!S_ISREG(info.st_mode) || info.st_nlink != 0 || info.st_dev != device) continue;
-                int known = 0;
-                for (int k = 0; k < seen_count && !known; k++) known = seen[k] == info.st_ino;
-                if (known) continue;
-                if (seen_count < (int)(sizeof seen / sizeof seen[0])) seen[seen_count++] = info.st_ino;
-                bytes += (uint64_t)info.st_blocks * 512;
-            }
+        struct numeric_entries entries = {.dir = dir};
+        for (const char *name; (name = next_numeric_entry(&entries)) != NULL;) {
+            struct stat info;
+            // (fstatat on the fd entry follows its magic link to the open file itself.)
+            if (fstatat(dir, name, &info, 0) != 0) continue;
+            if (!S_ISREG(info.st_mode) || info.st_nlink != 0 || info.st_dev != device) continue;
+            int known = 0;
+            for (int k = 0; k < seen_count && !known; k++) known = seen[k] == info.st_ino;
+            if (known) continue;
+            if (seen_count < (int)(sizeof seen / sizeof seen[0])) seen[seen_count++] = info.st_ino;
+            bytes += (uint64_t)info.st_blocks * 512;
         }
         close(dir);
     }
