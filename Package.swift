@@ -89,15 +89,15 @@ let package = Package(
                           exclude: ["intents.json"], plugins: [.plugin(name: "IntentGenerator")]),
 
         // What several test targets share: the staged plugins, temporary folders, the built binary.
-        .target(name: "ExtrunTestSupport", dependencies: ["ExtrunStore"], path: "Tests/ExtrunTestSupport"),
+        .target(name: "ExtrunTestSupport", dependencies: ["ExtrunHost", "ExtrunStore"], path: "Tests/ExtrunTestSupport"),
         .testTarget(name: "ExtrunProtocolTests", dependencies: ["ExtrunProtocol"]),
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
-        .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK"]),
+        .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport"], exclude: ["Fixtures"]),
-        .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
-        .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
-        .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
+        .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore", "ExtrunTestSupport"]),
+        .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
+        .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
     ]
 )
 

@@ -66,7 +66,8 @@ public enum CgroupSupport: Sendable, Equatable {
 
     /// The lines of /proc/self/mountinfo that mention cgroup2 (all `detect` looks at),
     /// read and picked with plain reads and byte comparisons: Foundation's
-    /// `String(contentsOfFile:)` and a split of every line cost a cold run ~0.2 ms.
+    /// `String(contentsOfFile:)` and a split of every line cost a cold run more
+    /// (docs/benchmarks.md, "Costs the source's comments point to").
     static func cgroup2MountLines() -> String {
         let fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return "" }

@@ -82,8 +82,9 @@ public struct PluginCatalog: Sendable {
     }
 
     /// The plugin that handles `intent` on the search path: the same answer as
-    /// `discover(paths:).handler(for:)`, for less. A cold `extrun handle` spends
-    /// ~0.12 ms decoding each manifest (docs/benchmarks.md), so this one reads every
+    /// `discover(paths:).handler(for:)`, for less. Decoding a manifest is a cold
+    /// `extrun handle`'s cost per plugin (docs/benchmarks.md, "Costs the source's
+    /// comments point to"), so this one reads every
     /// manifest with `JSONParser` only for its `id` and intent names, and decodes
     /// and checks just the manifests that declare the intent and those sharing an
     /// id with them (which may shadow them). Whenever the short way cannot answer

@@ -89,8 +89,8 @@ final class PluginConnection {
     private var inputClosedAt: UInt64?
     private(set) var stdout: OutputCapture
     private(set) var stderr: OutputCapture
-    /// What `read` fills: left uninitialized (zeroing 256 KiB cost a cold run 64 page faults
-    /// before the plugin had said a word); bytes are only read back after `read` wrote them.
+    /// What `read` fills: left uninitialized (zeroing 256 KiB cost a cold run page faults
+    /// before the plugin had said a word: docs/benchmarks.md, "Costs the source's comments point to"); bytes are only read back after `read` wrote them.
     private var readBuffer = [UInt8](unsafeUninitializedCapacity: 256 << 10) { _, count in count = 256 << 10 }
 
     /// Called with each line the plugin writes to stdout (`true`) or stderr (`false`).

@@ -49,7 +49,8 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
         public var pid: Bool
         /// A network namespace (only a loopback, down): hides the host's own sockets and
         /// interfaces from /proc/net. A root host's plugins share one empty namespace, pinned
-        /// at /run/extrun/netns (joining it costs microseconds; making one per run ~0.4 ms);
+        /// at /run/extrun/netns (joining it is much cheaper than making one per run:
+        /// docs/benchmarks.md, "Costs the source's comments point to");
         /// an ordinary user's run makes its own in its user namespace (docs/sandbox.md, "Namespaces").
         public var network: Bool
         /// An IPC namespace (System V IPC and POSIX message queues of its own).

@@ -13,8 +13,8 @@ import Glibc
 /// path that the launch passes. So each executable's path gets one C string for the
 /// process's life, and the programs built for that pointer can be used again by every
 /// later launch of it (a pool's new processes, a long-lived host). The first build
-/// (libseccomp resolving the rules and generating the BPF, about 0.3 ms in a fresh
-/// process) is started on another thread as soon as the run knows its executable
+/// (libseccomp resolving the rules and generating the BPF in a fresh process: docs/benchmarks.md,
+/// "Costs the source's comments point to") is started on another thread as soon as the run knows its executable
 /// (`prebuild`), while the host still prepares the launch.
 enum SeccompFilters {
     struct Program: @unchecked Sendable {

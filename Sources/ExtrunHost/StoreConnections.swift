@@ -52,7 +52,7 @@ final class PendingStore: @unchecked Sendable {
 /// (`Host.handle`, a pool's, a phrase's) take their connection from here: the next
 /// intent of the process reuses it, and none is closed
 /// on the way out (a close cost `extrun handle` a checkpoint, an fsync and Foundation's
-/// notification machinery: milliseconds per run). A store whose file was replaced
+/// notification machinery: docs/benchmarks.md, "Costs the source's comments point to"). A store whose file was replaced
 /// (another inode) is opened again. Opened without a checkpoint at close, for when one is
 /// replaced: the write-ahead log is left for a later connection (docs/store.md).
 enum StoreConnections {

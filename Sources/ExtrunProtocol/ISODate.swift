@@ -18,7 +18,7 @@ public enum ISODate {
     }
 
     /// `YYYY-MM-DDTHH:MM:SSZ`, what `format` writes, read without a format style (whose
-    /// first use costs more than a millisecond in a fresh process). Anything else
+    /// first use in a fresh process is costly: docs/benchmarks.md, "Costs the source's comments point to"). Anything else
     /// (other shapes, out-of-range fields, which the format style rolls over) is nil,
     /// and left to the format style.
     static func parseUTCSeconds(_ text: String) -> Date? {

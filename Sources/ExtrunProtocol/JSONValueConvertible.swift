@@ -1,14 +1,16 @@
 import Foundation
 
-/// A type converted from and to `JSONValue` by hand, without Codable.
+/// A type converted from and to `JSONValue` by hand, without Codable's machinery.
 ///
 /// The protocol's own messages (`initialize`, `resolve`, `confirm`, `handle`,
 /// `session` and their answers) cross the pipes several times per intent; going
 /// through `JSONEncoder`/`JSONDecoder` cost most of an exchange's CPU (generic
-/// metadata, keyed containers, a byte round trip; docs/benchmarks.md). These
-/// types keep their `Codable` conformance, and the two ways agree: the same JSON
-/// out, the same values in, and the same errors (a `DecodingError` with the same
-/// coding path, so `JSONCoding.describe` says the same). `JSONCoding.decode` and
+/// metadata, keyed containers, a byte round trip; docs/benchmarks.md, "One
+/// serialization per wire type"). So this conversion is each protocol type's only
+/// serialization, written beside the type (ProtocolTypes+*.swift); where a type is
+/// also `Codable` (for a `Codable` parent such as `Interaction`, or a plugin
+/// author's own coder), that conformance goes through the same conversion
+/// (`JSONFields(decoder:)`, `jsonValue.encode(to:)`). `JSONCoding.decode` and
 /// `JSONCoding.value(of:)` take this way whenever the type offers it.
 public protocol JSONValueConvertible: JSONValueDecodable {
     var jsonValue: JSONValue { get }
@@ -229,234 +231,12 @@ public struct JSONFields {
     }
 }
 
-// MARK: The protocol's types
-
-extension PluginIdentity: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
-    init(fields: JSONFields) throws {
-        self.init(id: try fields.string("id"), version: try fields.string("version"))
-    }
-    public var jsonValue: JSONValue { .object(["id": .string(id), "version": .string(version)]) }
-}
-
-extension InitializeParams: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        self.init(
-            protocolVersion: try fields.int("protocolVersion"), hostVersion: try fields.string("hostVersion"), mode: try fields.rawValue("mode", Mode.self),
-            intent: try fields.optionalString("intent"))
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = [
-            "protocolVersion": .int(Int64(protocolVersion)), "hostVersion": .string(hostVersion), "mode": .string(mode.rawValue),
-        ]
-        if let intent { object["intent"] = .string(intent) }
-        return .object(object)
-    }
-}
-
-extension InitializeResult: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        self.init(
-            protocolVersion: try fields.int("protocolVersion"), plugin: try PluginIdentity(fields: fields.requiredNested("plugin")),
-            intents: try fields.strings("intents"), reusable: try fields.optionalBool("reusable"))
-        session = try fields.optionalBool("session")
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = [
-            "protocolVersion": .int(Int64(protocolVersion)), "plugin": plugin.jsonValue, "intents": .array(intents.map { .string($0) }),
-        ]
-        if let reusable { object["reusable"] = .bool(reusable) }
-        if let session { object["session"] = .bool(session) }
-        return .object(object)
-    }
-}
-
-extension ResolveParams: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        self.init(intent: try fields.string("intent"), parameter: try fields.string("parameter"), parameters: try fields.members("parameters"))
-    }
-    public var jsonValue: JSONValue {
-        .object(["intent": .string(intent), "parameter": .string(parameter), "parameters": .object(parameters)])
-    }
-}
-
-extension IntentParams: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        self.init(intent: try fields.string("intent"), parameters: try fields.members("parameters"))
-    }
-    public var jsonValue: JSONValue { .object(["intent": .string(intent), "parameters": .object(parameters)]) }
-}
-
-extension ResolutionResult: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
-    init(fields: JSONFields) throws {
-        let kind = try fields.string("result")
-        switch kind {
-        case "success": self = .success(fields.optional("value") ?? .null)
-        case "needsValue": self = .needsValue(prompt: try fields.optionalString("prompt"))
-        case "disambiguation": self = .disambiguation(options: try fields.array("options"), prompt: try fields.optionalString("prompt"))
-        case "confirmationRequired": self = .confirmationRequired(fields.optional("value") ?? .null, prompt: try fields.optionalString("prompt"))
-        case "unsupported": self = .unsupported(reason: try fields.optionalString("reason"), message: try fields.optionalString("message"))
-        case "notRequired": self = .notRequired
-        default:
-            throw fields.corrupted(
-                "result",
-                "unknown resolution result '\(kind)' (expected success, needsValue, disambiguation, confirmationRequired, unsupported or notRequired)")
-        }
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = ["result": .string(kind)]
-        func put(_ key: String, _ text: String?) { if let text { object[key] = .string(text) } }
-        switch self {
-        case .success(let value):
-            object["value"] = value
-        case .needsValue(let prompt):
-            put("prompt", prompt)
-        case .disambiguation(let options, let prompt):
-            object["options"] = .array(options)
-            put("prompt", prompt)
-        case .confirmationRequired(let value, let prompt):
-            object["value"] = value
-            put("prompt", prompt)
-        case .unsupported(let reason, let message):
-            put("reason", reason)
-            put("message", message)
-        case .notRequired:
-            break
-        }
-        return .object(object)
-    }
-}
-
-extension Dialog: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
-    init(fields: JSONFields) throws {
-        self.init(full: try fields.optionalString("full"), supporting: try fields.optionalString("supporting"))
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = [:]
-        if let full { object["full"] = .string(full) }
-        if let supporting { object["supporting"] = .string(supporting) }
-        return .object(object)
-    }
-}
-
-extension UserActivity: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
-    init(fields: JSONFields) throws {
-        self.init(
-            activityType: try fields.string("activityType"), title: try fields.optionalString("title"),
-            userInfo: try fields.optionalMembers("userInfo"))
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = ["activityType": .string(activityType)]
-        if let title { object["title"] = .string(title) }
-        if let userInfo { object["userInfo"] = .object(userInfo) }
-        return .object(object)
-    }
-}
-
-extension IntentResponse: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
-    init(fields: JSONFields) throws {
-        self.init(
-            code: try fields.string("code"), properties: try fields.optionalMembers("properties") ?? [:],
-            dialog: try fields.nested("dialog").map(Dialog.init(fields:)),
-            userActivity: try fields.nested("userActivity").map(UserActivity.init(fields:)), progress: try fields.optionalDouble("progress"))
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = ["code": .string(code), "properties": .object(properties)]
-        if let dialog { object["dialog"] = dialog.jsonValue }
-        if let userActivity { object["userActivity"] = userActivity.jsonValue }
-        if let progress { object["progress"] = .double(progress) }
-        return .object(object)
-    }
-}
-
-extension LogParams: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        self.init(level: try fields.string("level"), message: try fields.string("message"))
-    }
-    public var jsonValue: JSONValue { .object(["level": .string(level), "message": .string(message)]) }
-}
-
-extension ProgressParams: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        self.init(fraction: try fields.optionalDouble("fraction"), message: try fields.optionalString("message"))
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = [:]
-        if let fraction { object["fraction"] = .double(fraction) }
-        if let message { object["message"] = .string(message) }
-        return .object(object)
-    }
-}
-
-extension CancelParams: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { self.init(reason: try JSONFields(jsonValue).string("reason")) }
-    public var jsonValue: JSONValue { .object(["reason": .string(reason)]) }
-}
-
-extension ParentCondition: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
-    init(fields: JSONFields) throws {
-        self.init(parameter: try fields.string("parameter"), value: fields.object["value"] ?? .null)
-    }
-    public var jsonValue: JSONValue { .object(["parameter": .string(parameter), "value": value]) }
-}
-
-extension SessionParameter: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws { try self.init(fields: JSONFields(jsonValue)) }
-    init(fields: JSONFields) throws {
-        self.init(
-            parameter: try fields.string("parameter"), required: try fields.optionalBool("required") ?? false,
-            parent: try fields.nested("parent").map(ParentCondition.init(fields:)))
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = ["parameter": .string(parameter)]
-        if required { object["required"] = .bool(true) }
-        if let parent { object["parent"] = parent.jsonValue }
-        return .object(object)
-    }
-}
-
-extension SessionParams: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        let resolve = try fields.objects("resolve", SessionParameter.init(fields:))
-        let handle = try fields.optionalBool("handle")
-        guard let handle else { throw DecodingError.keyNotFound(JSONPathKey(stringValue: "handle"), DecodingError.Context(codingPath: [], debugDescription: "")) }
-        self.init(intent: try fields.string("intent"), parameters: try fields.members("parameters"), resolve: resolve, handle: handle)
-    }
-    public var jsonValue: JSONValue {
-        .object([
-            "intent": .string(intent), "parameters": .object(parameters), "resolve": .array(resolve.map(\.jsonValue)), "handle": .bool(handle),
-        ])
-    }
-}
-
-extension SessionResult: JSONValueConvertible {
-    public init(jsonValue: JSONValue) throws {
-        let fields = try JSONFields(jsonValue)
-        let resolutions = try fields.objects("resolutions") { item in
-            SessionResolution(parameter: try item.string("parameter"), result: try ResolutionResult(fields: item.requiredNested("result")))
-        }
-        self.init(
-            resolutions: resolutions, confirm: try fields.nested("confirm").map(IntentResponse.init(fields:)),
-            handle: try fields.nested("handle").map(IntentResponse.init(fields:)))
-    }
-    public var jsonValue: JSONValue {
-        var object: [String: JSONValue] = [
-            "resolutions": .array(resolutions.map { .object(["parameter": .string($0.parameter), "result": $0.result.jsonValue]) })
-        ]
-        if let confirm { object["confirm"] = confirm.jsonValue }
-        if let handle { object["handle"] = handle.jsonValue }
-        return .object(object)
+extension JSONFields {
+    /// The fields of the value a `Decoder` holds, at its coding path: how a protocol
+    /// type's `Codable` conformance reads through its hand-written conversion, so that
+    /// each type has one serialization (a `Codable` parent, such as `Interaction`, or a
+    /// plugin author's own coder, reaches the same code and the same errors).
+    public init(decoder: any Decoder) throws {
+        try self.init(JSONValue(from: decoder), path: decoder.codingPath)
     }
 }

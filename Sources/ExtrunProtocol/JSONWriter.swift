@@ -87,8 +87,8 @@ public enum JSONWriter {
     /// Pretty JSON exactly as `JSONCoding.encoder(pretty: true)` writes it (Foundation's
     /// layout: two-space indents, `"key" : value`, sorted keys, empty containers as
     /// `[\n\n]`, a double that is a whole number without its `.0`), without Codable:
-    /// `extrun handle` prints its report this way, and JSONEncoder's first use in a
-    /// process costs a few hundred microseconds.
+    /// `extrun handle` prints its report this way, without paying for JSONEncoder's
+    /// first use in a process (docs/benchmarks.md, "Costs the source's comments point to").
     public static func prettyBytes(_ value: JSONValue) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(1024)

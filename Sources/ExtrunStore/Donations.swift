@@ -53,8 +53,8 @@ struct SealedDonation: Codable {
     var response: IntentResponse?
 
     /// The sealed plaintext: compact JSON with sorted keys, written without Codable (an
-    /// `extrun handle` donates once per process, where JSONEncoder's first use costs
-    /// about a millisecond). Refuses what JSON cannot carry, as JSONEncoder does.
+    /// `extrun handle` donates once per process, where JSONEncoder's first use is
+    /// costly: docs/benchmarks.md, "Costs the source's comments point to"). Refuses what JSON cannot carry, as JSONEncoder does.
     func json() throws -> Data {
         var object: [String: JSONValue] = ["parameters": .object(parameters)]
         if let response { object["response"] = response.jsonValue }

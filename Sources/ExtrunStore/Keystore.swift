@@ -62,8 +62,8 @@ struct KeyFile: Codable {
 }
 
 extension KeyFile: JSONValueDecodable {
-    /// Reads a key file without Codable (its first use in a process costs about a
-    /// millisecond, and every `extrun handle` reads its owner's key for the donation);
+    /// Reads a key file without Codable (its first use in a process is costly, docs/benchmarks.md,
+    /// "Costs the source's comments point to", and every `extrun handle` reads its owner's key for the donation);
     /// the same checks and error paths as the Codable conformance. `KeyFile(json:)` reads the bytes.
     init(jsonValue: JSONValue) throws {
         let fields = try JSONFields(jsonValue)

@@ -68,7 +68,7 @@ public struct TrustedSigningKey: Sendable, Equatable {
 /// `keys/<escaped owner>.signing` (the private signing key, 0600, written once) and
 /// `keys/<escaped owner>.trusted` (the authors' keys the owner trusts, 0600, replaced
 /// atomically). Read without Codable: the host reads them on every run that asks
-/// for its owner's data (a first use of JSONDecoder costs a millisecond).
+/// for its owner's data (a first use of JSONDecoder is costly: docs/benchmarks.md, "Costs the source's comments point to").
 extension Keystore {
     static let signingFormat = "extrun-owner-signing-key"
     static let trustFormat = "extrun-owner-trusted-keys"

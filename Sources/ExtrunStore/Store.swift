@@ -40,7 +40,8 @@ public final class Store: Sendable {
     /// - Parameter checkpointOnClose: false leaves the write-ahead log as it is when
     ///   this store is closed, for a later connection's checkpoint, instead of folding
     ///   it into `store.sqlite` and syncing the disk then (what `extrun handle` does
-    ///   for its one donation: the checkpoint cost every run milliseconds; nothing
+    ///   for its one donation: the checkpoint cost every run, docs/benchmarks.md,
+    ///   "Costs the source's comments point to"; nothing
     ///   committed is less durable for it). Its writes then keep the log under
     ///   `StoreLimits.maxLogBytes` themselves. docs/store.md.
     public init(home: URL, checkpointOnClose: Bool = true) throws {

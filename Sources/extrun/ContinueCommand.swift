@@ -53,9 +53,8 @@ struct ContinueCommand: ParsableCommand {
         options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
         options.donate = !noDonate
         if verbose { options.log = { line in Output.printError(line) } }
-        let status = ReportOutput.print(format: format) { () throws(HostError) in
+        try ReportOutput.printAndExit(format: format) { () throws(HostError) in
             Host().continueActivity(try ActivityFileParser.read(path: activityFile), options: options)
         }
-        if status != 0 { throw ExitCode(status) }
     }
 }

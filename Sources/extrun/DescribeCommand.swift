@@ -97,17 +97,8 @@ struct Options: ParsableCommand {
         var options = HandleOptions()
         options.mode = mode
         if verbose { options.log = { Output.printError($0) } }
-        var report: HandleReport
-        do {
-            report = Host().options(try IntentFileParser.read(path: intentFile), parameter: parameter, search: search, options: options)
-        } catch {
-            report = HandleReport(intent: nil)
-            report.error = error
+        try ReportOutput.printAndExit(format: format) { () throws(HostError) in
+            Host().options(try IntentFileParser.read(path: intentFile), parameter: parameter, search: search, options: options)
         }
-        switch format {
-        case .json: Output.printJSON(report.json)
-        case .text: Output.printLine(report.text)
-        }
-        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
     }
 }

@@ -121,10 +121,9 @@ struct Handle: ParsableCommand {
         options.donate = !noDonate
         interaction.apply(to: &options)
 
-        let status = ReportOutput.print(format: format) { () throws(HostError) in
+        try ReportOutput.printAndExit(format: format) { () throws(HostError) in
             Host().handle(try IntentFileParser.read(path: intentFile), options: options)
         }
-        if status != 0 { throw ExitCode(status) }
     }
 }
 

@@ -8,8 +8,8 @@ import Glibc
 /// `extrun handle FILE` without ArgumentParser.
 ///
 /// A workflow app calls `extrun handle` once per action, so the CLI's own start
-/// matters: ArgumentParser's reflection costs several milliseconds per process
-/// (docs/benchmarks.md). The commonest form, `extrun handle FILE` with no option,
+/// matters: ArgumentParser's reflection costs every process (docs/benchmarks.md,
+/// "Costs the source's comments point to"). The commonest form, `extrun handle FILE` with no option,
 /// is recognized here and runs exactly what `Handle.run` runs with its defaults
 /// (JSON output, prompts on a terminal, the same exit statuses); every other
 /// command line, `--help` included, goes to ArgumentParser.

@@ -23,11 +23,6 @@ struct PhraseCommand: ParsableCommand {
     func run() throws {
         var options = HandleOptions()
         interaction.apply(to: &options)
-        let report = Host().phrase(text, options: options)
-        switch format {
-        case .json: Output.printJSON(report.json)
-        case .text: Output.printLine(report.text)
-        }
-        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+        try ReportOutput.printAndExit(format: format) { () throws(HostError) in Host().phrase(text, options: options) }
     }
 }

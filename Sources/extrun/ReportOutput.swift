@@ -2,9 +2,16 @@ import ArgumentParser
 import ExtrunHost
 import ExtrunProtocol
 
-/// What `handle`, its fast path and `continue` share: a report printed as JSON or
-/// text, whose exit status is the process's; and the checks of --memory-limit and --timeout.
+/// What `handle`, its fast path, `continue`, `options` and `phrase` share: a report
+/// printed as JSON or text, whose exit status is the process's; and the checks of
+/// --memory-limit and --timeout.
 enum ReportOutput {
+    /// Prints the report as `print(format:_:)` does; a status other than 0 ends the command with it.
+    static func printAndExit(format: OutputFormat, _ make: () throws(HostError) -> HandleReport) throws {
+        let status = print(format: format, make)
+        if status != 0 { throw ExitCode(status) }
+    }
+
     /// Makes the report (an input error becomes the report's error), prints it, and returns its exit status.
     static func print(format: OutputFormat, _ make: () throws(HostError) -> HandleReport) -> Int32 {
         var report: HandleReport

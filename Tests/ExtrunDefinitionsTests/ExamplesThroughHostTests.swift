@@ -1,5 +1,6 @@
 import ExtrunDefinitions
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -12,12 +13,11 @@ struct ExamplesThroughHostTests {
     let home: TempDirectory
 
     init() throws {
-        let staged = ProcessInfo.processInfo.environment["EXTRUN_TEST_PLUGINS"].map { URL(fileURLWithPath: $0) }
-            ?? packageRoot.appendingPathComponent(".build/extrun-plugins")
+        let staged = try StagedPlugins.directory()
         guard FileManager.default.fileExists(atPath: staged.appendingPathComponent("SoupChef/manifest.json").path) else {
             throw Missing(description: "the example plugins are not staged in \(staged.path); run Scripts/test")
         }
-        guard let extrun = builtProduct("extrun") else { throw Missing(description: "extrun is not built; run Scripts/test") }
+        let extrun = try ExtrunBinary.url()
         self.extrun = extrun
         self.plugins = staged
         home = try TempDirectory()
@@ -39,7 +39,7 @@ struct ExamplesThroughHostTests {
     func stagedManifests() throws {
         for name in ["MakeUppercase", "RenameFiles", "SoupChef", "People"] {
             let staged = try Data(contentsOf: plugins.appendingPathComponent("\(name)/manifest.json"))
-            let generated = try ExtrunDefinitions.DefinitionFile.load(path: packageRoot.appendingPathComponent("Examples/\(name)/intents.json").path)
+            let generated = try ExtrunDefinitions.DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/\(name)/intents.json").path)
             #expect(try JSONCoding.decode(PluginManifest.self, fromJSON: staged) == generated.manifest(), "\(name)")
         }
     }

@@ -1,5 +1,6 @@
 import ExtrunDefinitions
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -9,7 +10,7 @@ struct IntentgenToolTests {
     let tool: URL
 
     init() throws {
-        guard let tool = builtProduct("extrun-intentgen") else {
+        guard let tool = BuiltProduct.url("extrun-intentgen") else {
             throw Missing(description: "extrun-intentgen is not built; run swift build (or Scripts/test)")
         }
         self.tool = tool

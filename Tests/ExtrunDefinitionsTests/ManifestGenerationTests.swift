@@ -1,5 +1,6 @@
 import ExtrunDefinitions
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -82,7 +83,7 @@ struct ManifestGenerationTests {
     func makeUppercase() throws {
         var expected = try JSONCoding.decode(PluginManifest.self, fromJSON: Data(try #require(Self.handWritten["MakeUppercase"]).utf8))
         expected.intents[0].parameters[0].unsupportedReasons = [UnsupportedReason(code: "empty", message: "Please enter some text")]
-        let generated = try DefinitionFile.load(path: packageRoot.appendingPathComponent("Examples/MakeUppercase/intents.json").path).manifest()
+        let generated = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/MakeUppercase/intents.json").path).manifest()
         #expect(generated == expected)
     }
 
@@ -93,14 +94,14 @@ struct ManifestGenerationTests {
         expected.intents[0].parameters[3].valueTitles = ["lowercase": "Lowercase", "uppercase": "Uppercase"]
         expected.intents[0].parameters[3].parent = ParentCondition(parameter: "changeCase", value: true)
         expected.intents[0].parameters[4].valueTitles = ["prepend": "Before the name", "append": "After the name"]
-        let generated = try DefinitionFile.load(path: packageRoot.appendingPathComponent("Examples/RenameFiles/intents.json").path).manifest()
+        let generated = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/RenameFiles/intents.json").path).manifest()
         #expect(generated.intents[0].parameters == expected.intents[0].parameters)
         #expect(generated == expected)
     }
 
     @Test("SoupChef: the custom type, the dynamic options, the custom code with its dialog, the phrases")
     func soupChef() throws {
-        let m = try DefinitionFile.load(path: packageRoot.appendingPathComponent("Examples/SoupChef/intents.json").path).manifest()
+        let m = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/SoupChef/intents.json").path).manifest()
         #expect(m.id == "com.example.soupchef")
         #expect(m.appName == "Soup Chef")
         #expect(m.types.map(\.name) == ["Soup"])

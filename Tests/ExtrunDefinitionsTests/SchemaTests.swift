@@ -1,5 +1,6 @@
 import ExtrunDefinitions
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -7,7 +8,7 @@ import Testing
 /// column of each problem), the binaries carry the files as they are, and extrun's own
 /// validator agrees file by file with Python's jsonschema (the reference implementation).
 @Suite struct SchemaTests {
-    static let schemaFolder = packageRoot.appendingPathComponent("docs/schemas")
+    static let schemaFolder = StagedPlugins.packageRoot.appendingPathComponent("docs/schemas")
 
     static func schema(_ which: BundledSchema) throws -> JSONSchema {
         try JSONSchema(data: Data(which.text.utf8))
@@ -17,7 +18,7 @@ import Testing
     /// (schema, path, should fit).
     static func corpus(scratch: URL) throws -> [(BundledSchema, String, Bool)] {
         var files: [(BundledSchema, String, Bool)] = []
-        let examples = packageRoot.appendingPathComponent("Examples")
+        let examples = StagedPlugins.packageRoot.appendingPathComponent("Examples")
         for name in try FileManager.default.contentsOfDirectory(atPath: examples.path).sorted() {
             let folder = examples.appendingPathComponent(name)
             if FileManager.default.fileExists(atPath: folder.appendingPathComponent("manifest.json").path) {
@@ -38,7 +39,7 @@ import Testing
                 files.append((schema, directory.appendingPathComponent(name).path, true))
             }
         }
-        let broken = packageRoot.appendingPathComponent("Tests/ExtrunCLITests/Fixtures/BrokenPlugins")
+        let broken = StagedPlugins.packageRoot.appendingPathComponent("Tests/ExtrunCLITests/Fixtures/BrokenPlugins")
         for name in try FileManager.default.contentsOfDirectory(atPath: broken.path).sorted() where !name.hasSuffix(".py") {
             files.append((.manifest, broken.appendingPathComponent("\(name)/manifest.json").path, name != "bad-manifest"))
         }

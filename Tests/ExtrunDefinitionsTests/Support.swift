@@ -1,10 +1,8 @@
 import ExtrunDefinitions
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
-
-/// The package root, from this file's path (<root>/Tests/ExtrunDefinitionsTests/Support.swift).
-let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 /// A small definition with one of each feature; tests change one field and look at the problems.
 let baseDefinition = #"""
@@ -137,7 +135,7 @@ func run(_ executable: URL, _ arguments: [String], environment: [String: String]
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments
-    process.currentDirectoryURL = packageRoot
+    process.currentDirectoryURL = StagedPlugins.packageRoot
     if let environment { process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new } }
     let out = Pipe()
     let err = Pipe()
@@ -163,36 +161,6 @@ func run(_ executable: URL, _ arguments: [String], environment: [String: String]
     return (process.terminationStatus, String(decoding: stdoutData, as: UTF8.self), String(decoding: stderrData, as: UTF8.self))
 }
 
-/// A built product: next to the test bundle, or in <root>/.build/debug.
-func builtProduct(_ name: String) -> URL? {
-    var candidates: [URL] = []
-    if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-        candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent(name))
-    }
-    candidates.append(packageRoot.appendingPathComponent(".build/debug/\(name)"))
-    return candidates.first { FileManager.default.fileExists(atPath: $0.path) }
-}
-
 struct Missing: Error, CustomStringConvertible {
     var description: String
-}
-
-/// A temporary directory, removed when the value goes away.
-final class TempDirectory {
-    let url: URL
-
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-definitions-\(UUID().uuidString)", isDirectory: true)
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-
-    deinit { try? FileManager.default.removeItem(at: url) }
-
-    @discardableResult
-    func write(_ relative: String, _ contents: String) throws -> URL {
-        let file = url.appendingPathComponent(relative)
-        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try Data(contents.utf8).write(to: file)
-        return file
-    }
 }

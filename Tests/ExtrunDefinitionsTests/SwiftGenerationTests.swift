@@ -1,5 +1,6 @@
 import ExtrunDefinitions
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -265,9 +266,9 @@ struct SwiftGenerationTests {
         default:
             // Every example's generated code, each as its own module with its handlers.
             for name in ["MakeUppercase", "RenameFiles", "SoupChef", "People"] {
-                let source = try DefinitionFile.load(path: packageRoot.appendingPathComponent("Examples/\(name)/intents.json").path).swiftSource()
+                let source = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/\(name)/intents.json").path).swiftSource()
                 let generated = try dir.write("\(name)/Generated.swift", source)
-                let handler = packageRoot.appendingPathComponent("Examples/\(name)/\(name).swift")
+                let handler = StagedPlugins.packageRoot.appendingPathComponent("Examples/\(name)/\(name).swift")
                 let result = try Typecheck.run([generated, handler])
                 #expect(result.status == 0, "\(name):\n\(result.stderr)")
             }
@@ -282,7 +283,7 @@ struct SwiftGenerationTests {
 /// `swiftc -typecheck` with the package's built modules.
 enum Typecheck {
     static var modules: URL? {
-        let candidates = [packageRoot.appendingPathComponent(".build/debug/Modules")]
+        let candidates = [StagedPlugins.packageRoot.appendingPathComponent(".build/debug/Modules")]
         return candidates.first { FileManager.default.fileExists(atPath: $0.appendingPathComponent("ExtrunSDK.swiftmodule").path) }
     }
 

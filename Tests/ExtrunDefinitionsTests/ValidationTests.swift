@@ -1,5 +1,6 @@
 import ExtrunDefinitions
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -191,7 +192,7 @@ struct ValidationTests {
 
     @Test("the examples' definitions are valid, and so are their manifests", arguments: ["MakeUppercase", "RenameFiles", "SoupChef", "People"])
     func examples(_ name: String) throws {
-        let file = try DefinitionFile.load(path: packageRoot.appendingPathComponent("Examples/\(name)/intents.json").path)
+        let file = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/\(name)/intents.json").path)
         let manifest = file.manifest()
         #expect(manifest.problems() == [])
         #expect(manifest.executable == name)

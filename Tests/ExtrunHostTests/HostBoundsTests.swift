@@ -14,20 +14,6 @@ import Glibc
 /// and what it leaves behind.
 @Suite("The host's own bounds", .serialized)
 struct HostBoundsTests {
-    /// The built `extrun`, next to the test bundle or in `<root>/.build/debug`.
-    static func extrunBinary() throws -> URL {
-        var candidates: [URL] = []
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
-            if dir.pathExtension == "xctest" { dir = dir.deletingLastPathComponent() }
-            candidates.append(dir.appendingPathComponent("extrun"))
-            candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("extrun"))
-        }
-        candidates.append(StagedPlugins.packageRoot.appendingPathComponent(".build/debug/extrun"))
-        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-        throw StagedPlugins.NotStaged(description: "the extrun binary is not built (looked for \(candidates.map(\.path))); run Scripts/test")
-    }
-
     /// How much more than an ordinary run a flooded host may use.
     static let rssSlackBytes: Int64 = 64 << 20
 
@@ -99,7 +85,7 @@ struct HostBoundsTests {
             FileManager.default.createFile(atPath: err.path, contents: nil)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = [wrapper.path, rssFile.path, try HostBoundsTests.extrunBinary().path, command, intent.path] + arguments
+            process.arguments = [wrapper.path, rssFile.path, try ExtrunBinary.url().path, command, intent.path] + arguments
             process.environment = [
                 "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.path, "EXTRUN_HOME": home.path, "TMPDIR": scratchParent.path,
                 "EXTRUN_PLUGIN_PATH": tmp.url.appendingPathComponent("plugins").path,

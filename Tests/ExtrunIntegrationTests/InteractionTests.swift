@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -31,14 +32,14 @@ final class ScriptedPrompter: Prompter, Sendable {
     let host: ExtrunHost.Host
 
     init() throws {
-        let root = try Fixture.temporaryDirectory("soupshop")
+        let root = try makeTemporaryFolder("integration-soupshop")
         let plugin = root.appendingPathComponent("soupshop")
         try FileManager.default.createDirectory(at: plugin, withIntermediateDirectories: true)
         let script = plugin.appendingPathComponent("soupshop.py")
         try FileManager.default.copyItem(
             at: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/soupshop.py"), to: script)
         _ = chmod(script.path, 0o755)
-        try Fixture.copyPythonModule(into: plugin)
+        try StagedPlugins.copyPythonModule(into: plugin)
         let manifest = PluginManifest(
             id: "test.soupshop", version: "1", owner: "TESTTEAM", executable: "soupshop.py",
             intents: [

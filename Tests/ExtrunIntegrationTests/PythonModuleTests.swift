@@ -1,6 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import ExtrunStore
+import ExtrunTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -42,7 +43,7 @@ import Testing
         """#
 
     init() throws {
-        root = try Fixture.temporaryDirectory("pycount")
+        root = try makeTemporaryFolder("integration-pycount")
         chmod(root.path, 0o711)
         home = root.appendingPathComponent("home")
         plugin = root.appendingPathComponent("plugins/pycount")
@@ -57,7 +58,7 @@ import Testing
         try JSONCoding.encoder().encode(manifest).write(to: plugin.appendingPathComponent("manifest.json"))
         try Data(Self.script.utf8).write(to: plugin.appendingPathComponent("plugin.py"))
         _ = chmod(plugin.appendingPathComponent("plugin.py").path, 0o755)
-        try Fixture.copyPythonModule(into: plugin)
+        try StagedPlugins.copyPythonModule(into: plugin)
         try ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [])).sign(pluginIn: plugin)
     }
 

@@ -1,6 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import ExtrunStore
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -11,9 +12,8 @@ import Testing
     let host: ExtrunHost.Host
 
     init() throws {
-        home = try Fixture.temporaryDirectory("home")
-        host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [try Fixture.stagedPlugins()]))
-        try Fixture.trustStagedExamples(home: home)
+        home = try makeTemporaryFolder("integration-home")
+        host = try StagedPlugins.host(home: home)
     }
 
     func handle(_ intent: String, _ parameters: [String: JSONValue], host: ExtrunHost.Host? = nil) -> HandleReport {
@@ -58,10 +58,10 @@ import Testing
     }
 
     @Test func bookmarksAreReadBeneathTheirRootOnly() throws {
-        let folder = try Fixture.temporaryDirectory("bookmarked")
+        let folder = try makeTemporaryFolder("integration-bookmarked")
         try Data("hello".utf8).write(to: folder.appendingPathComponent("a.txt"))
         try Data("{}".utf8).write(to: folder.appendingPathComponent("b.json"))
-        let outside = try Fixture.temporaryDirectory("outside")
+        let outside = try makeTemporaryFolder("integration-outside")
         try Data("secret".utf8).write(to: outside.appendingPathComponent("secret.txt"))
         try FileManager.default.createSymbolicLink(
             atPath: folder.appendingPathComponent("link").path, withDestinationPath: outside.appendingPathComponent("secret.txt").path)
@@ -85,10 +85,10 @@ import Testing
     }
 
     @Test func twoHostsIncrementingAtOnceLoseNothing() throws {
-        let binary = Fixture.extrunBinary
-        let intent = try Fixture.temporaryDirectory("intents").appendingPathComponent("inc.json")
+        let binary = try ExtrunBinary.url()
+        let intent = try makeTemporaryFolder("integration-intents").appendingPathComponent("inc.json")
         try Data(#"{"intent": "IncrementGlobalVariable", "parameters": {"name": "counter"}}"#.utf8).write(to: intent)
-        let environment = ["EXTRUN_HOME": home.path, "EXTRUN_PLUGIN_PATH": try Fixture.stagedPlugins().path, "PATH": "/usr/bin:/bin"]
+        let environment = ["EXTRUN_HOME": home.path, "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path, "PATH": "/usr/bin:/bin"]
         // Two sequences of 10 runs each, side by side.
         let script = "for i in 1 2 3 4 5 6 7 8 9 10; do \"$0\" handle \"$1\" >/dev/null || exit 1; done"
         var runners: [Process] = []
@@ -109,45 +109,11 @@ import Testing
 }
 
 enum Fixture {
-    static var packageRoot: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    }
-
-    /// SDKs/python/extrun_plugin.py, copied beside a Python fixture that imports it (as an author vendors it).
-    static func copyPythonModule(into plugin: URL) throws {
-        let module = plugin.appendingPathComponent("extrun_plugin.py")
-        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py"), to: module)
-        _ = chmod(module.path, 0o644)
-    }
-
-    static func stagedPlugins() throws -> URL {
-        let directory =
-            ProcessInfo.processInfo.environment["EXTRUN_TEST_PLUGINS"].map { URL(fileURLWithPath: $0) }
-            ?? packageRoot.appendingPathComponent(".build/extrun-plugins")
-        try #require(
-            FileManager.default.fileExists(atPath: directory.appendingPathComponent("GlobalVariables/manifest.json").path),
-            "the example plugins are not staged in \(directory.path): run Scripts/test")
-        return directory
-    }
-
-    /// Makes the home's EXAMPLETEAM trust the key Scripts/stage-plugins signed the examples with.
-    static func trustStagedExamples(home: URL) throws {
-        let file = try stagedPlugins().appendingPathComponent("EXAMPLETEAM.pub")
-        let key = try #require(try OwnerPublicKey.decode(Data(contentsOf: file), file: file.path).signingKey)
-        try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
-    }
-
-    static func temporaryDirectory(_ name: String) throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-integration-\(name)-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url
-    }
-
     /// A copy of a staged example plugin's directory with another owner in its manifest,
     /// signed for that owner with its key in `home`.
     static func pluginCopy(named name: String, owner: String, signedIn home: URL) throws -> URL {
-        let source = try stagedPlugins().appendingPathComponent(name)
-        let root = try temporaryDirectory("plugins")
+        let source = try StagedPlugins.directory().appendingPathComponent(name)
+        let root = try makeTemporaryFolder("integration-plugins")
         let target = root.appendingPathComponent(name)
         try FileManager.default.createDirectory(at: target, withIntermediateDirectories: true)
         var manifest = try JSONCoding.decode(PluginManifest.self, fromJSON: Data(contentsOf: source.appendingPathComponent("manifest.json")))
@@ -156,14 +122,5 @@ enum Fixture {
         try JSONCoding.encoder().encode(manifest).write(to: target.appendingPathComponent("manifest.json"))
         try ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [])).sign(pluginIn: target)
         return root
-    }
-
-    static var extrunBinary: URL {
-        let exe = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "")
-        var dir = exe.deletingLastPathComponent()
-        if dir.pathExtension == "xctest" { dir = dir.deletingLastPathComponent() }
-        let candidate = dir.appendingPathComponent("extrun")
-        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-        return packageRoot.appendingPathComponent(".build/debug/extrun")
     }
 }

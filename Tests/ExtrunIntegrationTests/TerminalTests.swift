@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -10,9 +11,9 @@ import Testing
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         let answersJSON = String(decoding: try JSONEncoder().encode(answers), as: UTF8.self)
-        process.arguments = [driver.path, answersJSON, Fixture.extrunBinary.path] + arguments
+        process.arguments = [driver.path, answersJSON, try ExtrunBinary.url().path] + arguments
         process.environment = [
-            "EXTRUN_PLUGIN_PATH": try Fixture.stagedPlugins().path, "EXTRUN_HOME": try Fixture.temporaryDirectory("tty").path,
+            "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path, "EXTRUN_HOME": try makeTemporaryFolder("integration-tty").path,
             "PATH": "/usr/bin:/bin", "TERM": "dumb",
         ]
         let pipe = Pipe()
@@ -25,7 +26,7 @@ import Testing
     }
 
     @Test func aMissingValueIsAskedOnTheTerminal() throws {
-        let intent = try Fixture.temporaryDirectory("tty-intent").appendingPathComponent("missing.json")
+        let intent = try makeTemporaryFolder("integration-tty-intent").appendingPathComponent("missing.json")
         try Data(#"{"intent": "MakeUppercase"}"#.utf8).write(to: intent)
         let (transcript, status) = try run(["hello there"], ["handle", intent.path, "--format", "text"])
         #expect(transcript.contains("Which text would you like to make uppercase?"), "\(transcript)")
@@ -34,7 +35,7 @@ import Testing
     }
 
     @Test func noInputKeepsItFromAsking() throws {
-        let intent = try Fixture.temporaryDirectory("tty-intent").appendingPathComponent("missing.json")
+        let intent = try makeTemporaryFolder("integration-tty-intent").appendingPathComponent("missing.json")
         try Data(#"{"intent": "MakeUppercase"}"#.utf8).write(to: intent)
         let (transcript, status) = try run([], ["handle", intent.path, "--no-input", "--format", "text"])
         #expect(transcript.contains("parameterUnresolved"), "\(transcript)")

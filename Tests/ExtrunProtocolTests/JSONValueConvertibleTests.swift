@@ -3,9 +3,10 @@ import Foundation
 import Testing
 
 /// The protocol's types convert to and from `JSONValue` by hand (no Codable on the
-/// wire's hot path). These tests hold the hand-written way to the Codable one:
-/// the same JSON out, the same values in, the same error text for bad input.
-@Suite("Hand-written JSON conversions agree with Codable")
+/// wire's hot path); their `Codable` conformance goes through that conversion. These
+/// tests hold the two ways in: through `JSONEncoder`/`JSONDecoder` (a `Codable` parent,
+/// a plugin author's coder) the same JSON out, the same values in, the same error text.
+@Suite("Hand-written JSON conversions and their Codable conformance agree")
 struct JSONValueConvertibleTests {
     /// Codable's encoding, without the fast path (`JSONCoding.value(of:)` takes the hand-written one).
     static func codableValue(_ value: some Encodable) throws -> JSONValue {
@@ -131,6 +132,13 @@ struct JSONValueConvertibleTests {
     ])
     func refusedHandshakes(text: String) throws {
         try Self.checkRefused(InitializeResult.self, text)
+    }
+
+    @Test("inside a Codable parent, a protocol type's error names the whole path")
+    func nestedPath() throws {
+        let value = try JSONParser.parse(Data(#"{"intent":"I","parameters":{},"response":{"code":3}}"#.utf8))
+        let error = #expect(throws: DecodingError.self) { try Self.codableDecode(Interaction.self, value) }
+        #expect(error.map { JSONCoding.describe($0) }?.hasPrefix("response.code: expected a string") == true)
     }
 
     @Test("a fraction where an integer belongs names the field (Foundation's Codable says only that the data is not valid JSON)")

@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -21,7 +22,7 @@ struct ConfinementTests {
         try Data(#"{"intent": "Terminal"}"#.utf8).write(to: intentFile)
         let driver = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/tty_driver.py")
         let measured = try CLIRun.measure(
-            ["/usr/bin/python3", driver.path, "hunter2-typed-secret", ExamplePlugins.extrunBinary.path, "handle", intentFile.path],
+            ["/usr/bin/python3", driver.path, "hunter2-typed-secret", try ExtrunBinary.url().path, "handle", intentFile.path],
             environment: ["EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TERM": "dumb"])
         let result = try JSONCoding.decode(JSONValue.self, fromJSON: Data(measured.output.utf8))
         let transcript = try #require(result["transcript"]?.stringValue)
@@ -221,7 +222,7 @@ struct ConfinementTests {
         /// A host whose plugin never answers, once its scratch directory is there.
         func hangingHost(besides known: Set<String>) throws -> (Process, String) {
             let host = Process()
-            host.executableURL = ExamplePlugins.extrunBinary
+            host.executableURL = try ExtrunBinary.url()
             host.arguments = ["handle", hang.path]
             host.environment = environment
             host.standardOutput = FileHandle.nullDevice
@@ -250,13 +251,13 @@ struct ConfinementTests {
 
         let (live, running) = try hangingHost(besides: [stale])
         #expect(!scratch().contains(stale), "the next host removed the dead host's folder: \(scratch())")
-        let measured = try CLIRun.measure([ExamplePlugins.extrunBinary.path, "handle", quick.path], environment: environment)
+        let measured = try CLIRun.measure([try ExtrunBinary.url().path, "handle", quick.path], environment: environment)
         #expect(measured.status == 0, "\(measured.output)")
         #expect(scratch() == [running], "a live host's folder is kept: \(scratch())")
         kill(live.processIdentifier, SIGKILL)
         live.waitUntilExit()
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
-        _ = try CLIRun.measure([ExamplePlugins.extrunBinary.path, "handle", quick.path], environment: environment)
+        _ = try CLIRun.measure([try ExtrunBinary.url().path, "handle", quick.path], environment: environment)
         #expect(scratch().isEmpty, "left: \(scratch())")
     }
 
@@ -347,7 +348,7 @@ extension ConfinementTests {
         let intentFile = plugin.root.appendingPathComponent("fill.json")
         try Data(#"{"intent": "FillFolder", "parameters": {"path": "/tmp", "megabytes": 200}}"#.utf8).write(to: intentFile)
         let measured = try CLIRun.measure(
-            [ExamplePlugins.extrunBinary.path, "handle", intentFile.path],
+            [try ExtrunBinary.url().path, "handle", intentFile.path],
             environment: ["EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TMPDIR": "/tmp"])
         let report = try JSONCoding.decode(JSONValue.self, fromJSON: Data(measured.output.utf8))
         let text = try #require(report["response"]?["properties"]?["result"]?.stringValue, "\(measured.output)")

@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -80,7 +81,7 @@ struct HostilePluginSandboxTests {
         let intentFile = plugin.root.appendingPathComponent("flood.json")
         try Data(#"{"intent": "FloodStdout"}"#.utf8).write(to: intentFile)
         let measured = try CLIRun.measure(
-            [ExamplePlugins.extrunBinary.path, "handle", intentFile.path],
+            [try ExtrunBinary.url().path, "handle", intentFile.path],
             environment: ["EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path])
         #expect(measured.status == 0, "\(measured.output)")
         // The plugin wrote about 50 MB to stdout; the host keeps 64 KiB of it.
@@ -139,7 +140,7 @@ struct HostilePluginSandboxTests {
         let intentFile = plugin.root.appendingPathComponent("never.json")
         try Data(#"{"intent": "NeverAnswer"}"#.utf8).write(to: intentFile)
         let process = Process()
-        process.executableURL = ExamplePlugins.extrunBinary
+        process.executableURL = try ExtrunBinary.url()
         process.arguments = ["handle", intentFile.path]
         process.environment = ["EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "PATH": "/usr/bin:/bin"]
         process.standardOutput = FileHandle.nullDevice
@@ -159,8 +160,8 @@ struct HostilePluginSandboxTests {
 @Suite(.serialized)
 struct LimitExampleTests {
     @Test func allocating100MBInExtensionModeIsAMemoryBreachWithItsNumbers() throws {
-        let home = try temporaryHome()
-        let report = try ExamplePlugins.host(home: home).handle(IntentInvocation(intent: "AllocateMemory", parameters: ["megabytes": 100]))
+        let home = try makeTemporaryFolder("sandbox-home")
+        let report = try StagedPlugins.host(home: home).handle(IntentInvocation(intent: "AllocateMemory", parameters: ["megabytes": 100]))
         let error = try #require(report.error)
         #expect(error.kind == ErrorKind.memoryLimitExceeded, "\(error)")
         #expect(error.details["limitBytes"] == JSONValue.int(30 << 20))
@@ -177,8 +178,8 @@ struct LimitExampleTests {
     /// The same program gets the same verdict and the same peak every run, however
     /// loaded the machine: the figure is the kernel's, read as the plugin ends.
     @Test func theSameProgramGetsTheSameVerdictAndPeakEveryRun() throws {
-        let home = try temporaryHome()
-        let host = try ExamplePlugins.host(home: home)
+        let home = try makeTemporaryFolder("sandbox-home")
+        let host = try StagedPlugins.host(home: home)
         var peaks: [Int64] = []
         for _ in 0..<6 {
             let report = host.handle(IntentInvocation(intent: "AllocateMemory", parameters: ["megabytes": 40]))
@@ -194,10 +195,10 @@ struct LimitExampleTests {
     }
 
     @Test func theSameInInAppModeSucceeds() throws {
-        let home = try temporaryHome()
+        let home = try makeTemporaryFolder("sandbox-home")
         var options = HandleOptions()
         options.mode = .inApp
-        let report = try ExamplePlugins.host(home: home).handle(
+        let report = try StagedPlugins.host(home: home).handle(
             IntentInvocation(intent: "AllocateMemory", parameters: ["megabytes": 100]), options: options)
         #expect(report.response?.code == "success", "\(String(describing: report.error))")
         #expect((report.metrics?.peakMemoryBytes ?? 0) > 100 << 20)
@@ -205,15 +206,15 @@ struct LimitExampleTests {
     }
 
     @Test func allocatingJustUnderTheCapSucceeds() throws {
-        let home = try temporaryHome()
-        let report = try ExamplePlugins.host(home: home).handle(IntentInvocation(intent: "AllocateMemory", parameters: ["megabytes": 16]))
+        let home = try makeTemporaryFolder("sandbox-home")
+        let report = try StagedPlugins.host(home: home).handle(IntentInvocation(intent: "AllocateMemory", parameters: ["megabytes": 16]))
         #expect(report.response?.code == "success", "\(String(describing: report.error))")
         #expect((report.metrics?.peakMemoryBytes ?? .max) < 30 << 20)
     }
 
     @Test func sleeping30SecondsTimesOutAtTheDefault10() throws {
-        let home = try temporaryHome()
-        let report = try ExamplePlugins.host(home: home).handle(IntentInvocation(intent: "Sleep", parameters: ["seconds": 30]))
+        let home = try makeTemporaryFolder("sandbox-home")
+        let report = try StagedPlugins.host(home: home).handle(IntentInvocation(intent: "Sleep", parameters: ["seconds": 30]))
         let error = try #require(report.error)
         #expect(error.kind == ErrorKind.timeout)
         #expect(error.details["deadlineMs"] == JSONValue.int(10_000))
@@ -222,10 +223,10 @@ struct LimitExampleTests {
     }
 
     @Test func aManifestOrCommandLineAskingAboveThePolicyIsAnError() throws {
-        let home = try temporaryHome()
+        let home = try makeTemporaryFolder("sandbox-home")
         var options = HandleOptions()
         options.memoryLimitBytes = 2 << 30
-        let report = try ExamplePlugins.host(home: home).handle(
+        let report = try StagedPlugins.host(home: home).handle(
             IntentInvocation(intent: "AllocateMemory", parameters: ["megabytes": 1]), options: options)
         let error = try #require(report.error)
         #expect(error.message.contains("at most 120 MiB"), "\(error.message)" as Comment)

@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -32,7 +33,7 @@ struct PolicyTests {
     }
 
     @Test func anInvalidPolicyFileIsAConfigurationErrorNamingTheFile() throws {
-        let home = try temporaryHome()
+        let home = try makeTemporaryFolder("sandbox-home")
         try writePolicy(#"{"extension": {"memoryBytes": 999999999999}}"#, home: home)
         #expect(throws: HostError.self) { try SandboxPolicy.load(home: home) }
         do {

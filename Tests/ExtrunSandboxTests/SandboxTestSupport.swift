@@ -1,6 +1,7 @@
 import ExtrunHost
 import ExtrunStore
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -27,9 +28,7 @@ struct HostilePlugin {
         try FileManager.default.copyItem(at: fixture, to: script)
         chmod(script.path, 0o755)
         // Its framing is SDKs/python/extrun_plugin.py's, vendored beside it as an author does.
-        let module = fixture.deletingLastPathComponent().appendingPathComponent("../../../SDKs/python/extrun_plugin.py").standardized
-        try FileManager.default.copyItem(at: module, to: plugin.appendingPathComponent("extrun_plugin.py"))
-        chmod(plugin.appendingPathComponent("extrun_plugin.py").path, 0o644)
+        try StagedPlugins.copyPythonModule(into: plugin)
         let intents = [
             "NeverAnswer", "Spin", "ForkBomb", "OpenSocket", "ExecShell", "Ptrace", "Unshare", "FloodStdout", "FloodStderr",
             "HugeResponse", "Daemonize", "WriteBigFile", "ProgressThenAnswer", "ReadSecrets", "WriteHome", "ReadContainer",
@@ -95,47 +94,6 @@ enum ProcessTable {
         }
         return left
     }
-}
-
-/// The staged example plugins (Scripts/test stages them and sets EXTRUN_TEST_PLUGINS).
-enum ExamplePlugins {
-    static var directory: URL {
-        if let path = ProcessInfo.processInfo.environment["EXTRUN_TEST_PLUGINS"], !path.isEmpty {
-            return URL(fileURLWithPath: path)
-        }
-        return packageRoot.appendingPathComponent(".build/extrun-plugins")
-    }
-
-    static var packageRoot: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    }
-
-    static func host(home: URL) throws -> ExtrunHost.Host {
-        try #require(
-            FileManager.default.fileExists(atPath: directory.appendingPathComponent("AllocateMemory/manifest.json").path),
-            "the example plugins are not staged in \(directory.path): run Scripts/test")
-        // The examples are signed by the key staging made; this home's EXAMPLETEAM trusts it.
-        let file = directory.appendingPathComponent("EXAMPLETEAM.pub")
-        let key = try #require(try OwnerPublicKey.decode(Data(contentsOf: file), file: file.path).signingKey)
-        try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
-        return ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [directory]))
-    }
-
-    /// The built extrun binary, next to the test bundle.
-    static var extrunBinary: URL {
-        let exe = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "")
-        var dir = exe.deletingLastPathComponent()
-        if dir.pathExtension == "xctest" { dir = dir.deletingLastPathComponent() }
-        let candidate = dir.appendingPathComponent("extrun")
-        if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
-        return packageRoot.appendingPathComponent(".build/debug/extrun")
-    }
-}
-
-func temporaryHome() throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-sandbox-home-\(UUID().uuidString.prefix(8))")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    return url
 }
 
 /// Writes `$EXTRUN_HOME/policy.json` readable only by its owner, as the host requires.

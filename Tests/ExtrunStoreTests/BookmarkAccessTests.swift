@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -13,7 +14,7 @@ import Glibc
 private struct Sandbox {
     let test: TestStore
     let access: BookmarkAccess
-    var directory: TemporaryDirectory { test.directory }
+    var directory: TempDirectory { test.directory }
 
     init(readOnly: Bool = false) throws {
         test = try TestStore()

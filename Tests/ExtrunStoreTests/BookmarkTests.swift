@@ -12,7 +12,7 @@ import Glibc
     @Test func addListShowRemove() throws {
         let test = try TestStore()
         let folder = try test.directory.makeFolder("Documents")
-        let file = try test.directory.write("notes.txt", "hello")
+        let file = try test.directory.write("notes.txt", "hello").path
         let bookmarks = try test.store.bookmarks(of: "TEAM")
         let docs = try bookmarks.add("docs", path: folder, readOnly: false)
         let notes = try bookmarks.add("notes", path: file, readOnly: true)
@@ -74,7 +74,7 @@ import Glibc
         let test = try TestStore()
         let moved = try test.directory.makeFolder("moved")
         let replaced = try test.directory.makeFolder("replaced")
-        let deleted = try test.directory.write("deleted.txt", "x")
+        let deleted = try test.directory.write("deleted.txt", "x").path
         let bookmarks = try test.store.bookmarks(of: "TEAM")
         try bookmarks.add("moved", path: moved, readOnly: false)
         try bookmarks.add("replaced", path: replaced, readOnly: false)
@@ -112,7 +112,7 @@ import Glibc
 
     @Test func fileBookmarks() throws {
         let test = try TestStore()
-        let file = try test.directory.write("config.json", "{}")
+        let file = try test.directory.write("config.json", "{}").path
         chmod(file, 0o640)
         let bookmarks = try test.store.bookmarks(of: "TEAM")
         try bookmarks.add("config", path: file, readOnly: false)
@@ -139,7 +139,7 @@ import Glibc
         let test = try TestStore()
         let folder = try test.directory.makeFolder("ro")
         try test.directory.write("ro/a.txt", "original")
-        let file = try test.directory.write("ro-file.txt", "original")
+        let file = try test.directory.write("ro-file.txt", "original").path
         let bookmarks = try test.store.bookmarks(of: "TEAM")
         try bookmarks.add("ro", path: folder, readOnly: true)
         try bookmarks.add("ro-file", path: file, readOnly: true)

@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -46,7 +47,7 @@ private let childCountVariable = "EXTRUN_STORE_TEST_CHILD_COUNT"
     }
 
     @Test func storesOpenedAtOnceOnAFreshHomeShareOneDatabase() async throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = URL(fileURLWithPath: directory.sub("home"))
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<6 {

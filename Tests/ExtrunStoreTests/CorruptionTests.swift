@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -11,8 +12,8 @@ import Glibc
 
 /// A home whose store holds a few pages of data, with every connection closed
 /// (so store.sqlite is complete on its own and has no -wal file).
-private func populatedHome() throws -> (TemporaryDirectory, home: String, database: String) {
-    let directory = try TemporaryDirectory()
+private func populatedHome() throws -> (TempDirectory, home: String, database: String) {
+    let directory = try TempDirectory()
     let home = directory.sub("home")
     do {
         let store = try Store(home: URL(fileURLWithPath: home))
@@ -116,7 +117,7 @@ private func expectUnusable(_ home: String, _ database: String, _ kind: StoreErr
     }
 
     @Test func aForeignSQLiteFileIsRefused() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = try directory.makeFolder("home")
         let database = home + "/store.sqlite"
         let queue = try DatabaseQueue(path: database)
@@ -148,7 +149,7 @@ private func expectUnusable(_ home: String, _ database: String, _ kind: StoreErr
     }
 
     @Test func aFreshHomeGetsAStoreAndReopensIt() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = directory.sub("deep/new/home")
         do {
             let store = try Store(home: URL(fileURLWithPath: home))

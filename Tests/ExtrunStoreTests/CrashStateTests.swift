@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -58,7 +59,7 @@ private func expectAllPresent(home: String, _ written: [String: JSONValue], sour
     /// than its header says, and the log holds the rest. Made here by doing exactly that
     /// first step by hand; `Scripts/faults` makes it with real SIGKILLs.
     @Test func aCheckpointKilledAfterItsFirstPageLeavesAStoreThatOpens() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = directory.sub("home")
         _ = try Store(home: URL(fileURLWithPath: home))
         let written = try writeIntoLog(home: home, prefix: "logged", count: 20, size: 5000)
@@ -82,7 +83,7 @@ private func expectAllPresent(home: String, _ written: [String: JSONValue], sour
     /// opener, page 1 first. No open may fail (issue 17, item 2). Threads, not tasks: the
     /// work blocks, and the cooperative pool has one thread per core.
     @Test func storesOpenWhileAnotherConnectionCheckpoints() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = directory.sub("home")
         let url = URL(fileURLWithPath: home)
         _ = try Store(home: url)
@@ -127,7 +128,7 @@ private func expectAllPresent(home: String, _ written: [String: JSONValue], sour
     /// the full disk, and take writes once there is room again.
     @Test(.enabled(if: getuid() == 0, "needs root to mount a small tmpfs (runs in the root half of Scripts/test)"))
     func aCheckpointStoppedByAFullDiskLeavesAStoreThatOpens() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let disk = try SmallDisk(at: directory.sub("disk"), megabytes: 2)
         defer { disk.unmount() }
         let home = disk.path + "/home"

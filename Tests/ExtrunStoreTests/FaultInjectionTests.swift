@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -48,7 +49,7 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
     /// killed with SIGKILL at random moments, half of them just after it starts a checkpoint:
     /// those can leave a file shorter than its header says, the log holding the rest.
     @Test func writersKilledDuringCheckpointsLoseNoAcknowledgedWrite() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = directory.sub("home")
         _ = try Store(home: URL(fileURLWithPath: home))
         let executable = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
@@ -123,7 +124,7 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
     /// `extrun globals import` of a large document killed at random moments: all of it or
     /// nothing, every time, and the next import succeeds.
     @Test func globalsImportKilledIsAllOrNothing() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = directory.sub("home")
         let store = try Store(home: URL(fileURLWithPath: home))
         try store.globals(of: "TEAM").set("before", to: 1)
@@ -167,7 +168,7 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
         try machines.sender.encoded().write(to: URL(fileURLWithPath: senderFile))
         let arguments = ["migrate", "import", machines.bundle, "--to", "NEW", "--sender", senderFile, "--batch-size", "200"]
         // One uninterrupted run into a home of its own: the kills spread over 5–95% of it.
-        let calibration = try TemporaryDirectory()
+        let calibration = try TempDirectory()
         try FileManager.default.copyItem(atPath: machines.new.home, toPath: calibration.sub("home"))
         let start = Date()
         let whole = try runExtrun(arguments, home: calibration.sub("home"))
@@ -199,7 +200,7 @@ private func expectIntact(_ home: String, acknowledged: [String], sourceLocation
     /// acknowledged is there.
     @Test(.enabled(if: getuid() == 0, "needs root to mount a small tmpfs (runs in the root half of Scripts/test)"))
     func aFullDiskAtSeveralFillLevelsLosesNothingAcknowledged() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let levels = [0, 4 << 10, 16 << 10, 64 << 10, 256 << 10]
         for (round, leaving) in levels.enumerated() {
             let disk = try SmallDisk(at: directory.sub("disk-\(round)"), megabytes: 3)

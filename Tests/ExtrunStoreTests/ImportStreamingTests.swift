@@ -61,7 +61,7 @@ struct ImportStreamingTests {
         #expect(try globals.get("e")?.value == .null)
         // From a file: unchanged, versions too.
         let versions = try globals.list()
-        let file = try test.directory.write("doc.json", document)
+        let file = try test.directory.write("doc.json", document).path
         let fd = open(file, O_RDONLY)
         defer { close(fd) }
         #expect(try globals.import(from: .fileDescriptor(fd, name: file), mode: .merge) == ImportSummary(unchanged: 5))

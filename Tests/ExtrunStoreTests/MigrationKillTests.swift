@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import Testing
 
@@ -8,32 +9,11 @@ import Testing
 import Glibc
 #endif
 
-/// The `extrun` binary built next to this test bundle (or in `<package>/.build/debug`).
-enum ExtrunExecutable {
-    struct NotBuilt: Error, CustomStringConvertible { var description: String }
-
-    static func path() throws -> String {
-        var candidates: [String] = []
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            var folder = (exe as NSString).deletingLastPathComponent
-            // Inside an .xctest bundle the binary sits a few folders down.
-            for _ in 0..<4 {
-                candidates.append(folder + "/extrun")
-                folder = (folder as NSString).deletingLastPathComponent
-            }
-        }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        candidates.append(root.appendingPathComponent(".build/debug/extrun").path)
-        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        throw NotBuilt(description: "the extrun binary is not built (looked at \(candidates.joined(separator: ", "))); run swift build first")
-    }
-}
-
 /// Runs `extrun` with `arguments` on `home`; returns (status, killed by a signal, stdout).
 @discardableResult
 func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = nil) throws -> (status: Int32, killed: Bool, stdout: Data) {
     let process = Process()
-    process.executableURL = URL(fileURLWithPath: try ExtrunExecutable.path())
+    process.executableURL = try ExtrunBinary.url()
     process.arguments = arguments
     var environment = ProcessInfo.processInfo.environment
     environment["EXTRUN_HOME"] = home

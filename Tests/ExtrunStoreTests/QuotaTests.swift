@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -34,7 +35,7 @@ struct QuotaTests {
 
     @Test("the global count: the write past it is refused with limit and usage, nothing written; updates still pass")
     func globalCount() throws {
-        let tmp = try TemporaryDirectory()
+        let tmp = try TempDirectory()
         let store = try Store(home: tmp.url)
         try store.setQuota(of: "TEAM", ["globals": 3])
         let globals = try store.globals(of: "TEAM")
@@ -56,7 +57,7 @@ struct QuotaTests {
 
     @Test("bytes: an import over the limit is refused whole; a delete under a lowered limit passes")
     func bytes() throws {
-        let tmp = try TemporaryDirectory()
+        let tmp = try TempDirectory()
         let store = try Store(home: tmp.url)
         let globals = try store.globals(of: "TEAM")
         try globals.set("small", to: "x")
@@ -82,7 +83,7 @@ struct QuotaTests {
 
     @Test("bookmarks and donations have counts too")
     func bookmarksAndDonations() throws {
-        let tmp = try TemporaryDirectory()
+        let tmp = try TempDirectory()
         let store = try Store(home: tmp.url)
         try store.setQuota(of: "TEAM", ["bookmarks": 1, "donations": 2])
         try tmp.makeFolder("one")
@@ -106,7 +107,7 @@ struct QuotaTests {
 
     @Test("the defaults come from quota in policy.json; an owner's own limit wins; a bad policy is a clear error")
     func policyDefaults() throws {
-        let tmp = try TemporaryDirectory()
+        let tmp = try TempDirectory()
         _ = try Store(home: tmp.url)
         try tmp.write("policy.json", #"{"quota": {"globals": 1}}"#)
         chmod(tmp.sub("policy.json"), 0o600)
@@ -127,7 +128,7 @@ struct QuotaTests {
 
     @Test("the counters stay right through every writer: sets, deletes, imports, bookmarks, donations and a migration's bulk copy")
     func countersFollowEveryWriter() throws {
-        let tmp = try TemporaryDirectory()
+        let tmp = try TempDirectory()
         let store = try Store(home: tmp.url)
         let old = try store.globals(of: "OLD")
         for i in 0..<20 { try old.set("g\(i)", to: .string(String(repeating: "x", count: i * 10))) }

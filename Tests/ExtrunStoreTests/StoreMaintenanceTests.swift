@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -24,7 +25,7 @@ private func unchanged(_ before: [String: Data], _ home: String) -> Bool {
 }
 
 /// A home with 40 globals of owner TEAM, every connection closed (no log).
-private func homeWithGlobals(_ directory: TemporaryDirectory) throws -> (home: String, values: [String: JSONValue]) {
+private func homeWithGlobals(_ directory: TempDirectory) throws -> (home: String, values: [String: JSONValue]) {
     let home = directory.sub("home")
     var values: [String: JSONValue] = [:]
     let globals = try Store(home: URL(fileURLWithPath: home)).globals(of: "TEAM")
@@ -37,7 +38,7 @@ private func homeWithGlobals(_ directory: TemporaryDirectory) throws -> (home: S
 }
 
 /// Opens a recovered file as the store of a new home that has the same keys.
-private func openRecovered(_ file: String, keysFrom home: String, in directory: TemporaryDirectory) throws -> Store {
+private func openRecovered(_ file: String, keysFrom home: String, in directory: TempDirectory) throws -> Store {
     let newHome = try directory.makeFolder("recovered-home")
     chmod(newHome, 0o700)
     try FileManager.default.copyItem(atPath: home + "/keys", toPath: newHome + "/keys")
@@ -47,7 +48,7 @@ private func openRecovered(_ file: String, keysFrom home: String, in directory: 
 
 @Suite struct StoreMaintenanceTests {
     @Test func anIntactStoreChecksOkAndRecoversEveryRow() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let (home, values) = try homeWithGlobals(directory)
         let before = storeFiles(home)
         let report = try StoreMaintenance.check(home: URL(fileURLWithPath: home), full: true)
@@ -70,7 +71,7 @@ private func openRecovered(_ file: String, keysFrom home: String, in directory: 
     /// Garbage over pages in the middle of the file: check says so; recover copies every
     /// row SQLite can still read, names what it cannot, and leaves the store as it is.
     @Test func aDamagedStoreIsCheckedAndItsReadableRowsRecovered() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let (home, values) = try homeWithGlobals(directory)
         let database = home + "/store.sqlite"
         let size = try #require(fileBytes(database)).count
@@ -97,7 +98,7 @@ private func openRecovered(_ file: String, keysFrom home: String, in directory: 
     /// A connection that does not checkpoint at close (`extrun handle`'s) leaves its writes in
     /// the log; the log is then deleted while -shm still records them (issue 17, item 6).
     @Test func aDeletedLogIsRefusedInsteadOfSilentlyRollingBack() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = directory.sub("home")
         try Store(home: URL(fileURLWithPath: home)).globals(of: "TEAM").set("before", to: 1)
         do {
@@ -131,7 +132,7 @@ private func openRecovered(_ file: String, keysFrom home: String, in directory: 
 
     /// No message of the store advises deleting, resetting, or starting an empty store.
     @Test func noStoreMessageAdvisesLosingData() throws {
-        let directory = try TemporaryDirectory()
+        let directory = try TempDirectory()
         let home = directory.sub("home")
         try Store(home: URL(fileURLWithPath: home)).globals(of: "TEAM").set("x", to: 1)
         let database = home + "/store.sqlite"

@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunTestSupport
 import Foundation
 import GRDB
 import Testing
@@ -9,57 +10,15 @@ import Testing
 import Glibc
 #endif
 
-/// A temporary directory, removed (with everything in it) when the value goes away.
-final class TemporaryDirectory: Sendable {
-    let path: String
-    var url: URL { URL(fileURLWithPath: path, isDirectory: true) }
-
-    init(_ label: String = "store") throws {
-        var base = NSTemporaryDirectory()
-        while base.count > 1, base.hasSuffix("/") { base.removeLast() }
-        var template = Array("\(base)/extrun-\(label)-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        path = String(cString: made)
-    }
-
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-
-    func sub(_ relative: String) -> String { path + "/" + relative }
-
-    @discardableResult
-    func makeFolder(_ relative: String) throws -> String {
-        try FileManager.default.createDirectory(atPath: sub(relative), withIntermediateDirectories: true)
-        return sub(relative)
-    }
-
-    @discardableResult
-    func write(_ relative: String, _ contents: String) throws -> String {
-        let file = sub(relative)
-        try FileManager.default.createDirectory(
-            atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try Data(contents.utf8).write(to: URL(fileURLWithPath: file))
-        return file
-    }
-
-    func read(_ relative: String) throws -> String {
-        String(decoding: try Data(contentsOf: URL(fileURLWithPath: sub(relative))), as: UTF8.self)
-    }
-
-    func exists(_ relative: String) -> Bool {
-        var info = stat()
-        return lstat(sub(relative), &info) == 0
-    }
-}
-
 /// A store in a fresh temporary home.
 struct TestStore {
-    let directory: TemporaryDirectory
+    let directory: TempDirectory
     let store: Store
     var home: String { directory.sub("home") }
     var databasePath: String { store.databasePath }
 
     init() throws {
-        directory = try TemporaryDirectory()
+        directory = try TempDirectory()
         store = try Store(home: URL(fileURLWithPath: directory.sub("home")))
     }
 

@@ -1,5 +1,10 @@
+import ExtrunHost
 import ExtrunStore
 import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Where Scripts/test staged the example plugins (one directory per plugin).
 ///
@@ -44,5 +49,19 @@ public enum StagedPlugins {
             throw NotStaged(description: "\(file.path) has no signing key; run Scripts/test")
         }
         try Store(home: home).trust("EXAMPLETEAM", author: "the staged examples", signingKey: key)
+    }
+
+    /// The staged plugins on a host whose home (`home`) trusts the examples' key.
+    public static func host(home: URL) throws -> ExtrunHost.Host {
+        try trust(home: home)
+        return ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [try directory()]))
+    }
+
+    /// SDKs/python/extrun_plugin.py, copied beside a Python plugin that imports it (as an
+    /// author vendors it), readable by the plugin's user.
+    public static func copyPythonModule(into plugin: URL) throws {
+        let module = plugin.appendingPathComponent("extrun_plugin.py")
+        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py"), to: module)
+        _ = chmod(module.path, 0o644)
     }
 }

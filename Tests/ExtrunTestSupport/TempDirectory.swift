@@ -4,11 +4,12 @@ import Foundation
 import Glibc
 #endif
 
-/// A temporary directory, removed when the value goes away. Searchable by others
-/// (mode 711): run as root, the host starts plugins as another user, which must
-/// reach the plugins and scratch directories the tests make in here.
-public final class TempDirectory {
+/// A temporary directory, removed (with everything in it) when the value goes away.
+/// Searchable by others (mode 711): run as root, the host starts plugins as another
+/// user, which must reach the plugins and scratch directories the tests make in here.
+public final class TempDirectory: Sendable {
     public let url: URL
+    public var path: String { url.path }
 
     public init(_ label: String = "test") throws {
         let base = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
@@ -39,20 +40,61 @@ public final class TempDirectory {
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         return dir
     }
+
+    /// The path of `relative` inside it.
+    public func sub(_ relative: String) -> String { path + "/" + relative }
+
+    /// Creates the folder `relative` (and its parents); its path.
+    @discardableResult
+    public func makeFolder(_ relative: String) throws -> String { try directory(relative).path }
+
+    public func read(_ relative: String) throws -> String {
+        String(decoding: try Data(contentsOf: URL(fileURLWithPath: sub(relative))), as: UTF8.self)
+    }
+
+    /// Whether `relative` exists (a dangling link too).
+    public func exists(_ relative: String) -> Bool {
+        var info = stat()
+        return lstat(sub(relative), &info) == 0
+    }
+}
+
+/// A new folder in the temporary directory (`extrun-LABEL-` and 8 random characters,
+/// mode 755 under the usual umask), which the test removes itself, or leaves to the
+/// system's cleaning: for a home or a plugin folder a test hands to the host or the CLI.
+public func makeTemporaryFolder(_ label: String) throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-\(label)-\(UUID().uuidString.prefix(8))")
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    return url
+}
+
+/// The products `swift build` made: next to the running test bundle, or in `<root>/.build/debug`.
+public enum BuiltProduct {
+    /// The built executable `name`, or nil when it is not built.
+    public static func url(_ name: String) -> URL? {
+        candidates(name).first { FileManager.default.isExecutableFile(atPath: $0.path) }
+    }
+
+    static func candidates(_ name: String) -> [URL] {
+        var candidates: [URL] = []
+        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            // Beside the test binary, or, inside an .xctest bundle, a few folders up.
+            var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+            for _ in 0..<4 {
+                candidates.append(dir.appendingPathComponent(name))
+                dir = dir.deletingLastPathComponent()
+            }
+        }
+        candidates.append(StagedPlugins.packageRoot.appendingPathComponent(".build/debug/\(name)"))
+        return candidates
+    }
 }
 
 /// The `extrun` binary: next to the test bundle, or in `<root>/.build/debug`.
 public enum ExtrunBinary {
     public static func url() throws -> URL {
-        var candidates: [URL] = []
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            candidates.append(URL(fileURLWithPath: exe).deletingLastPathComponent().appendingPathComponent("extrun"))
-        }
-        candidates.append(StagedPlugins.packageRoot.appendingPathComponent(".build/debug/extrun"))
-        for candidate in candidates where FileManager.default.isExecutableFile(atPath: candidate.path) {
-            return candidate
-        }
+        if let url = BuiltProduct.url("extrun") { return url }
         throw StagedPlugins.NotStaged(
-            description: "the extrun binary is not built (looked for \(candidates.map(\.path).joined(separator: " and "))); run Scripts/test")
+            description: "the extrun binary is not built (looked for \(BuiltProduct.candidates("extrun").map(\.path).joined(separator: " and "))); run Scripts/test")
     }
 }
