@@ -215,8 +215,10 @@ struct ConfinementTests {
         let environment = [
             "EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TMPDIR": base.path, "PATH": "/usr/bin:/bin",
         ]
+        // The scratch directories are made in extrun's folder in $TMPDIR, the host's user's.
+        let folder = base.appendingPathComponent("extrun-scratch-\(geteuid())")
         func scratch() -> Set<String> {
-            Set(((try? FileManager.default.contentsOfDirectory(atPath: base.path)) ?? []).filter { $0.hasPrefix("extrun-run-") })
+            Set(((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { $0.hasPrefix("extrun-run-") })
         }
         /// A host whose plugin never answers, once its scratch directory is there.
         func hangingHost(besides known: Set<String>) throws -> (Process, String) {
@@ -233,8 +235,10 @@ struct ConfinementTests {
         }
         // A host killed between making its folder and locking it leaves an extrun-new-*:
         // removed once older than a minute, never sooner (a live host's is that for microseconds).
-        let unlockedOld = base.appendingPathComponent("extrun-new-OLDOLD")
-        let unlockedNew = base.appendingPathComponent("extrun-new-NEWNEW")
+        let unlockedOld = folder.appendingPathComponent("extrun-new-OLDOLD")
+        let unlockedNew = folder.appendingPathComponent("extrun-new-NEWNEW")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        chmod(folder.path, getuid() == 0 ? 0o711 : 0o700)
         try FileManager.default.createDirectory(at: unlockedOld, withIntermediateDirectories: false)
         try FileManager.default.createDirectory(at: unlockedNew, withIntermediateDirectories: false)
         var times = [timeval(tv_sec: time(nil) - 120, tv_usec: 0), timeval(tv_sec: time(nil) - 120, tv_usec: 0)]
@@ -258,6 +262,8 @@ struct ConfinementTests {
         #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
         _ = try CLIRun.measure([ExamplePlugins.extrunBinary.path, "handle", quick.path], environment: environment)
         #expect(scratch().isEmpty, "left: \(scratch())")
+        // Extrun's folder goes with its last scratch directory: nothing is left in $TMPDIR.
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: base.path)) ?? []).isEmpty, "left in $TMPDIR")
     }
 
     /// inotify instances are a budget of the user's (128 here): one plugin took it whole.
