@@ -316,10 +316,9 @@ final class PluginProcess {
         request.reveal_targets = arena.constStrings(sandbox.reveals.map(\.target))
         request.reveal_writable = UnsafePointer(arena.copy(sandbox.reveals.map { Int32($0.writable ? 1 : 0) }))
         request.reveal_count = Int32(sandbox.reveals.count)
-        // Without a pid namespace, the supervisor checks every signal the plugin sends:
-        // that filter is the only one when none is asked for, the fallback otherwise.
-        request.filter_no_pid_ns = UnsafeRawPointer(programs?.checking?.bytes)
-        request.filter_no_pid_ns_length = UInt16(programs?.checking?.length ?? 0)
+        // Without a pid namespace, the supervisor checks every signal the plugin sends: a
+        // program that leaves them to the namespace is not used then (see the retry below).
+        request.filter_needs_pid_ns = programs?.needsPidNamespace == true ? 1 : 0
         request.private_dev = sandbox.privateDev ? 1 : 0
         request.memory_files_bytes = sandbox.memoryFilesBytes
         request.memory_files_inodes = sandbox.memoryFilesInodes
@@ -350,6 +349,11 @@ final class PluginProcess {
             process.finish()
             let reason = String(cString: strerror(first.error))
             switch extrun_spawn_stage(rawValue: UInt32(first.stage)) {
+            case EXTRUN_STAGE_PID_NAMESPACE where programs?.needsPidNamespace == true:
+                // No pid namespace to be had here: again (once) with the program that has the
+                // supervisor check signals, which every later launch of this process builds at once.
+                SeccompFilters.noteNoPidNamespace()
+                return try launch(spec, sandbox: sandbox)
             case EXTRUN_STAGE_EXEC where sandbox.identity.dropsPrivileges && (first.error == EACCES || first.error == EPERM):
                 let blocked = PathAccess.firstBlocked(
                     spec.executable.path, uid: sandbox.identity.uid, gid: sandbox.identity.gid, wanted: "rx")
