@@ -485,14 +485,15 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
     // descriptors through /proc.
     prctl(PR_SET_DUMPABLE, 0);
 
-    // What the plugin gets: the filter that checks signals when it has no pid
-    // namespace to keep it away from other processes; the namespaces it got.
+    // Without a pid namespace to keep the plugin away from other processes, its filter must
+    // send the signal-sending calls here: one that leaves them to the namespace is not used
+    // (the host builds the one that checks them, only then, and starts again).
+    if (!(active & EXTRUN_NS_PID) && request->filter != NULL && request->filter_needs_pid_ns) {
+        report_setup_failure(status_fd, EXTRUN_STAGE_PID_NAMESPACE, EPERM);
+    }
+    // What the plugin gets: the namespaces it got.
     struct extrun_sandbox_request chosen = *request;
     chosen.namespaces = active;
-    if (!(active & EXTRUN_NS_PID) && request->filter_no_pid_ns != NULL) {
-        chosen.filter = request->filter_no_pid_ns;
-        chosen.filter_length = request->filter_no_pid_ns_length;
-    }
     request = &chosen;
 
     int report[2];
@@ -674,7 +675,9 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         pid_t target;
                         int group, signal_number;
                         extrun_signal_call_target(&request_buffer, &target, &group, &signal_number);
-                        if (extrun_signal_allowed(target, group, plugin, self)) {
+                        // In a pid namespace (a program that checks signals is used there after
+                        // a run of this host had none) every pid the plugin can name is the run's.
+                        if (in_pid_ns || extrun_signal_allowed(target, group, plugin, self)) {
                             response.error = 0;
                             response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
                         } else if (!killed) {
@@ -694,7 +697,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                         extrun_syscall_controls_process(request_buffer.data.nr)) {
                         // Limits, priority or scheduling of a process: only the run's own.
                         pid_t target = 0;
-                        if (extrun_process_call_allowed(&request_buffer, plugin, self, &target)) {
+                        if (in_pid_ns || extrun_process_call_allowed(&request_buffer, plugin, self, &target)) {
                             response.error = 0;
                             response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
                         } else if (!killed) {

@@ -273,7 +273,6 @@ final class PluginProcess {
         ]
         let argv = [spec.executable.path] + spec.arguments
         let envp = spec.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-        var result = extrun_sandbox_result()
         // The path's C string must be the very pointer the seccomp filter allows execve with:
         // with seccomp, the one the filters were built for (kept for the process's life).
         var programs: SeccompFilters.Set?
@@ -286,75 +285,52 @@ final class PluginProcess {
                 throw HostError(.internalError, "cannot build the seccomp filter (libseccomp error \(error.code))")
             }
         }
-        let ownPath = programs == nil ? strdup(spec.executable.path) : nil
-        defer { free(ownPath) }
         if !sandbox.identity.dropsPrivileges {
             // The plugin shares the host's uid: the host must not be readable through
             // /proc/<host>/mem or /environ should the plugin see the host's pid.
             extrun_set_dumpable(0)
         }
 
-        let writable: [Int32] = sandbox.reveals.map { $0.writable ? 1 : 0 }
-        withCStrings(argv) { argvPointer in
-            withCStrings(envp) { envpPointer in
-              withCStrings(sandbox.reveals.map(\.source)) { revealPointer in
-               withCStrings(sandbox.reveals.map(\.target)) { targetPointer in
-               withCStrings(sandbox.hidePaths) { hidePointer in
-                withOptionalCString(spec.workingDirectory?.path) { cwd in
-                 withOptionalCString(sandbox.scratchPath) { scratchPointer in
-                  withCStrings(sandbox.landlock.map(\.path)) { landlockPointer in
-                   sandbox.landlock.map(\.kind).withUnsafeBufferPointer { landlockKinds in
-                    mappings.withUnsafeBufferPointer { fds in
-                      writable.withUnsafeBufferPointer { writablePointer in
-                        var request = extrun_sandbox_request()
-                        request.path = UnsafePointer(programs?.path ?? ownPath)
-                        request.argv = argvPointer
-                        request.envp = envpPointer
-                        request.cwd = cwd
-                        request.fds = fds.baseAddress
-                        request.fd_count = Int32(fds.count)
-                        request.limits = sandbox.limits
-                        request.filter = UnsafeRawPointer(programs?.main.bytes)
-                        request.filter_length = UInt16(programs?.main.length ?? 0)
-                        request.filter_uses_notify = sandbox.seccompNotify ? 1 : 0
-                        request.namespaces = sandbox.namespaces
-                        request.pid_max = Int32(sandbox.pidMax)
-                        request.cgroup_procs_fd = sandbox.cgroupProcsFD
-                        request.drop_privileges = sandbox.identity.dropsPrivileges ? 1 : 0
-                        request.plugin_uid = sandbox.identity.uid
-                        request.plugin_gid = sandbox.identity.gid
-                        request.hide_paths = UnsafeRawPointer(hidePointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
-                        request.hide_count = Int32(sandbox.hidePaths.count)
-                        request.reveal_sources = UnsafeRawPointer(revealPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
-                        request.reveal_targets = UnsafeRawPointer(targetPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
-                        request.reveal_writable = writablePointer.baseAddress
-                        request.reveal_count = Int32(sandbox.reveals.count)
-                        // Without a pid namespace, the supervisor checks every signal the plugin sends:
-                        // that filter is the only one when none is asked for, the fallback otherwise.
-                        request.filter_no_pid_ns = UnsafeRawPointer(programs?.checking?.bytes)
-                        request.filter_no_pid_ns_length = UInt16(programs?.checking?.length ?? 0)
-                        request.private_dev = sandbox.privateDev ? 1 : 0
-                        request.memory_files_bytes = sandbox.memoryFilesBytes
-                        request.memory_files_inodes = sandbox.memoryFilesInodes
-                        request.scratch_path = scratchPointer
-                        request.disk_bytes = sandbox.diskBytes
-                        request.disk_files = sandbox.diskFiles
-                        request.disk_check_ms = SandboxSettings.diskCheckMs
-                        request.landlock_paths = UnsafeRawPointer(landlockPointer).assumingMemoryBound(to: UnsafePointer<CChar>?.self)
-                        request.landlock_kinds = landlockKinds.baseAddress
-                        request.landlock_count = Int32(sandbox.landlock.count)
-                        extrun_sandbox_spawn(&request, &result)
-                      }
-                    }
-                   }
-                  }
-                 }
-                }
-               }
-               }
-              }
-            }
-        }
+        // Every string and array the C side reads, in one arena freed after the spawn.
+        let arena = CArena()
+        var request = extrun_sandbox_request()
+        request.path = UnsafePointer(programs?.path ?? arena.string(spec.executable.path))
+        request.argv = UnsafePointer(arena.strings(argv))
+        request.envp = UnsafePointer(arena.strings(envp))
+        request.cwd = spec.workingDirectory.map { UnsafePointer(arena.string($0.path)) }
+        request.fds = UnsafePointer(arena.copy(mappings))
+        request.fd_count = Int32(mappings.count)
+        request.limits = sandbox.limits
+        request.filter = UnsafeRawPointer(programs?.main.bytes)
+        request.filter_length = UInt16(programs?.main.length ?? 0)
+        request.filter_uses_notify = sandbox.seccompNotify ? 1 : 0
+        request.namespaces = sandbox.namespaces
+        request.pid_max = Int32(sandbox.pidMax)
+        request.cgroup_procs_fd = sandbox.cgroupProcsFD
+        request.drop_privileges = sandbox.identity.dropsPrivileges ? 1 : 0
+        request.plugin_uid = sandbox.identity.uid
+        request.plugin_gid = sandbox.identity.gid
+        request.hide_paths = arena.constStrings(sandbox.hidePaths)
+        request.hide_count = Int32(sandbox.hidePaths.count)
+        request.reveal_sources = arena.constStrings(sandbox.reveals.map(\.source))
+        request.reveal_targets = arena.constStrings(sandbox.reveals.map(\.target))
+        request.reveal_writable = UnsafePointer(arena.copy(sandbox.reveals.map { Int32($0.writable ? 1 : 0) }))
+        request.reveal_count = Int32(sandbox.reveals.count)
+        // Without a pid namespace, the supervisor checks every signal the plugin sends: a
+        // program that leaves them to the namespace is not used then (see the retry below).
+        request.filter_needs_pid_ns = programs?.needsPidNamespace == true ? 1 : 0
+        request.private_dev = sandbox.privateDev ? 1 : 0
+        request.memory_files_bytes = sandbox.memoryFilesBytes
+        request.memory_files_inodes = sandbox.memoryFilesInodes
+        request.scratch_path = sandbox.scratchPath.map { UnsafePointer(arena.string($0)) }
+        request.disk_bytes = sandbox.diskBytes
+        request.disk_files = sandbox.diskFiles
+        request.disk_check_ms = SandboxSettings.diskCheckMs
+        request.landlock_paths = arena.constStrings(sandbox.landlock.map(\.path))
+        request.landlock_kinds = UnsafePointer(arena.copy(sandbox.landlock.map(\.kind)))
+        request.landlock_count = Int32(sandbox.landlock.count)
+        var result = extrun_sandbox_result()
+        withExtendedLifetime(arena) { extrun_sandbox_spawn(&request, &result) }
         guard result.error == 0, result.supervisor_pid > 0 else {
             for fd in [input.write, output.read, out.read, err.read] { close(fd) }
             throw HostError(.internalError, "cannot start the plugin's supervisor: \(String(cString: strerror(result.error)))")
@@ -373,6 +349,11 @@ final class PluginProcess {
             process.finish()
             let reason = String(cString: strerror(first.error))
             switch extrun_spawn_stage(rawValue: UInt32(first.stage)) {
+            case EXTRUN_STAGE_PID_NAMESPACE where programs?.needsPidNamespace == true:
+                // No pid namespace to be had here: again (once) with the program that has the
+                // supervisor check signals, which every later launch of this process builds at once.
+                SeccompFilters.noteNoPidNamespace()
+                return try launch(spec, sandbox: sandbox)
             case EXTRUN_STAGE_EXEC where sandbox.identity.dropsPrivileges && (first.error == EACCES || first.error == EPERM):
                 let blocked = PathAccess.firstBlocked(
                     spec.executable.path, uid: sandbox.identity.uid, gid: sandbox.identity.gid, wanted: "rx")
@@ -555,14 +536,37 @@ enum HostSignals {
     }
 }
 
-private func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
-    var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
-    pointers.append(nil)
-    defer { for pointer in pointers { free(pointer) } }
-    return pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
-}
+/// Memory for the C side of a launch: C strings, NULL-terminated arrays of them and copies
+/// of arrays, allocated as the request is filled in and freed together with the arena
+/// (one flat list of assignments instead of a closure per string list).
+private final class CArena {
+    private var allocations: [UnsafeMutableRawPointer] = []
 
-private func withOptionalCString<R>(_ string: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
-    guard let string else { return body(nil) }
-    return string.withCString { body($0) }
+    deinit {
+        for allocation in allocations { allocation.deallocate() }
+    }
+
+    /// A copy of `values` (at least one element's room, so never a null pointer).
+    func copy<T: BitwiseCopyable>(_ values: [T]) -> UnsafeMutablePointer<T> {
+        let pointer = UnsafeMutablePointer<T>.allocate(capacity: max(values.count, 1))
+        values.withUnsafeBufferPointer { buffer in
+            if let base = buffer.baseAddress { pointer.initialize(from: base, count: buffer.count) }
+        }
+        allocations.append(UnsafeMutableRawPointer(pointer))
+        return pointer
+    }
+
+    func string(_ string: String) -> UnsafeMutablePointer<CChar> {
+        copy(Array(string.utf8CString))
+    }
+
+    /// `strings` as C strings, then a null pointer (`char *const *`).
+    func strings(_ strings: [String]) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?> {
+        copy(strings.map { Optional(string($0)) } + [nil])
+    }
+
+    /// The same as `const char *const *`.
+    func constStrings(_ strings: [String]) -> UnsafePointer<UnsafePointer<CChar>?> {
+        UnsafePointer(copy(strings.map { Optional(UnsafePointer(string($0))) } + [nil]))
+    }
 }

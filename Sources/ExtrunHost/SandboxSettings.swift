@@ -99,13 +99,14 @@ struct SandboxSettings {
         if policy.namespaces.user && !capabilities.isRoot { flags |= Int32(EXTRUN_NS_USER) }
         namespaces = flags
         if policy.namespaces.mount {
-            // The home, and the folder the scratch directories are made in (other
-            // runs' scratch directories, the host's temporary files): only the outermost.
+            // The home, and the folder the scratch directories are made in ($TMPDIR, above
+            // extrun's own folder: other runs' scratch directories, the host's temporary
+            // files): only the outermost.
             // And a folder above the plugin's own that its user cannot enter (such as /root).
             let unreachable = pluginDirectory.flatMap { SandboxSettings.logical($0.path) }.flatMap {
                 PathAccess.coverableAncestor(of: $0, identity: self.identity)
             }
-            let candidates = ([home, scratch?.deletingLastPathComponent()].compactMap { $0.flatMap { SandboxSettings.resolved($0.path) } }
+            let candidates = ([home, scratch.map(ScratchDirectory.hiddenFolder(of:))].compactMap { $0.flatMap { SandboxSettings.resolved($0.path) } }
                 + [unreachable].compactMap { $0 }).filter { $0 != "/" }
             hidePaths = candidates.filter { path in !candidates.contains { path.hasPrefix($0 + "/") } }
             hidePaths = hidePaths.enumerated().filter { index, path in !hidePaths[..<index].contains(path) }.map(\.element)

@@ -27,6 +27,7 @@ enum extrun_spawn_stage {
     EXTRUN_STAGE_CREDENTIALS = 10,  // setgroups/setgid/setuid to the plugin's user
     EXTRUN_STAGE_MOUNT = 11,        // hiding $EXTRUN_HOME in the mount namespace
     EXTRUN_STAGE_LANDLOCK = 12,     // restricting the plugin with Landlock
+    EXTRUN_STAGE_PID_NAMESPACE = 13,  // no pid namespace, and a filter that needs one (filter_needs_pid_ns)
 };
 
 /// pipe2(fds, O_CLOEXEC). 0, or -1 and errno.

@@ -72,11 +72,11 @@ struct extrun_sandbox_request {
     const char *const *reveal_targets;
     const int *reveal_writable;
     int reveal_count;
-    /// The filter to use instead of `filter` when the plugin gets no pid
-    /// namespace: it also sends the signal-sending calls to the supervisor, which
-    /// lets through only those aimed at the plugin's own processes. NULL: `filter`.
-    const void *filter_no_pid_ns;
-    unsigned short filter_no_pid_ns_length;
+    /// 1: `filter` leaves the signal-sending calls to the pid namespace (it does not send
+    /// them to the supervisor), so it must not be used without one: when the plugin gets no
+    /// pid namespace the supervisor reports EXTRUN_STAGE_PID_NAMESPACE instead of starting
+    /// it, and the host starts again with the filter that checks them.
+    int filter_needs_pid_ns;
     /// With a mount namespace: a /dev of the run's own (null, full, random, urandom, tty;
     /// no terminals, no /dev/zero), and, when `memory_files_bytes` > 0, one tmpfs of that
     /// size and `memory_files_inodes` files for /dev/shm, /tmp and /var/tmp, gone with the run.
