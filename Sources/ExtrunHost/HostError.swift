@@ -30,6 +30,10 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     /// A signed plugin's files changed after it was signed, or its signature is malformed
     /// or names another owner (`details.file` names the file): it is not started.
     case signatureInvalid
+    /// A long-running host (`extrun serve`) had no room for the intent: its queue was full,
+    /// its caller at its limit, or the plugin backed off after repeated crashes. Nothing ran;
+    /// `details` has the numbers (docs/serve.md).
+    case overloaded
     /// The host could not do its own work (spawn failed, out of descriptors...).
     case internalError
 
@@ -49,6 +53,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .confirmationDeclined: 13
         case .diskLimitExceeded: 14
         case .signatureInvalid: 19
+        case .overloaded: 21
         case .internalError: 70
         }
     }

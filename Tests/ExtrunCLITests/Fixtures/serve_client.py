@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""A client of `extrun serve` written with Python's standard library only (http.client
+over AF_UNIX), as any program would call the service (docs/serve.md). ServeTests runs
+each check: `serve_client.py SOCKET CHECK`; exit 0 when it holds, else a message."""
+import http.client
+import json
+import socket
+import sys
+import time
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=30):
+        super().__init__("extrun", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def call(path, method, target, body=None, headers=None):
+    connection = UnixConnection(path)
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    connection.request(method, target, body=data, headers=headers or {})
+    response = connection.getresponse()
+    raw = response.read()
+    connection.close()
+    try:
+        return response.status, json.loads(raw), response
+    except ValueError:
+        return response.status, raw.decode(errors="replace"), response
+
+
+def expect(condition, message):
+    if not condition:
+        print("FAILED: " + message, file=sys.stderr)
+        sys.exit(1)
+
+
+def check_basic(path):
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(status == 200 and health["status"] == "ok", "health: %s %s" % (status, health))
+
+    status, listing, _ = call(path, "GET", "/v1/intents")
+    expect(status == 200 and any(i["intent"] == "MakeUppercase" for i in listing["intents"]), "intents: %s" % listing)
+    status, one, _ = call(path, "GET", "/v1/intents/MakeUppercase")
+    expect(status == 200 and one["plugin"] == "com.example.uppercase" and one["intent"]["name"] == "MakeUppercase", "describe: %s" % one)
+    status, missing, _ = call(path, "GET", "/v1/intents/NoSuchIntent")
+    expect(status == 404 and missing["error"]["kind"] == "noHandler", "describe a missing intent: %s %s" % (status, missing))
+
+    intent = {"intent": "MakeUppercase", "parameters": {"text": "hello world"}}
+    for _ in range(3):
+        status, answer, _ = call(path, "POST", "/v1/handle", intent)
+        expect(status == 200 and answer["exitStatus"] == 0, "handle: %s %s" % (status, answer))
+        report = answer["report"]
+        expect(report["response"]["properties"]["result"] == "HELLO WORLD", "result: %s" % report)
+        expect(report["plugin"] == "com.example.uppercase" and report["mode"] == "extension", "report: %s" % report)
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(health["reuses"] >= 2, "warm reuse: %s" % health)
+
+    # Typed errors keep their kind, numbers and exit status; the HTTP status follows them.
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "x", "nope": 1}})
+    expect(status == 422 and answer["exitStatus"] == 4 and answer["report"]["error"]["kind"] == "invalidIntent", "unknown parameter: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "NoSuchIntent"})
+    expect(status == 404 and answer["exitStatus"] == 5, "no handler: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle", b'{"intent": ')
+    expect(status == 400 and answer["exitStatus"] == 4, "malformed JSON: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle?mode=sideways", intent)
+    expect(status == 400 and answer["report"]["error"]["field"] == "mode", "bad mode: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase"})
+    expect(status == 422 and answer["exitStatus"] == 3, "non-interactive: a missing value is parameterUnresolved: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/handle")
+    expect(status == 405, "wrong method: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v2/nothing")
+    expect(status == 404, "unknown endpoint: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle?format=text", intent)
+    expect(status == 200 and "HELLO WORLD" in answer["text"], "format=text: %s" % answer)
+
+    # Options and the metrics.
+    status, answer, _ = call(path, "POST", "/v1/options?parameter=soup&search=chow", {"intent": "OrderSoup", "parameters": {}})
+    expect(status == 200 and answer["exitStatus"] == 0 and answer["report"]["options"], "options: %s %s" % (status, answer))
+    status, text, response = call(path, "GET", "/metrics")
+    expect(status == 200 and "extrun_intents_total" in str(text) and "extrun_queue_depth" in str(text), "metrics: %s" % text)
+
+
+def read_events(response):
+    """The NDJSON events of an interactive answer, one at a time."""
+    while True:
+        line = response.readline()
+        if not line:
+            return
+        if line.strip():
+            yield json.loads(line)
+
+
+def interactive(path, intent, answers):
+    connection = UnixConnection(path)
+    connection.request("POST", "/v1/handle?interactive=true", body=json.dumps(intent).encode())
+    response = connection.getresponse()
+    expect(response.status == 200 and response.getheader("content-type") == "application/x-ndjson", "stream head: %s" % response.status)
+    seen = []
+    for event in read_events(response):
+        seen.append(event["event"])
+        if event["event"] == "prompt":
+            answer = answers.pop(0)
+            status, body, _ = call(path, "POST", "/v1/runs/%s/answers" % event["run"], {"prompt": event["prompt"], "answer": answer})
+            expect(status == 200, "answer: %s %s" % (status, body))
+        elif event["event"] == "report":
+            connection.close()
+            return event, seen
+    expect(False, "the stream ended without a report: %s" % seen)
+
+
+def check_prompt(path):
+    event, seen = interactive(path, {"intent": "MakeUppercase", "parameters": {}}, ["shout"])
+    expect(seen[0] == "started" and "prompt" in seen, "events: %s" % seen)
+    expect(event["exitStatus"] == 0 and event["report"]["response"]["properties"]["result"] == "SHOUT", "answered: %s" % event)
+    event, seen = interactive(path, {"intent": "MakeUppercase", "parameters": {}}, [None])
+    expect(event["exitStatus"] == 3 and event["report"]["error"]["kind"] == "parameterUnresolved", "declined: %s" % event)
+    # A wrong answer is refused and the prompt still waits; an unknown run is 404.
+    status, body, _ = call(path, "POST", "/v1/runs/no-such-run/answers", {"prompt": "1", "answer": "x"})
+    expect(status == 404, "unknown run: %s %s" % (status, body))
+
+
+def check_too_large(path):
+    connection = UnixConnection(path)
+    connection.putrequest("POST", "/v1/handle")
+    connection.putheader("Content-Length", str(1 << 30))
+    connection.endheaders()
+    connection.send(b'{"intent": "MakeUppercase"')
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    expect(response.status == 413 and body["report"]["error"]["limit"] == "maxRequestBytes", "too large: %s %s" % (response.status, body))
+
+
+def check_disconnect(path):
+    """A caller that goes away mid-intent cancels it: nothing keeps running."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps({"intent": "Sleep", "parameters": {"seconds": 30}}).encode()
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 1:
+            break
+        time.sleep(0.05)
+    expect(health["running"] == 1, "the intent did not start: %s" % health)
+    time.sleep(0.3)
+    sock.close()
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 0:
+            return
+        time.sleep(0.05)
+    expect(False, "the intent still runs 5 s after its caller went away: %s" % health)
+
+
+def check_overloaded(path):
+    """maxConcurrent 1, maxQueued 0: a second intent while one runs is refused at once."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps({"intent": "Sleep", "parameters": {"seconds": 2}}).encode()
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 1:
+            break
+        time.sleep(0.05)
+    status, answer, response = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "x"}})
+    expect(status == 503 and answer["exitStatus"] == 21, "overloaded: %s %s" % (status, answer))
+    error = answer["report"]["error"]
+    expect(error["kind"] == "overloaded" and error["maxConcurrent"] == 1 and error["maxQueued"] == 0, "numbers: %s" % error)
+    expect(response.getheader("retry-after") is not None, "Retry-After")
+    reply = b""
+    while b"exitStatus" not in reply:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+    sock.close()
+    expect(b'"exitStatus":0' in reply, "the first intent: %s" % reply[:300])
+
+
+checks = {
+    "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
+    "overloaded": check_overloaded,
+}
+
+if __name__ == "__main__":
+    checks[sys.argv[2]](sys.argv[1])

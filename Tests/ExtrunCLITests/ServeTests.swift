@@ -1,0 +1,135 @@
+import ExtrunProtocol
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `extrun serve`, started for real on a socket in a temporary directory and driven by the
+/// CLI as a client and by a Python standard-library client (Fixtures/serve_client.py).
+/// Every test ends the service and checks that no process and no file of it is left.
+@Suite("extrun serve", .serialized)
+struct ServeTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    /// The fields of a report that do not depend on which host ran it.
+    func essentials(_ result: CLIResult) throws -> [String: JSONValue] {
+        guard case .object(var object) = try result.json() else { return [:] }
+        for volatile in ["id", "metrics", "steps", "donation"] { object[volatile] = nil }
+        if case .object(var error) = object["error"] ?? .null {
+            error["message"] = nil
+            error["file"] = nil
+            object["error"] = .object(error)
+        }
+        return object
+    }
+
+    @Test("handle --server and EXTRUN_SERVER print the report extrun handle prints, with its exit status")
+    func cliClientMatchesLocalRun() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let dir = try TempDirectory("intents")
+        let unknown = try dir.write("unknown.json", #"{"intent": "MakeUppercase", "parameters": {"text": "x", "nope": 1}}"#)
+        let missing = try dir.write("missing.json", #"{"intent": "MakeUppercase", "parameters": {}}"#)
+        let nobody = try dir.write("nobody.json", #"{"intent": "NoSuchIntent"}"#)
+        for (file, expected) in [("Examples/intents/make-uppercase.json", Int32(0)), (unknown.path, 4), (missing.path, 3), (nobody.path, 5)] {
+            let local = try cli.run(["handle", "--no-input", file])
+            let remote = try service.client(["handle", "--no-input", "--server", service.socket, file])
+            let fastPath = try service.client(["handle", file], environment: ["EXTRUN_SERVER": service.socket])
+            #expect(local.status == expected, "\(local)")
+            #expect(remote.status == expected, "\(remote)")
+            #expect(fastPath.status == expected, "\(fastPath)")
+            #expect(try essentials(remote) == essentials(local), "\(remote)\n\(local)")
+            #expect(try essentials(fastPath) == essentials(local), "\(fastPath)")
+        }
+        let text = try service.client(["handle", "--server", service.socket, "--format", "text", "Examples/intents/make-uppercase.json"])
+        #expect(text.status == 0 && text.stdout.contains("HELLO WORLD"), "\(text)")
+        // The service's log names the caller's uid with every intent.
+        #expect(service.logText.contains("\"uid\":\(getuid())"), "\(service.logText)")
+    }
+
+    @Test("A file parameter is read by the client, never by the service (sent inline)")
+    func filesGoInline() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let local = try cli.run(["handle", "--no-input", "Examples/intents/rename-files.json"])
+        let remote = try service.client(["handle", "--no-input", "--server", service.socket, "Examples/intents/rename-files.json"])
+        #expect(remote.status == local.status, "\(remote)\n\(local)")
+        #expect(try essentials(remote) == essentials(local), "\(remote)\n\(local)")
+    }
+
+    @Test("A service that is not there: configurationError, exit 11, naming the socket")
+    func noService() throws {
+        let dir = try TempDirectory("nosock")
+        let path = dir.url.appendingPathComponent("none.sock").path
+        let result = try cli.run(["handle", "--server", path, "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 11, "\(result)")
+        #expect(try result.json()["error"]?["message"]?.stringValue?.contains(path) == true, "\(result)")
+    }
+
+    @Test("Python client: health, intents, handle (warm), typed errors with HTTP statuses, options, metrics")
+    func pythonClient() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("basic")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("Prompts over the connection: a prompt event, answered by POST .../answers; a declined one ends parameterUnresolved")
+    func prompts() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("prompt")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("A request over maxRequestBytes is refused from its Content-Length, 413 with the numbers")
+    func tooLarge() throws {
+        let service = try Service(cli: cli, policy: #"{"maxRequestBytes": 65536}"#)
+        defer { service.stop() }
+        let result = try service.python("too-large")
+        #expect(result.status == 0, "\(result)")
+    }
+
+    @Test("Queue full: overloaded, HTTP 503, exit 21, with the limits; the running intent is not disturbed")
+    func overloaded() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        defer { service.stop() }
+        let result = try service.python("overloaded")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("SIGKILL of the service: every plugin it started dies with it (the supervisor's lifeline)")
+    func killedServiceLeavesNoPlugin() throws {
+        let service = try Service(cli: cli)
+        let warm = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
+        #expect(warm.status == 0, "\(warm)")
+        let started = service.descendants
+        #expect(!started.isEmpty, "a warm process should be kept after a reusable plugin's intent")
+        kill(service.process.processIdentifier, SIGKILL)
+        service.process.waitUntilExit()
+        let left = Processes.waitGone(started, seconds: 5)
+        #expect(left.isEmpty, "plugin processes left after the service was killed: \(left)")
+        // The next service takes over the stale socket, and its first plugin's launch sweeps
+        // the scratch directory the killed one left behind.
+        let next = try Service(cli: cli, sharing: service)
+        let again = try next.client(["handle", "--server", next.socket, "Examples/intents/make-uppercase.json"])
+        #expect(again.status == 0, "\(again)")
+        next.stop()
+    }
+
+    @Test("A bad serve.json: configurationError naming the field, exit 11, nothing left")
+    func badPolicy() throws {
+        let dir = try TempDirectory("badpolicy")
+        let file = try dir.write("serve.json", #"{"maxConcurrent": 0}"#, mode: 0o600)
+        let result = try cli.run(["serve", "--socket", dir.url.appendingPathComponent("s.sock").path, "--config", file.path])
+        #expect(result.status == 11, "\(result)")
+        #expect(result.stderr.contains("maxConcurrent"), "\(result)")
+        #expect(!FileManager.default.fileExists(atPath: dir.url.appendingPathComponent("s.sock").path))
+    }
+}
