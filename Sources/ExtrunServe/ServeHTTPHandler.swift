@@ -94,7 +94,11 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             body += buffer.readBytes(length: buffer.readableBytes) ?? []
         case .end:
-            guard !refused, let head else { return }
+            if refused {
+                context.close(promise: nil)
+                return
+            }
+            guard let head else { return }
             requestTimer?.cancel()
             requestTimer = nil
             dispatch(head, context: context)
@@ -109,7 +113,12 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             .invalidIntent,
             "the request's body is \(exact ? "" : "more than ")\(ByteCount.format(Int64(size))) (\(size) bytes), over the service's limit of \(ByteCount.format(Int64(limit))) (serve.json maxRequestBytes); it was not read",
             details: ["limit": "maxRequestBytes", "limitValue": .int(Int64(limit)), "measured": .int(Int64(size))])
-        respond(context: context, status: 413, body: ServeResponse.envelope(ServeResponse.refusal(error), text: false), close: true)
+        // The answer, then a lingering close: the rest of the body is read and dropped for a
+        // moment, so that the caller reads the answer instead of a reset.
+        respond(context: context, status: 413, body: ServeResponse.envelope(ServeResponse.refusal(error), text: false), close: false, lingering: true)
+        requestTimer?.cancel()
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        requestTimer = context.eventLoop.scheduleTask(in: .seconds(1)) { bound.value.close(promise: nil) }
     }
 
     private func dispatch(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
@@ -205,20 +214,25 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: line)))), promise: nil)
     }
 
-    private func respond(context: ChannelHandlerContext, status: Int, body: JSONValue, close: Bool, extraHeaders: HTTPHeaders = [:]) {
+    private func respond(
+        context: ChannelHandlerContext, status: Int, body: JSONValue, close: Bool, lingering: Bool = false, extraHeaders: HTTPHeaders = [:]
+    ) {
         var bytes = JSONWriter.bytes(body)
         bytes.append(0x0A)
-        respond(context: context, status: status, bytes: bytes, contentType: "application/json", close: close, extraHeaders: extraHeaders)
+        respond(
+            context: context, status: status, bytes: bytes, contentType: "application/json", close: close, lingering: lingering,
+            extraHeaders: extraHeaders)
     }
 
     private func respond(
-        context: ChannelHandlerContext, status: Int, bytes: [UInt8], contentType: String, close: Bool, extraHeaders: HTTPHeaders = [:]
+        context: ChannelHandlerContext, status: Int, bytes: [UInt8], contentType: String, close: Bool, lingering: Bool = false,
+        extraHeaders: HTTPHeaders = [:]
     ) {
         guard active else { return }
         var headers = extraHeaders
         headers.add(name: "content-type", value: contentType)
         headers.add(name: "content-length", value: String(bytes.count))
-        if close { headers.add(name: "connection", value: "close") }
+        if close || lingering { headers.add(name: "connection", value: "close") }
         let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: bytes)))), promise: nil)
@@ -226,7 +240,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         self.head = nil
         if close {
             done.whenComplete { _ in context.close(promise: nil) }
-        } else {
+        } else if !lingering {
             armRequestTimer(context: context)
         }
     }

@@ -133,3 +133,120 @@ struct ServeTests {
         #expect(!FileManager.default.fileExists(atPath: dir.url.appendingPathComponent("s.sock").path))
     }
 }
+
+/// A Python plugin that crashes (exit 3) on every `handle`: the service's crash backoff.
+private let crashingPlugin = #"""
+    #!/usr/bin/env python3
+    import os, sys
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
+
+
+    class Crash(extrun.Intent):
+        name = "Crash"
+
+        def handle(self, values, context):
+            os._exit(3)
+
+
+    extrun.run("test.crash", "1.0.0", [Crash()])
+    """#
+
+private let crashingManifest = #"""
+    {"id": "test.crash", "version": "1.0.0", "owner": "TESTTEAM", "protocolVersion": 1, "executable": "plugin.py",
+     "intents": [{"name": "Crash", "parameters": []}]}
+    """#
+
+@Suite("extrun serve: warm processes and limits", .serialized)
+struct ServeLimitTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    @Test("An idle warm process is ended after idleTimeoutSeconds")
+    func idleTimeout() throws {
+        let service = try Service(cli: cli, policy: #"{"idleTimeoutSeconds": 0.3}"#)
+        defer { service.stop() }
+        let result = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 0, "\(result)")
+        #expect(!service.descendants.isEmpty, "the warm process")
+        let deadline = Date().addingTimeInterval(5)
+        while !service.descendants.isEmpty, Date() < deadline { usleep(50_000) }
+        #expect(service.descendants.isEmpty, "the warm process is still there 5 s after an idle timeout of 0.3 s")
+    }
+
+    @Test("maxWarmPerPlugin: three processes ran at once, one is kept")
+    func warmLimit() throws {
+        let service = try Service(cli: cli, policy: #"{"maxWarmPerPlugin": 1}"#)
+        defer { service.stop() }
+        let result = try service.python("warm-limit")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("The per-caller limit (callers.UID.maxConcurrent) refuses a second intent of the same uid: overloaded with callerLimit")
+    func callerLimit() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 0, "callers": {"\#(getuid())": {"maxConcurrent": 1}}}"#)
+        defer { service.stop() }
+        let result = try service.python("caller-limit")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("SIGHUP re-reads serve.json; a bad file is logged and the running policy kept")
+    func sighup() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        defer { service.stop() }
+        let file = service.directory.url.appendingPathComponent("serve.json")
+        func limits() throws -> JSONValue { try JSONParser.parse(Array(try service.python("limits").stdout.utf8)) }
+        #expect(try limits()["maxConcurrent"] == 1)
+        try Data(#"{"maxConcurrent": 3, "maxQueued": 5}"#.utf8).write(to: file)
+        kill(service.process.processIdentifier, SIGHUP)
+        var deadline = Date().addingTimeInterval(5)
+        while try limits()["maxConcurrent"] != 3, Date() < deadline { usleep(50_000) }
+        #expect(try limits()["maxConcurrent"] == 3 && limits()["maxQueued"] == 5)
+        try Data(#"{"maxConcurrent": "many"}"#.utf8).write(to: file)
+        kill(service.process.processIdentifier, SIGHUP)
+        deadline = Date().addingTimeInterval(5)
+        while !service.logText.contains("SIGHUP: the policy was not changed"), Date() < deadline { usleep(50_000) }
+        #expect(service.logText.contains("maxConcurrent"), "\(service.logText)")
+        #expect(try limits()["maxConcurrent"] == 3)
+    }
+
+    @Test("A plugin that keeps crashing is backed off: overloaded (reason backoff, exit 21) with the crashes, listed by health")
+    func crashBackoff() throws {
+        let plugins = try TempDirectory("serve-plugins")
+        try plugins.write("crash/manifest.json", crashingManifest)
+        try plugins.write("crash/plugin.py", crashingPlugin, mode: 0o755)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("crash/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
+        let cli = try CLI(extraPluginDirectories: [plugins.url])
+        let service = try Service(cli: cli, policy: #"{"crashLimit": 2, "crashBackoffSeconds": 60}"#)
+        defer { service.stop() }
+        let dir = try TempDirectory("crash-intent")
+        let intent = try dir.write("crash.json", #"{"intent": "Crash"}"#)
+        for _ in 0..<2 {
+            let crashed = try service.client(["handle", "--server", service.socket, intent.path])
+            #expect(crashed.status == 6, "\(crashed)")
+        }
+        let refused = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(refused.status == 21, "\(refused)")
+        let error = try refused.json()["error"]
+        #expect(error?["reason"] == "backoff" && error?["plugin"] == "test.crash" && error?["crashes"] == 2, "\(refused)")
+        #expect(service.logText.contains("plugin backed off after repeated crashes"), "\(service.logText)")
+        // Other plugins are not affected.
+        let other = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
+        #expect(other.status == 0, "\(other)")
+    }
+}
+
+extension ServeTests {
+    @Test("The per-caller queue check, as overloaded, with the caller's uid in the details")
+    func overloadedNamesTheCaller() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        defer { service.stop() }
+        let result = try service.python("overloaded")
+        #expect(result.status == 0, "\(result)")
+        #expect(service.logText.contains("\"uid\":\(getuid())"), "\(service.logText)")
+    }
+}

@@ -78,6 +78,11 @@ def check_basic(path):
     status, answer, _ = call(path, "POST", "/v1/handle?format=text", intent)
     expect(status == 200 and "HELLO WORLD" in answer["text"], "format=text: %s" % answer)
 
+    # A file parameter given as a path is refused: the service never reads a caller's paths.
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "RenameFiles", "parameters": {"files": ["/etc/hostname"]}})
+    error = answer["report"]["error"]
+    expect(status == 422 and error["reason"] == "path" and error["fileParameters"] == ["files"], "a path: %s %s" % (status, answer))
+
     # Options and the metrics.
     status, answer, _ = call(path, "POST", "/v1/options?parameter=soup&search=chow", {"intent": "OrderSoup", "parameters": {}})
     expect(status == 200 and answer["exitStatus"] == 0 and answer["report"]["options"], "options: %s %s" % (status, answer))
@@ -159,8 +164,8 @@ def check_disconnect(path):
     expect(False, "the intent still runs 5 s after its caller went away: %s" % health)
 
 
-def check_overloaded(path):
-    """maxConcurrent 1, maxQueued 0: a second intent while one runs is refused at once."""
+def check_overloaded(path, field="maxConcurrent"):
+    """maxConcurrent 1 (or the caller's limit 1), maxQueued 0: a second intent while one runs is refused at once."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
     body = json.dumps({"intent": "Sleep", "parameters": {"seconds": 2}}).encode()
@@ -174,7 +179,7 @@ def check_overloaded(path):
     status, answer, response = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "x"}})
     expect(status == 503 and answer["exitStatus"] == 21, "overloaded: %s %s" % (status, answer))
     error = answer["report"]["error"]
-    expect(error["kind"] == "overloaded" and error["maxConcurrent"] == 1 and error["maxQueued"] == 0, "numbers: %s" % error)
+    expect(error["kind"] == "overloaded" and error[field if field != "maxConcurrent" else "maxConcurrent"] == 1 and error["maxQueued"] == 0, "numbers: %s" % error)
     expect(response.getheader("retry-after") is not None, "Retry-After")
     reply = b""
     while b"exitStatus" not in reply:
@@ -186,9 +191,37 @@ def check_overloaded(path):
     expect(b'"exitStatus":0' in reply, "the first intent: %s" % reply[:300])
 
 
+def check_caller_limit(path):
+    check_overloaded(path, field="callerLimit")
+
+
+def check_warm_limit(path):
+    """Three intents at once start three processes; maxWarmPerPlugin 1 keeps one of them."""
+    import threading
+    results = []
+
+    def one():
+        results.append(call(path, "POST", "/v1/handle", {"intent": "Sleep", "parameters": {"seconds": 0.5}})[0])
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expect(results == [200, 200, 200], "the intents: %s" % results)
+    _, health, _ = call(path, "GET", "/v1/health")
+    expect(health["launches"] == 3 and health["warmProcesses"] == 1, "warm: %s" % health)
+
+
+def check_limits(path):
+    """Prints the limits in force (for the SIGHUP test)."""
+    _, health, _ = call(path, "GET", "/v1/health")
+    print(json.dumps(health["limits"]))
+
+
 checks = {
     "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
-    "overloaded": check_overloaded,
+    "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
 }
 
 if __name__ == "__main__":
