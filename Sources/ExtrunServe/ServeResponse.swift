@@ -16,7 +16,7 @@ enum ServeResponse {
         case .timeout: return 504
         case .overloaded: return 503
         case .configurationError, .signatureInvalid, .internalError: return 500
-        default: return 503  // PRE-MERGE: .cancelled
+        case .cancelled: return 503
         }
     }
 

@@ -48,7 +48,8 @@ struct Handle: ParsableCommand {
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \
             11 configurationError; 12 pluginError; 13 confirmationDeclined; 14 diskLimitExceeded; \
             19 signatureInvalid (a signed plugin's file changed after signing: it was not started); \
-            20 cancelled; 21 overloaded (`extrun serve` had no room: its queue was full); \
+            20 cancelled (by the caller: a server's client went away, an MCP cancel); \
+            21 overloaded (`extrun serve` had no room: its queue was full); \
             64 bad command line; 70 internal error.
 
             With --server SOCKET (or EXTRUN_SERVER) the intent goes to `extrun serve` on that \

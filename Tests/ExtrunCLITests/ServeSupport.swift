@@ -76,6 +76,33 @@ final class Service {
         return try cli.run(arguments)
     }
 
+    /// `extrun ARGS` as a client of this service, in the background: the process and its stdout's file.
+    func background(_ arguments: [String]) throws -> (Process, URL) {
+        let process = Process()
+        process.executableURL = try ExtrunBinary.url()
+        process.arguments = arguments
+        process.environment = cli.environmentForRun()
+        process.currentDirectoryURL = StagedPlugins.packageRoot
+        let out = directory.url.appendingPathComponent("client-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: out.path, contents: nil)
+        process.standardOutput = try FileHandle(forWritingTo: out)
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return (process, out)
+    }
+
+    /// Health's `running` (through the Python client), waited for until it is `count`.
+    func waitRunning(_ count: Int, seconds: Double = 10) throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let limits = try python("health")
+            if let health = try? JSONParser.parse(Array(limits.stdout.utf8)), health["running"]?.intValue == Int64(count) { return true }
+            usleep(50_000)
+        }
+        return false
+    }
+
     /// The Python standard-library client's check `name` (Fixtures/serve_client.py).
     func python(_ check: String) throws -> CLIResult {
         guard let python = ProcessInfo.processInfo.environment["EXTRUN_TEST_PYTHON"] else {

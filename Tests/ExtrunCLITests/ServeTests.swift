@@ -250,3 +250,68 @@ extension ServeTests {
         #expect(service.logText.contains("\"uid\":\(getuid())"), "\(service.logText)")
     }
 }
+
+@Suite("extrun serve: shutdown and disconnects", .serialized)
+struct ServeShutdownTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    func sleepIntent(_ seconds: Double) throws -> (TempDirectory, String) {
+        let dir = try TempDirectory("sleep")
+        let file = try dir.write("sleep.json", #"{"intent": "Sleep", "parameters": {"seconds": \#(seconds)}}"#)
+        return (dir, file.path)
+    }
+
+    @Test("A caller that disconnects mid-intent cancels it: the plugin is ended, nothing keeps running")
+    func disconnectCancels() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("disconnect")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        #expect(service.logText.contains("\"outcome\":\"cancelled\""), "\(service.logText)")
+        // Its plugin process is gone (a cancelled warm process is never kept).
+        let left = Processes.waitGone(service.descendants, seconds: 5)
+        #expect(left.isEmpty, "\(left)")
+    }
+
+    @Test("A caller that disconnects while its prompt waits: the prompt is declined, the run cancelled")
+    func disconnectDuringPrompt() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("disconnect-prompt")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        #expect(service.logText.contains("\"outcome\":\"cancelled\""), "\(service.logText)")
+    }
+
+    @Test("SIGTERM: an intent in flight finishes within the grace, and its caller gets its report")
+    func sigtermGrace() throws {
+        let service = try Service(cli: cli, policy: #"{"shutdownGraceSeconds": 20}"#)
+        let (dir, intent) = try sleepIntent(1)
+        defer { withExtendedLifetime(dir) {} }
+        let (client, out) = try service.background(["handle", "--server", service.socket, intent])
+        #expect(try service.waitRunning(1))
+        service.stop()
+        client.waitUntilExit()
+        #expect(client.terminationStatus == 0, "\((try? String(contentsOf: out, encoding: .utf8)) ?? "")")
+    }
+
+    @Test("SIGTERM: an intent still running after the grace is cancelled (exit 20); every plugin is ended")
+    func sigtermCancels() throws {
+        let service = try Service(cli: cli, policy: #"{"shutdownGraceSeconds": 0.2}"#)
+        let (dir, intent) = try sleepIntent(30)
+        defer { withExtendedLifetime(dir) {} }
+        let (client, out) = try service.background(["handle", "--server", service.socket, intent])
+        #expect(try service.waitRunning(1))
+        let started = Date()
+        service.stop()
+        client.waitUntilExit()
+        #expect(Date().timeIntervalSince(started) < 10, "the stop took \(Date().timeIntervalSince(started)) s")
+        let output = (try? String(contentsOf: out, encoding: .utf8)) ?? ""
+        #expect(client.terminationStatus == 20, "\(output)")
+        let report = try JSONParser.parse(Array(output.utf8))
+        #expect(report["error"]?["kind"] == "cancelled" && report["error"]?["phase"] != nil, "\(output)")
+    }
+}

@@ -164,6 +164,30 @@ def check_disconnect(path):
     expect(False, "the intent still runs 5 s after its caller went away: %s" % health)
 
 
+def check_disconnect_prompt(path):
+    """A caller that goes away while its prompt waits: the prompt is declined, the run cancelled, nothing keeps running."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps({"intent": "MakeUppercase", "parameters": {}}).encode()
+    sock.sendall(b"POST /v1/handle?interactive=true HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    received = b""
+    deadline = time.time() + 10
+    while b'"prompt"' not in received and time.time() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    expect(b'"event":"prompt"' in received, "no prompt event: %s" % received[:300])
+    sock.close()
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 0:
+            return
+        time.sleep(0.05)
+    expect(False, "the run still waits 5 s after its caller went away: %s" % health)
+
+
 def check_overloaded(path, field="maxConcurrent"):
     """maxConcurrent 1 (or the caller's limit 1), maxQueued 0: a second intent while one runs is refused at once."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -213,6 +237,12 @@ def check_warm_limit(path):
     expect(health["launches"] == 3 and health["warmProcesses"] == 1, "warm: %s" % health)
 
 
+def check_health(path):
+    """Prints the health (for the tests' waits)."""
+    _, health, _ = call(path, "GET", "/v1/health")
+    print(json.dumps(health))
+
+
 def check_limits(path):
     """Prints the limits in force (for the SIGHUP test)."""
     _, health, _ = call(path, "GET", "/v1/health")
@@ -222,6 +252,7 @@ def check_limits(path):
 checks = {
     "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
     "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
+    "disconnect-prompt": check_disconnect_prompt, "health": check_health,
 }
 
 if __name__ == "__main__":
