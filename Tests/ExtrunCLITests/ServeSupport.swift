@@ -104,13 +104,19 @@ final class Service {
     }
 
     /// The Python standard-library client's check `name` (Fixtures/serve_client.py).
-    func python(_ check: String) throws -> CLIResult {
+    func python(_ check: String, environment: [String: String] = [:]) throws -> CLIResult {
+        try Self.python(check, socket: socket, environment: environment)
+    }
+
+    static func python(_ check: String, socket: String, environment: [String: String] = [:]) throws -> CLIResult {
         guard let python = ProcessInfo.processInfo.environment["EXTRUN_TEST_PYTHON"] else {
             Issue.record("EXTRUN_TEST_PYTHON is not set: run the tests with Scripts/test, which makes the scripts' venv")
             return CLIResult(status: -1, stdout: "", stderr: "")
         }
         let script = StagedPlugins.packageRoot.appendingPathComponent("Tests/ExtrunCLITests/Fixtures/serve_client.py").path
-        return try Run.program(python, [script, socket, check])
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { _, new in new }
+        return try Run.program(python, [script, socket, check], environment: env)
     }
 
     /// Every process whose parent chain leads to the service (its plugins' supervisors, the plugins).

@@ -315,3 +315,57 @@ struct ServeShutdownTests {
         #expect(report["error"]?["kind"] == "cancelled" && report["error"]?["phase"] != nil, "\(output)")
     }
 }
+
+@Suite("extrun serve: activation and TCP", .serialized)
+struct ServeListenerTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    @Test("LISTEN_FDS: a listening socket passed as fd 3 (as systemd does) is served; SIGTERM leaves nothing")
+    func socketActivation() throws {
+        let dir = try TempDirectory("activation")
+        let tmp = try dir.directory("tmp")
+        chmod(tmp.path, 0o1777)
+        let socket = dir.url.appendingPathComponent("a.sock").path
+        var environment = cli.environmentForRun(["TMPDIR": tmp.path])
+        environment["EXTRUN_BIN"] = try ExtrunBinary.url().path
+        let result = try Service.python("activation", socket: socket, environment: environment)
+        #expect(result.status == 0, "\(result)")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: tmp.path))?.isEmpty == true, "scratch left in TMPDIR")
+    }
+
+    @Test("--listen needs --token-file; over TCP a caller without the token gets 401, with it the report")
+    func tcpWithToken() throws {
+        let refused = try cli.run(["serve", "--listen", "127.0.0.1:1"])
+        #expect(refused.status == 64 && refused.stderr.contains("--token-file"), "\(refused)")
+        let dir = try TempDirectory("token")
+        let token = "s3cret-token-\(UUID().uuidString)"
+        let file = try dir.write("token", token, mode: 0o600)
+        let port = try Self.freePort()
+        let service = try Service(cli: cli, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
+        defer { service.stop() }
+        let result = try service.python("tcp", environment: ["EXTRUN_TCP_PORT": String(port), "EXTRUN_TOKEN": token])
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        // A token file others can read is refused.
+        let open = try dir.write("open-token", token, mode: 0o644)
+        let insecure = try cli.run(["serve", "--socket", dir.url.appendingPathComponent("x.sock").path, "--listen", "127.0.0.1:\(port)", "--token-file", open.path])
+        #expect(insecure.status == 11 && insecure.stderr.contains("chmod 600"), "\(insecure)")
+    }
+
+    /// A loopback port nobody listens on now.
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}

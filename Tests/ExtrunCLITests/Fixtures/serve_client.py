@@ -2,9 +2,13 @@
 """A client of `extrun serve` written with Python's standard library only (http.client
 over AF_UNIX), as any program would call the service (docs/serve.md). ServeTests runs
 each check: `serve_client.py SOCKET CHECK`; exit 0 when it holds, else a message."""
+import fcntl
 import http.client
 import json
+import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -249,10 +253,85 @@ def check_limits(path):
     print(json.dumps(health["limits"]))
 
 
+def descendants(root):
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = [], {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        found += frontier
+    return found
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def check_activation(path):
+    """Socket activation without systemd: the listening socket passed as fd 3 with LISTEN_FDS=1
+    and LISTEN_PID, as systemd does; the service answers on it, and SIGTERM leaves nothing."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    # Above 3 (and under 10, for dash), so that the shell's `3<&N N<&-` moves it to 3.
+    fd = fcntl.fcntl(listener.fileno(), fcntl.F_DUPFD, 4)
+    expect(fd <= 9, "a descriptor under 10 for the shell (dash): %d" % fd)
+    command = 'exec 3<&%d %d<&-; LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" serve' % (fd, fd)
+    service = subprocess.Popen(["/bin/sh", "-c", command, os.environ["EXTRUN_BIN"]], pass_fds=(fd,), stderr=subprocess.PIPE)
+    listener.close()
+    os.close(fd)
+    try:
+        status, health, _ = call(path, "GET", "/v1/health")
+    except OSError as error:
+        service.kill()
+        expect(False, "%s; the service's log: %s" % (error, service.communicate()[1][-2000:]))
+    expect(status == 200 and health["status"] == "ok", "health over the passed socket: %s" % health)
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "on"}})
+    expect(status == 200 and answer["report"]["response"]["properties"]["result"] == "ON", "handle: %s" % answer)
+    started = descendants(service.pid)
+    service.send_signal(signal.SIGTERM)
+    _, log = service.communicate(timeout=30)
+    expect(service.returncode == 0, "exit %s: %s" % (service.returncode, log[-2000:]))
+    expect(b"LISTEN_FDS" in log, "the log names the activation: %s" % log[-2000:])
+    deadline = time.time() + 5
+    while any(alive(pid) for pid in started) and time.time() < deadline:
+        time.sleep(0.05)
+    expect(not any(alive(pid) for pid in started), "processes left: %s" % [pid for pid in started if alive(pid)])
+
+
+def check_tcp(path):
+    """--listen with --token-file: a caller without the token is refused (401), with it served."""
+    port, token = int(os.environ["EXTRUN_TCP_PORT"]), os.environ["EXTRUN_TOKEN"]
+    def tcp(headers):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("POST", "/v1/handle", body=json.dumps({"intent": "MakeUppercase", "parameters": {"text": "tcp"}}).encode(), headers=headers)
+        response = connection.getresponse()
+        body = json.loads(response.read())
+        connection.close()
+        return response.status, body
+    status, body = tcp({})
+    expect(status == 401 and body["error"]["kind"] == "invalidIntent", "without a token: %s %s" % (status, body))
+    status, body = tcp({"Authorization": "Bearer wrong-token-of-some-length"})
+    expect(status == 401, "a wrong token: %s" % status)
+    status, body = tcp({"Authorization": "Bearer " + token})
+    expect(status == 200 and body["report"]["response"]["properties"]["result"] == "TCP", "with the token: %s %s" % (status, body))
+
+
 checks = {
     "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
     "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
     "disconnect-prompt": check_disconnect_prompt, "health": check_health,
+    "activation": check_activation, "tcp": check_tcp,
 }
 
 if __name__ == "__main__":
