@@ -238,6 +238,13 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: bytes)))), promise: nil)
         let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
         self.head = nil
+        // A caller that does not read its answer is disconnected after writeTimeoutSeconds:
+        // what the service holds for it is bounded by one answer, for a bounded time.
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        let timeout = context.eventLoop.scheduleTask(in: .milliseconds(Int64(engine.policy.writeTimeoutSeconds * 1000))) {
+            bound.value.close(promise: nil)
+        }
+        done.whenComplete { _ in timeout.cancel() }
         if close {
             done.whenComplete { _ in context.close(promise: nil) }
         } else if !lingering {

@@ -29,6 +29,8 @@ public struct ServePolicy: Sendable, Equatable {
     public var promptTimeoutSeconds = 300.0
     /// How long a caller has to send its whole request once connected.
     public var requestTimeoutSeconds = 10.0
+    /// How long an answer may take to be written: a caller that does not read it is disconnected after this.
+    public var writeTimeoutSeconds = 30.0
     /// On SIGTERM, how long intents in flight may take before they are cancelled.
     public var shutdownGraceSeconds = 10.0
     /// The largest request body (an intent with its inline files).
@@ -93,7 +95,7 @@ public struct ServePolicy: Sendable, Equatable {
         }
         let known: Set<String> = [
             "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
-            "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds",
+            "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
             "shutdownGraceSeconds", "maxRequestBytes",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
@@ -110,6 +112,7 @@ public struct ServePolicy: Sendable, Equatable {
         policy.crashBackoffSeconds = try seconds("crashBackoffSeconds", 0...86_400) ?? policy.crashBackoffSeconds
         policy.promptTimeoutSeconds = try seconds("promptTimeoutSeconds", 0.001...86_400) ?? policy.promptTimeoutSeconds
         policy.requestTimeoutSeconds = try seconds("requestTimeoutSeconds", 0.001...3600) ?? policy.requestTimeoutSeconds
+        policy.writeTimeoutSeconds = try seconds("writeTimeoutSeconds", 0.001...3600) ?? policy.writeTimeoutSeconds
         policy.shutdownGraceSeconds = try seconds("shutdownGraceSeconds", 0...3600) ?? policy.shutdownGraceSeconds
         policy.maxRequestBytes = try count("maxRequestBytes", 1024...(1 << 30)) ?? policy.maxRequestBytes
         if let callers = object["callers"] {

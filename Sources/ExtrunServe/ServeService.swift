@@ -40,6 +40,13 @@ public enum ServeService {
         }
         // A reader that went away must not kill the service.
         signal(SIGPIPE, SIG_IGN)
+        // Every connection is a descriptor: the soft limit up to the hard one (1,024 by default is
+        // not enough for 1,000 callers). maxConcurrent and maxQueued bound the work, not this.
+        var files = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < files.rlim_max {
+            files.rlim_cur = files.rlim_max
+            setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files)
+        }
         let engine = ServeEngine(host: host, policy: policy, logger: logger)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         var channels: [any Channel] = []

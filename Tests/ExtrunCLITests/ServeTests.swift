@@ -369,3 +369,36 @@ struct ServeListenerTests {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 }
+
+@Suite("extrun serve: faults", .serialized)
+struct ServeFaultTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    @Test("Malformed requests (garbage, bad headers, a lying length, huge targets and headers): 400 or closed; the service goes on")
+    func malformed() throws {
+        let service = try Service(cli: cli, policy: #"{"requestTimeoutSeconds": 1}"#)
+        defer { service.stop() }
+        let result = try service.python("malformed")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("A caller that never reads its answer is disconnected after writeTimeoutSeconds")
+    func neverReads() throws {
+        let service = try Service(cli: cli, policy: #"{"writeTimeoutSeconds": 1}"#)
+        defer { service.stop() }
+        let result = try service.python("never-reads")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("200 callers at once: each gets its report or overloaded at once; nothing left (Scripts/serve-load: 1,000)")
+    func manyCallers() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 32}"#)
+        defer { service.stop() }
+        let result = try service.python("many", environment: ["EXTRUN_CLIENTS": "200"])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+    }
+}

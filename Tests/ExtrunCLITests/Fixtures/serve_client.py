@@ -327,11 +327,113 @@ def check_tcp(path):
     expect(status == 200 and body["report"]["response"]["properties"]["result"] == "TCP", "with the token: %s %s" % (status, body))
 
 
+def raw(path, data, read=True):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(path)
+    sock.sendall(data)
+    reply = b""
+    while read:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        reply += chunk
+    sock.close()
+    return reply
+
+
+def check_malformed(path):
+    """Garbage, a broken request line, bad headers, a lying Content-Length, a bad chunk:
+    each is answered 400 (or the connection closed) and the service goes on."""
+    for data in [b"\x00\xff\xfe garbage\r\n\r\n", b"GET\r\n\r\n", b"POST /v1/handle HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+                 b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                 b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{\"a\"", b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n",
+                 b"GET /v1/health HTTP/1.1\r\n" + b"X-Big: " + b"b" * 200000 + b"\r\n\r\n"]:
+        reply = raw(path, data)
+        expect(reply == b"" or reply.startswith(b"HTTP/1.1 4"), "%r -> %r" % (data[:40], reply[:200]))
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(status == 200 and health["running"] == 0, "after the garbage: %s" % health)
+
+
+def check_never_reads(path):
+    """A caller that asks for a large answer and never reads it is disconnected after
+    writeTimeoutSeconds; the service goes on."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(path)
+    body = json.dumps({"intent": "MakeUppercase", "parameters": {"text": "x" * (2 << 20)}}).encode()
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(3)
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(status == 200 and health["running"] == 0, "the service while a caller does not read: %s" % health)
+    # Then its connection was closed: reading drains what the kernel held, then the end.
+    sock.settimeout(10)
+    total = 0
+    try:
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+    except (ConnectionResetError, socket.timeout):
+        pass
+    sock.close()
+    expect(total < len(body) * 2, "the whole answer waited for the caller: %d bytes" % total)
+
+
+def check_many(path, count=None):
+    """COUNT callers at once (EXTRUN_CLIENTS, default 200): each gets its report or an
+    immediate overloaded (503); nobody waits forever; the service's memory stays bounded."""
+    import resource
+    import selectors
+    count = count or int(os.environ.get("EXTRUN_CLIENTS", "200"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 100)), hard))
+    body = json.dumps({"intent": "MakeUppercase", "parameters": {"text": "many"}}).encode()
+    request = b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    selector = selectors.DefaultSelector()
+    replies = {}
+    started = time.time()
+    for index in range(count):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        sock.sendall(request)
+        sock.setblocking(False)
+        replies[sock] = b""
+        selector.register(sock, selectors.EVENT_READ)
+    open_count = count
+    while open_count and time.time() - started < 120:
+        for key, _ in selector.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                replies[key.fileobj] += chunk
+            else:
+                selector.unregister(key.fileobj)
+                key.fileobj.close()
+                open_count -= 1
+    expect(open_count == 0, "%d callers still wait after 120 s" % open_count)
+    statuses = {}
+    for reply in replies.values():
+        line = reply.split(b"\r\n", 1)[0]
+        statuses[line] = statuses.get(line, 0) + 1
+    ok = statuses.get(b"HTTP/1.1 200 OK", 0)
+    busy = statuses.get(b"HTTP/1.1 503 Service Unavailable", 0)
+    expect(ok + busy == count and ok > 0, "statuses: %s" % statuses)
+    _, health, _ = call(path, "GET", "/v1/health")
+    expect(health["running"] == 0 and health["queued"] == 0, "after: %s" % health)
+    expect(health["residentBytes"] < 512 << 20, "the service's memory: %s" % health["residentBytes"])
+    print(json.dumps({"clients": count, "ok": ok, "overloaded": busy, "seconds": round(time.time() - started, 2), "residentBytes": health["residentBytes"]}))
+
+
 checks = {
     "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
     "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
     "disconnect-prompt": check_disconnect_prompt, "health": check_health,
     "activation": check_activation, "tcp": check_tcp,
+    "malformed": check_malformed, "never-reads": check_never_reads, "many": check_many,
 }
 
 if __name__ == "__main__":
