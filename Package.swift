@@ -22,12 +22,18 @@ let package = Package(
         .library(name: "ExtrunProtocol", targets: ["ExtrunProtocol"]),
         .library(name: "ExtrunDefinitions", targets: ["ExtrunDefinitions"]),
         .executable(name: "extrun-intentgen", targets: ["extrun-intentgen"]),
+        .executable(name: "extrun-serve", targets: ["extrun-serve"]),
         .plugin(name: "IntentGenerator", targets: ["IntentGenerator"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        // `extrun serve` only (the extrun-serve executable): the listener, logs, metrics.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         .target(name: "ExtrunProtocol"),
@@ -46,7 +52,9 @@ let package = Package(
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
         .executableTarget(
             name: "extrun",
-            dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "ExtrunHost", "ExtrunProtocol", "ExtrunStore", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
             // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic
             // Swift program spends ~7 ms in, and a workflow starts extrun once per action
@@ -60,6 +68,23 @@ let package = Package(
                         "-lswiftSynchronization", "-lsqlite3", "-lseccomp", "-lstdc++", "-lm", "-Xlinker", "--end-group",
                     ], .when(platforms: [.linux]))
             ]
+        ),
+
+        // `extrun serve` (docs/serve.md): a long-running host on a Unix socket. Its own executable, which
+        // `extrun serve` execs, so that SwiftNIO, swift-log and the metrics stay out of the static CLI
+        // whose start time every `extrun handle` pays (docs/serve.md, "Why its own executable").
+        .target(name: "ExtrunServeOptions", dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")]),
+        .target(
+            name: "ExtrunServe",
+            dependencies: [
+                "ExtrunHost", "ExtrunProtocol", "ExtrunServeOptions",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"), .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
+        .executableTarget(
+            name: "extrun-serve", dependencies: ["ExtrunServe", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
 
         // Intent definition files (docs/definitions.md): parse, validate, generate Swift and manifest.json.

@@ -327,6 +327,54 @@ def main():
                              f"{worst:.1f} MiB, idle {idle:.1f} MiB"))
         print()
 
+    serve_commands = os.path.join(d, "serve-commands.tsv")
+    if os.path.exists(serve_commands):
+        print("7. extrun serve (docs/serve.md)")
+        served = defaultdict(dict)
+        for line in open(serve_commands):
+            name, rnd, wall, cpu, rss = line.rstrip("\n").split("\t")
+            if int(wall) >= 0:
+                served[name][int(rnd)] = int(wall) / 1000
+        rounds = sorted(set(served["served"]) & set(served["driver"]))
+        if rounds:
+            ratios = [served["served"][r] / served["driver"][r] for r in rounds]
+            served_p50 = statistics.median(served["served"].values())
+            driver_p50 = statistics.median(served["driver"].values())
+            cold_p50 = statistics.median(served["extrun"].values()) if served["extrun"] else float("nan")
+            print(f"  extrun handle --server (warm plugin)   p50 {served_p50:.2f} ms")
+            print(f"  C driver, plugin started cold          p50 {driver_p50:.2f} ms")
+            print(f"  extrun handle (cold, same rounds)      p50 {cold_p50:.2f} ms")
+            print(f"  served / driver (paired rounds)        {statistics.median(ratios):.2f}x over {len(rounds)} rounds")
+            verdicts.append(("extrun handle --server p50 <= 0.4x the C driver cold", statistics.median(ratios) <= 0.4,
+                             f"{statistics.median(ratios):.2f}x ({served_p50:.2f} vs {driver_p50:.2f} ms)"))
+
+        def serveload(name):
+            path = os.path.join(d, name)
+            if not os.path.exists(path):
+                return None, None
+            lines = open(path).read().splitlines()
+            load = lines[0].partition("=")[2] if lines and lines[0].startswith("loadavg=") else "?"
+            result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
+            return result, load
+
+        throughput, load = serveload("serve-throughput.txt")
+        if throughput:
+            print(f"  8 clients: {throughput['perSecond']:,.0f} intents/s over {throughput['intents']:,} "
+                  f"(p50 {throughput['p50us']} µs, p99 {throughput['p99us']} µs, failures {throughput['failures']}; load average {load})")
+            verdicts.append(("8 concurrent clients >= 10,000 intents/s", throughput["perSecond"] >= 10000,
+                             f"{throughput['perSecond']:,.0f}/s, p99 {throughput['p99us']} µs"))
+        rss, load = serveload("serve-rss.txt")
+        if rss and rss["rssStartBytes"] > 0:
+            start, end = rss["rssStartBytes"] / 1048576, rss["rssEndBytes"] / 1048576
+            print(f"  service RSS over {rss['intents']:,} intents: {start:.1f} → {end:.1f} MiB (load average {load})")
+            flat = end <= start * 1.1 + 4
+            if rss["intents"] >= 1_000_000:
+                verdicts.append(("service RSS flat over 1,000,000 intents (<= +10% + 4 MiB)", flat, f"{start:.1f} → {end:.1f} MiB"))
+            else:
+                verdicts.append(("service RSS flat over 1,000,000 intents", None,
+                                 f"--quick runs {rss['intents']:,}: {start:.1f} → {end:.1f} MiB; the full run does 1,000,000"))
+        print()
+
     print("Targets")
     for what, ok, detail in verdicts:
         mark = "----" if ok is None else ("PASS" if ok else "MISS")

@@ -33,6 +33,10 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     /// The caller cancelled the run (`HandleOptions.cancellation`: a server's client
     /// went away, an MCP client's `notifications/cancelled`, a service shutting down).
     case cancelled
+    /// A long-running host (`extrun serve`) had no room for the intent: its queue was full,
+    /// its caller at its limit, or the plugin backed off after repeated crashes. Nothing ran;
+    /// `details` has the numbers (docs/serve.md).
+    case overloaded
     /// The host could not do its own work (spawn failed, out of descriptors...).
     case internalError
 
@@ -53,6 +57,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .diskLimitExceeded: 14
         case .signatureInvalid: 19
         case .cancelled: 20
+        case .overloaded: 21
         case .internalError: 70
         }
     }

@@ -29,13 +29,40 @@ import Synchronization
 /// of its own (a warm one when one is idle, else a new one), so N callers keep up
 /// to N processes of a plugin busy. A process runs one session at a time.
 public final class PluginPool: Sendable {
+    /// How many warm processes a pool keeps, and for how long (docs/serve.md, the policy's
+    /// `maxWarm`, `maxWarmPerPlugin`, `idleTimeoutSeconds`).
+    public struct WarmLimits: Sendable, Equatable {
+        /// The most idle processes kept overall; the least recently used one is ended beyond it.
+        public var maxIdle: Int
+        /// The most idle processes kept for one plugin.
+        public var maxIdlePerPlugin: Int
+        /// An idle process is ended after this long without an intent (`endIdle()`); nil: never.
+        public var idleTimeoutNs: UInt64?
+
+        public init(maxIdle: Int, maxIdlePerPlugin: Int? = nil, idleTimeoutNs: UInt64? = nil) {
+            self.maxIdle = max(0, maxIdle)
+            self.maxIdlePerPlugin = max(0, maxIdlePerPlugin ?? maxIdle)
+            self.idleTimeoutNs = idleTimeoutNs
+        }
+    }
+
     public let host: Host
-    /// The most idle processes kept; the least recently used one is ended beyond it.
+    /// The most idle processes kept (at the pool's start; `warmLimits` has the current limits).
     public let maxIdleProcesses: Int
     /// How many plugin processes were started, and how many sessions ran in an
     /// already running one.
     public var launches: Int { sessions.launches }
     public var reuses: Int { sessions.reuses }
+    /// Warm processes found dead (crashed or killed while idle) and replaced by a new one.
+    public var replacedProcesses: Int { sessions.replaced }
+    /// Warm processes ended by the idle timeout or the limits.
+    public var retiredProcesses: Int { sessions.retired }
+    /// Idle processes by plugin id.
+    public var idleProcessesByPlugin: [String: Int] { sessions.idleByPlugin }
+    /// The limits in force.
+    public var warmLimits: WarmLimits {
+        get { sessions.limits }
+    }
 
     /// The warm processes.
     let sessions: PooledSessions
@@ -53,10 +80,46 @@ public final class PluginPool: Sendable {
     private let shared = Mutex(Shared())
     static let catalogMaxAgeNs: UInt64 = 1_000_000_000
 
-    public init(host: Host = Host(), maxIdleProcesses: Int = 4) {
+    public convenience init(host: Host = Host(), maxIdleProcesses: Int = 4) {
+        self.init(host: host, limits: WarmLimits(maxIdle: maxIdleProcesses))
+    }
+
+    public init(host: Host, limits: WarmLimits) {
         self.host = host
-        self.maxIdleProcesses = max(0, maxIdleProcesses)
-        sessions = PooledSessions(maxIdle: maxIdleProcesses)
+        self.maxIdleProcesses = limits.maxIdle
+        sessions = PooledSessions(limits: limits)
+    }
+
+    /// New warm limits (a policy re-read): processes over them are ended now.
+    public func update(_ limits: WarmLimits) {
+        sessions.update(limits)
+    }
+
+    /// Ends the processes idle for longer than `warmLimits.idleTimeoutNs`; returns how many.
+    @discardableResult
+    public func endIdleProcesses() -> Int {
+        sessions.endIdle()
+    }
+
+    /// Forgets the policy read once per pool, so that the next intent reads
+    /// `$EXTRUN_HOME/policy.json` again (SIGHUP in `extrun serve`); returns the policy's
+    /// source, or the error that keeps the pool on the policy it had.
+    @discardableResult
+    public func reloadPolicy() throws(HostError) -> String {
+        let loaded = try SandboxPolicy.load(home: host.paths.home)
+        shared.withLock { $0.policy = loaded }
+        return loaded.1
+    }
+
+    /// The plugin catalog as the pool sees it (discovered again at most once a second).
+    public func currentCatalog() -> PluginCatalog {
+        let now = MonotonicClock.now()
+        return shared.withLock { state in
+            if let known = state.catalog, now &- known.discovered <= Self.catalogMaxAgeNs { return known.0 }
+            let catalog = host.catalog()
+            state.catalog = (catalog, now)
+            return catalog
+        }
     }
 
     deinit { close() }

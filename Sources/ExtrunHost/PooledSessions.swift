@@ -13,44 +13,83 @@ import Synchronization
 /// its own (a warm one when one is idle, else a new one). A process runs one intent
 /// at a time: one in use is in no list, the thread running its intent holds it.
 final class PooledSessions: SessionSource, Sendable {
-    /// The most idle processes kept; the least recently used one is ended beyond it.
-    let maxIdle: Int
     /// How long a wait for a warm plugin's answer reads without sleeping first (PluginConnection.spinNs).
     static let spinNs: UInt64 = 50_000
     /// How old a plugin file's identity (`stat`) may be when a warm process is looked up.
     static let fileIdentityMaxAgeNs: UInt64 = 10_000_000
 
+    /// How many warm processes are kept, and for how long (`PluginPool.WarmLimits`).
+    typealias Limits = PluginPool.WarmLimits
+
+    private struct Idle {
+        var session: PluginSession
+        /// When its last intent ended (MonotonicClock).
+        var since: UInt64
+    }
+
     private struct State: @unchecked Sendable {
+        var limits: Limits
         var launches = 0
         var reuses = 0
+        /// Warm processes found dead when an intent wanted them (a crash or a kill while
+        /// idle), and replaced by a new one.
+        var replaced = 0
+        /// Warm processes ended by the idle timeout or a limit.
+        var retired = 0
         /// Processes waiting for an intent, least recently used first.
-        var idle: [PluginSession] = []
+        var idle: [Idle] = []
         /// The plugins' manifests' and executables' identities, looked at again when
         /// older than `fileIdentityMaxAgeNs`.
         var identities: [String: (identity: FileIdentity?, at: UInt64)] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
-    init(maxIdle: Int) {
-        self.maxIdle = max(0, maxIdle)
+    init(limits: Limits) {
+        state = Mutex(State(limits: limits))
+    }
+
+    /// At most `maxIdle` idle processes, kept until used or ended.
+    convenience init(maxIdle: Int) {
+        self.init(limits: Limits(maxIdle: maxIdle))
     }
 
     deinit { close() }
 
+    /// The most idle processes kept overall; the least recently used one is ended beyond it.
+    var maxIdle: Int { state.withLock { $0.limits.maxIdle } }
+    var limits: Limits {
+        get { state.withLock { $0.limits } }
+    }
+
+    /// New limits (a policy re-read); processes over them are ended now.
+    func update(_ limits: Limits) {
+        let surplus = state.withLock { state in
+            state.limits = limits
+            return Self.trim(&state)
+        }
+        for process in surplus { process.close() }
+    }
+
     /// How many plugin processes were started, and how many intents ran in an already running one.
     var launches: Int { state.withLock { $0.launches } }
     var reuses: Int { state.withLock { $0.reuses } }
+    var replaced: Int { state.withLock { $0.replaced } }
+    var retired: Int { state.withLock { $0.retired } }
     /// The number of processes waiting for another intent.
     var idleCount: Int { state.withLock { $0.idle.count } }
+    /// Idle processes by plugin id.
+    var idleByPlugin: [String: Int] {
+        state.withLock { state in state.idle.reduce(into: [:]) { $0[$1.session.id, default: 0] += 1 } }
+    }
 
     func session(for spec: SessionSpec) throws(HostError) -> PluginSession {
         let now = MonotonicClock.now()
         let key = PluginSession.Key(spec) { path in fileIdentity(path, now: now) }
         while true {
             let candidate = state.withLock { state -> PluginSession? in
-                guard let index = state.idle.lastIndex(where: { $0.key == key }) else { return nil }
-                return state.idle.remove(at: index)
+                guard let index = state.idle.lastIndex(where: { $0.session.key == key }) else { return nil }
+                return state.idle.remove(at: index).session
             }
             guard let candidate else { break }
             if candidate.isAlive {
@@ -59,6 +98,7 @@ final class PooledSessions: SessionSource, Sendable {
             }
             // It ended between intents (the plugin exited or was killed): start afresh.
             spec.log?("[extrun] \(spec.id)'s warm process ended while idle; starting a new one")
+            state.withLock { $0.replaced += 1 }
             candidate.close()
         }
         // Keyed by the files as they are now (a fresh `stat`), not as last looked at.
@@ -72,12 +112,48 @@ final class PooledSessions: SessionSource, Sendable {
     func finished(_ session: PluginSession) {
         guard session.isReusable else { return }
         let surplus = state.withLock { state -> [PluginSession] in
-            state.idle.append(session)
-            let extra = max(0, state.idle.count - maxIdle)
-            defer { state.idle.removeFirst(extra) }
-            return Array(state.idle.prefix(extra))
+            state.idle.append(Idle(session: session, since: MonotonicClock.now()))
+            return Self.trim(&state)
         }
         for process in surplus { process.close() }
+    }
+
+    /// Takes out of `state.idle` what is over the limits: beyond `maxIdlePerPlugin` for a
+    /// plugin, then beyond `maxIdle` overall, least recently used first.
+    private static func trim(_ state: inout State) -> [PluginSession] {
+        var surplus: [PluginSession] = []
+        var perPlugin: [String: Int] = [:]
+        for entry in state.idle { perPlugin[entry.session.id, default: 0] += 1 }
+        var index = 0
+        while index < state.idle.count {
+            let id = state.idle[index].session.id
+            if let count = perPlugin[id], count > state.limits.maxIdlePerPlugin {
+                perPlugin[id] = count - 1
+                surplus.append(state.idle.remove(at: index).session)
+            } else {
+                index += 1
+            }
+        }
+        let extra = max(0, state.idle.count - state.limits.maxIdle)
+        surplus += state.idle.prefix(extra).map(\.session)
+        state.idle.removeFirst(extra)
+        state.retired += surplus.count
+        return surplus
+    }
+
+    /// Ends the processes idle for longer than the limits' `idleTimeoutNs` (nil: none);
+    /// returns how many. A long-lived host calls it on a timer (`extrun serve`).
+    @discardableResult
+    func endIdle(now: UInt64 = MonotonicClock.now()) -> Int {
+        let expired = state.withLock { state -> [PluginSession] in
+            guard let timeout = state.limits.idleTimeoutNs else { return [] }
+            let (old, kept) = (state.idle.filter { now &- $0.since >= timeout }, state.idle.filter { now &- $0.since < timeout })
+            state.idle = kept
+            state.retired += old.count
+            return old.map(\.session)
+        }
+        for process in expired { process.close() }
+        return expired.count
     }
 
     /// A plugin file's identity (device, inode, size, modification time), from a `stat`
@@ -98,7 +174,7 @@ final class PooledSessions: SessionSource, Sendable {
     func close() {
         let all = state.withLock { state in
             defer { state.idle.removeAll() }
-            return state.idle
+            return state.idle.map(\.session)
         }
         for session in all { session.close() }
     }

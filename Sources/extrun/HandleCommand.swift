@@ -49,7 +49,13 @@ struct Handle: ParsableCommand {
             11 configurationError; 12 pluginError; 13 confirmationDeclined; 14 diskLimitExceeded; \
             19 signatureInvalid (a signed plugin's file changed after signing: it was not started); \
             20 cancelled (by the caller: a server's client went away, an MCP cancel); \
+            21 overloaded (`extrun serve` had no room: its queue was full); \
             64 bad command line; 70 internal error.
+
+            With --server SOCKET (or EXTRUN_SERVER) the intent goes to `extrun serve` on that \
+            socket (docs/serve.md): the same report and exit status, the prompts asked here; \
+            file parameters are read here and sent inline. A service that cannot be reached \
+            is exit 11.
 
             Owners: a plugin gets its owner's globals, bookmarks and donations only when its \
             folder is signed with a key that owner trusts (extrun plugins sign, extrun owners \
@@ -107,12 +113,31 @@ struct Handle: ParsableCommand {
     @Flag(help: "Do not donate this run's interaction (nor the plugin's own donations) to the donation log.")
     var noDonate = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Send the intent to `extrun serve` on this Unix socket instead of running the plugin here (default: $EXTRUN_SERVER when set); the same report and exit status.",
+            valueName: "socket"))
+    var server: String?
+
 
     func validate() throws {
         try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
     }
 
     func run() throws {
+        if let server = server ?? ServerClient.environmentServer {
+            var query: [(String, String)] = []
+            if let mode { query.append(("mode", mode.rawValue)) }
+            if let memoryLimit { query.append(("memoryLimit", memoryLimit)) }
+            if let timeout { query.append(("timeout", timeout)) }
+            if interaction.assumeYes { query.append(("yes", "true")) }
+            if noAppLaunch { query.append(("appLaunch", "false")) }
+            if noDonate { query.append(("donate", "false")) }
+            let prompter = interaction.noInput ? nil : TerminalPrompter()
+            let status = ServerClient.handle(server: server, intentFile: intentFile, query: query, prompter: prompter, text: format == .text)
+            if status != 0 { throw ExitCode(status) }
+            return
+        }
         var options = HandleOptions()
         options.mode = mode
         options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)

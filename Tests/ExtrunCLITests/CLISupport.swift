@@ -44,15 +44,21 @@ struct CLI {
         guard trusted.status == 0 else { throw StagedPlugins.NotStaged(description: "cannot trust the staged examples' key: \(trusted)") }
     }
 
-    func run(_ arguments: [String], stdin: String? = nil, currentDirectory: URL? = nil) throws -> CLIResult {
-        let process = Process()
-        process.executableURL = try ExtrunBinary.url()
-        process.arguments = arguments
+    /// The environment of a run: PATH, HOME and EXTRUN_HOME (the test home), the plugin path, `environment`, then `extra`.
+    func environmentForRun(_ extra: [String: String] = [:]) -> [String: String] {
         var environment = ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path]
         environment["EXTRUN_HOME"] = home.url.path
         environment["EXTRUN_PLUGIN_PATH"] = pluginPath.map(\.path).joined(separator: ":")
         environment.merge(self.environment) { _, extra in extra }
-        process.environment = environment
+        environment.merge(extra) { _, extra in extra }
+        return environment
+    }
+
+    func run(_ arguments: [String], stdin: String? = nil, currentDirectory: URL? = nil) throws -> CLIResult {
+        let process = Process()
+        process.executableURL = try ExtrunBinary.url()
+        process.arguments = arguments
+        process.environment = environmentForRun()
         process.currentDirectoryURL = currentDirectory ?? StagedPlugins.packageRoot
 
         // Files, not pipes: nothing can fill up and block while we wait.

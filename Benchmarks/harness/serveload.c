@@ -1,0 +1,179 @@
+// serveload: C clients of `extrun serve` for Scripts/bench (docs/benchmarks.md, "extrun serve").
+// Each of CLIENTS threads keeps one HTTP/1.1 connection on the Unix socket and sends
+// POST /v1/handle with the intent file, one at a time, until TOTAL intents are answered
+// (after WARMUP each). Prints one JSON object: intents, seconds, intents per second,
+// latency quantiles (µs), failures, and the service's VmRSS (-p PID) after the warmup
+// and at the end, so that the rows "8 concurrent clients" and "RSS flat over N intents"
+// come from one tool.
+//
+//   serveload -s SOCKET -f INTENT.json -c 8 -n 100000 -w 200 [-p SERVICE_PID]
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *socket_path;
+static char *request;
+static size_t request_len;
+static long total, warmup;
+static long next_index;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t *latencies;
+static long failures;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int connect_socket(void) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    strncpy(address.sun_path, socket_path, sizeof(address.sun_path) - 1);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&address, sizeof(address)) != 0) {
+        perror("serveload: connect");
+        exit(1);
+    }
+    return fd;
+}
+
+// Sends the request and reads one answer; 0 when it is a 200 with exitStatus 0.
+static int exchange(int fd, char *buffer, size_t capacity) {
+    size_t sent = 0;
+    while (sent < request_len) {
+        ssize_t n = write(fd, request + sent, request_len - sent);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        sent += (size_t)n;
+    }
+    size_t filled = 0;
+    long body_start = -1, length = -1;
+    for (;;) {
+        ssize_t n = read(fd, buffer + filled, capacity - filled - 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        filled += (size_t)n;
+        buffer[filled] = 0;
+        if (body_start < 0) {
+            char *end = strstr(buffer, "\r\n\r\n");
+            if (!end) continue;
+            body_start = end + 4 - buffer;
+            char *field = strcasestr(buffer, "content-length:");
+            if (!field) return -1;
+            length = strtol(field + 15, NULL, 10);
+        }
+        if ((long)filled >= body_start + length) break;
+        if (filled + 1 >= capacity) return -1;
+    }
+    int ok = strncmp(buffer, "HTTP/1.1 200", 12) == 0 && strstr(buffer + body_start, "\"exitStatus\":0") != NULL;
+    return ok ? 0 : 1;
+}
+
+static void *client(void *unused) {
+    (void)unused;
+    size_t capacity = 1 << 20;
+    char *buffer = malloc(capacity);
+    int fd = connect_socket();
+    for (long i = 0; i < warmup; i++) {
+        if (exchange(fd, buffer, capacity) != 0) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+    }
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        long index = next_index < total ? next_index++ : -1;
+        pthread_mutex_unlock(&lock);
+        if (index < 0) break;
+        uint64_t start = now_ns();
+        int result = exchange(fd, buffer, capacity);
+        if (result < 0) {  // the connection broke: count it and reconnect
+            close(fd);
+            fd = connect_socket();
+        }
+        if (result != 0) __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+        uint64_t us = (now_ns() - start) / 1000;
+        latencies[index] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    }
+    close(fd);
+    free(buffer);
+    return NULL;
+}
+
+static long rss_bytes(long pid) {
+    if (pid <= 0) return -1;
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+    FILE *file = fopen(path, "r");
+    if (!file) return -1;
+    long kb = -1;
+    while (fgets(line, sizeof(line), file))
+        if (strncmp(line, "VmRSS:", 6) == 0) kb = strtol(line + 6, NULL, 10);
+    fclose(file);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+static int compare(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    const char *intent_path = NULL;
+    int clients = 8;
+    long pid = 0;
+    total = 10000;
+    warmup = 100;
+    int option;
+    while ((option = getopt(argc, argv, "s:f:c:n:w:p:")) != -1) {
+        switch (option) {
+        case 's': socket_path = optarg; break;
+        case 'f': intent_path = optarg; break;
+        case 'c': clients = atoi(optarg); break;
+        case 'n': total = atol(optarg); break;
+        case 'w': warmup = atol(optarg); break;
+        case 'p': pid = atol(optarg); break;
+        default: fprintf(stderr, "usage: serveload -s SOCKET -f INTENT.json [-c CLIENTS] [-n TOTAL] [-w WARMUP] [-p PID]\n"); return 64;
+        }
+    }
+    if (!socket_path || !intent_path || clients < 1 || total < 1) {
+        fprintf(stderr, "serveload: -s SOCKET and -f INTENT.json are required\n");
+        return 64;
+    }
+    FILE *file = fopen(intent_path, "r");
+    if (!file) {
+        perror(intent_path);
+        return 1;
+    }
+    char body[65536];
+    size_t body_len = fread(body, 1, sizeof(body), file);
+    fclose(file);
+    request = malloc(body_len + 256);
+    request_len = (size_t)snprintf(request, 256, "POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body_len);
+    memcpy(request + request_len, body, body_len);
+    request_len += body_len;
+    latencies = calloc((size_t)total, sizeof(uint32_t));
+
+    // The warmup happens in the threads first; the RSS "after warmup" is read once every
+    // thread has started (a second of settling would be a guess: we read it at the start
+    // of the measured part, which begins as soon as the first thread finishes its warmup).
+    pthread_t threads[clients];
+    for (int i = 0; i < clients; i++) pthread_create(&threads[i], NULL, client, NULL);
+    while (__atomic_load_n(&next_index, __ATOMIC_RELAXED) == 0) usleep(1000);
+    long rss_start = rss_bytes(pid);
+    uint64_t start = now_ns();
+    for (int i = 0; i < clients; i++) pthread_join(threads[i], NULL);
+    double seconds = (double)(now_ns() - start) / 1e9;
+    long rss_end = rss_bytes(pid);
+    qsort(latencies, (size_t)total, sizeof(uint32_t), compare);
+    printf("{\"clients\": %d, \"intents\": %ld, \"seconds\": %.3f, \"perSecond\": %.1f, \"p50us\": %u, \"p90us\": %u, \"p99us\": %u, "
+           "\"maxus\": %u, \"failures\": %ld, \"rssStartBytes\": %ld, \"rssEndBytes\": %ld}\n",
+           clients, total, seconds, (double)total / seconds, latencies[total / 2], latencies[total * 9 / 10], latencies[total * 99 / 100],
+           latencies[total - 1], failures, rss_start, rss_end);
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,187 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Synchronization
+
+/// Who may run now: at most `maxConcurrent` intents at once, at most the caller's limit
+/// per peer uid, and at most `maxQueued` waiting; one more is refused at once with
+/// `overloaded` and its numbers (never an unbounded backlog). A waiting intent starts, in
+/// the order of arrival, as soon as a place frees for its caller.
+final class Admission: Sendable {
+    struct Limits: Sendable {
+        var maxConcurrent: Int
+        var maxQueued: Int
+        var perCaller: @Sendable (UInt32) -> Int
+    }
+
+    struct Ticket: Sendable, Hashable {
+        let number: UInt64
+        let uid: UInt32
+    }
+
+    private struct Waiting {
+        var ticket: Ticket
+        var start: @Sendable () -> Void
+    }
+
+    private struct State: @unchecked Sendable {
+        var limits: Limits
+        var running = 0
+        var runningByCaller: [UInt32: Int] = [:]
+        var queue: [Waiting] = []
+        var next: UInt64 = 0
+        var refused = 0
+        var closed = false
+    }
+
+    private let state: Mutex<State>
+    private let workers: Workers
+
+    init(limits: Limits) {
+        state = Mutex(State(limits: limits))
+        workers = Workers()
+    }
+
+    func update(_ limits: Limits) {
+        let ready = state.withLock { state in
+            state.limits = limits
+            return Self.startable(&state)
+        }
+        for job in ready { launch(job) }
+    }
+
+    /// Runs a job that took a place; the place frees when it returns.
+    private func launch(_ job: Waiting) {
+        workers.run { [self] in
+            job.start()
+            finished(job.ticket)
+        }
+    }
+
+    var running: Int { state.withLock { $0.running } }
+    var queued: Int { state.withLock { $0.queue.count } }
+    var refused: Int { state.withLock { $0.refused } }
+
+    /// Runs `start` on a worker thread now, or later when a place frees; or refuses.
+    func submit(uid: UInt32, _ start: @escaping @Sendable () -> Void) -> Result<Ticket, HostError> {
+        let outcome = state.withLock { state -> Result<(Ticket, Bool), HostError> in
+            state.next += 1
+            let ticket = Ticket(number: state.next, uid: uid)
+            if state.closed {
+                return .failure(HostError(.overloaded, "the service is shutting down and takes no new intents", details: ["reason": "shutdown"]))
+            }
+            let callerLimit = state.limits.perCaller(uid)
+            let callerRunning = state.runningByCaller[uid, default: 0]
+            if state.running < state.limits.maxConcurrent, callerRunning < callerLimit, state.queue.isEmpty || callerRunning == 0 {
+                state.running += 1
+                state.runningByCaller[uid, default: 0] += 1
+                return .success((ticket, true))
+            }
+            guard state.queue.count < state.limits.maxQueued else {
+                state.refused += 1
+                return .failure(
+                    HostError(
+                        .overloaded,
+                        "the service is busy: \(state.running) intents running (maxConcurrent \(state.limits.maxConcurrent)) and \(state.queue.count) waiting (maxQueued \(state.limits.maxQueued)); try again shortly",
+                        details: [
+                            "reason": "queueFull", "running": .int(Int64(state.running)), "queued": .int(Int64(state.queue.count)),
+                            "maxConcurrent": .int(Int64(state.limits.maxConcurrent)), "maxQueued": .int(Int64(state.limits.maxQueued)),
+                            "callerRunning": .int(Int64(callerRunning)), "callerLimit": .int(Int64(callerLimit)), "uid": .int(Int64(uid)),
+                        ]))
+            }
+            state.queue.append(Waiting(ticket: ticket, start: start))
+            return .success((ticket, false))
+        }
+        switch outcome {
+        case .failure(let error): return .failure(error)
+        case .success(let (ticket, now)):
+            if now { launch(Waiting(ticket: ticket, start: start)) }
+            return .success(ticket)
+        }
+    }
+
+    /// A queued intent whose caller went away: out of the queue (true), or already running (false).
+    func withdraw(_ ticket: Ticket) -> Bool {
+        state.withLock { state in
+            guard let index = state.queue.firstIndex(where: { $0.ticket == ticket }) else { return false }
+            state.queue.remove(at: index)
+            return true
+        }
+    }
+
+    /// A running intent ended: its place goes to the first waiting intent that may run.
+    private func finished(_ ticket: Ticket) {
+        let ready = state.withLock { state in
+            state.running -= 1
+            state.runningByCaller[ticket.uid, default: 1] -= 1
+            if state.runningByCaller[ticket.uid] == 0 { state.runningByCaller[ticket.uid] = nil }
+            return Self.startable(&state)
+        }
+        for job in ready { launch(job) }
+    }
+
+    /// Takes no more intents. The waiting ones run now, outside the limits: the caller
+    /// (`ServeEngine.stopAccepting`) has made them refuse at once.
+    func close() {
+        let waiting = state.withLock { state in
+            state.closed = true
+            defer { state.queue.removeAll() }
+            return state.queue
+        }
+        for job in waiting { workers.run(job.start) }
+    }
+
+    private static func startable(_ state: inout State) -> [Waiting] {
+        var ready: [Waiting] = []
+        var index = 0
+        while index < state.queue.count, state.running < state.limits.maxConcurrent {
+            let uid = state.queue[index].ticket.uid
+            if state.runningByCaller[uid, default: 0] < state.limits.perCaller(uid) {
+                let job = state.queue.remove(at: index)
+                state.running += 1
+                state.runningByCaller[uid, default: 0] += 1
+                ready.append(job)
+            } else {
+                index += 1
+            }
+        }
+        return ready
+    }
+}
+
+/// Threads for intents: the host blocks for a whole intent, so each running intent has a
+/// thread, never an event loop. Threads are kept for the next intent (at most as many as
+/// ever ran at once: `maxConcurrent`).
+final class Workers: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [@Sendable () -> Void] = []
+    private var idle = 0
+
+    func run(_ job: @escaping @Sendable () -> Void) {
+        condition.lock()
+        jobs.append(job)
+        if idle > 0 {
+            condition.signal()
+            condition.unlock()
+            return
+        }
+        condition.unlock()
+        let thread = Thread { [self] in loop() }
+        thread.name = "extrun-intent"
+        thread.start()
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            while jobs.isEmpty {
+                idle += 1
+                condition.wait()
+                idle -= 1
+            }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            job()
+        }
+    }
+}

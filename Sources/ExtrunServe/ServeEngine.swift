@@ -1,0 +1,403 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Logging
+import Synchronization
+
+/// The host's `Host` (Foundation has a `Host` too).
+typealias Host = ExtrunHost.Host
+
+/// Who called: the peer's uid from SO_PEERCRED on the Unix socket; over TCP, the token's
+/// holder (uid nil: limited as one caller, `tcpCallerUID`).
+struct Caller: Sendable {
+    var uid: UInt32
+    var pid: Int32?
+    var tcp: Bool
+}
+
+/// What the service does with a decoded call; the HTTP side (ServeHTTPHandler) only
+/// moves bytes. Intents run through the host's one path: `PluginPool.handle` for
+/// `handle` (warm processes), `Host.options`, `Host.continueActivity` and `Host.phrase`
+/// for the others; never on an event loop (a worker thread each, `Admission`).
+final class ServeEngine: Sendable {
+    let host: Host
+    let pool: PluginPool
+    let admission: Admission
+    let runs = RunRegistry()
+    let metrics: ServeMetrics
+    let logger: Logger
+    let crashes: CrashTracker
+    private let policyState: Mutex<ServePolicy>
+    /// The runs in flight (SIGTERM cancels them after the grace).
+    private let inFlight = Mutex<[UInt64: RunControl]>([:])
+    private let counter = Atomic<UInt64>(0)
+    private let stopping = Atomic<Bool>(false)
+
+    init(host: Host, policy: ServePolicy, logger: Logger) {
+        self.host = host
+        self.logger = logger
+        pool = PluginPool(host: host, limits: policy.warmLimits)
+        policyState = Mutex(policy)
+        metrics = ServeMetrics()
+        crashes = CrashTracker()
+        admission = Admission(limits: Self.admissionLimits(policy))
+    }
+
+    var policy: ServePolicy { policyState.withLock { $0 } }
+
+    static func admissionLimits(_ policy: ServePolicy) -> Admission.Limits {
+        Admission.Limits(maxConcurrent: policy.maxConcurrent, maxQueued: policy.maxQueued) { uid in policy.maxConcurrent(forCaller: uid) }
+    }
+
+    /// A new policy (SIGHUP): the limits apply to the next intents; warm processes over them end now.
+    func update(_ policy: ServePolicy) {
+        policyState.withLock { $0 = policy }
+        admission.update(Self.admissionLimits(policy))
+        pool.update(policy.warmLimits)
+    }
+
+    // MARK: Runs
+
+    /// A run's answer, for the HTTP side: the status (when not streamed) and the envelope.
+    struct Outcome: Sendable {
+        var status: Int
+        var body: JSONValue
+        var retryAfterSeconds: Int?
+    }
+
+    /// Admits a run: `begin` runs on a worker thread when it starts; `finish` with its outcome.
+    /// Returns the ticket (to withdraw it if the caller goes away first) or the refusal.
+    func admit(
+        _ call: ServeCall, caller: Caller, control: RunControl, sink: (any EventSink)?,
+        finish: @escaping @Sendable (Outcome) -> Void
+    ) -> Admission.Ticket? {
+        let submitted = admission.submit(uid: caller.uid) { [self] in
+            let outcome = run(call, caller: caller, control: control, sink: sink)
+            finish(outcome)
+        }
+        switch submitted {
+        case .success(let ticket):
+            return ticket
+        case .failure(let error):
+            metrics.breach(error.details["reason"]?.stringValue ?? "overloaded")
+            logger.warning("refused", metadata: ["uid": "\(caller.uid)", "call": "\(call.label)", "error": "\(error.message)"])
+            finish(refusal(error, call: call))
+            return nil
+        }
+    }
+
+    func refusal(_ error: HostError, call: ServeCall) -> Outcome {
+        let report = ServeResponse.refusal(error, intent: call.intentName)
+        var text = false
+        if case .handle(_, let options) = call { text = options.text }
+        return Outcome(
+            status: ServeResponse.status(exitStatus: report.exitCode, error: error.kind), body: ServeResponse.envelope(report, text: text),
+            retryAfterSeconds: error.kind == .overloaded ? max(1, Int((error.details["retryAfterMs"]?.doubleValue ?? 1000) / 1000)) : nil)
+    }
+
+    /// Runs one admitted call on the current (worker) thread.
+    private func run(_ call: ServeCall, caller: Caller, control: RunControl, sink: (any EventSink)?) -> Outcome {
+        if stopping.load(ordering: .relaxed) {
+            return refusal(
+                HostError(.overloaded, "the service is shutting down and takes no new intents", details: ["reason": "shutdown"]), call: call)
+        }
+        let number = counter.add(1, ordering: .relaxed).newValue
+        inFlight.withLock { $0[number] = control }
+        let started = MonotonicClock.now()
+        defer { inFlight.withLock { _ = $0.removeValue(forKey: number) } }
+        let policy = self.policy
+        var options = HandleOptions()
+        options.cancellation = control.cancellation
+        var callOptions = CallOptions()
+        var interactive: InteractiveRun?
+        let runID = UUID().uuidString.lowercased()
+        switch call {
+        case .handle(_, let o), .options(_, _, _, let o), .continueActivity(_, let o), .phrase(_, let o): callOptions = o
+        default: break
+        }
+        callOptions.apply(to: &options)
+        var log = logger
+        log[metadataKey: "run"] = "\(runID)"
+        log[metadataKey: "uid"] = "\(caller.uid)"
+        if let pid = caller.pid { log[metadataKey: "pid"] = "\(pid)" }
+        if let intent = call.intentName { log[metadataKey: "intent"] = "\(intent)" }
+        if log.logLevel <= .debug {
+            let lineLog = log
+            options.log = { line in lineLog.debug("\(line)") }
+        }
+        if callOptions.interactive, let sink {
+            let prompter = InteractiveRun(id: runID, uid: caller.uid, sink: sink, timeoutSeconds: policy.promptTimeoutSeconds)
+            interactive = prompter
+            runs.add(prompter)
+            options.prompter = prompter
+            options.onProgress = { progress in
+                var event: [String: JSONValue] = ["event": "progress", "run": .string(runID)]
+                if let fraction = progress.fraction { event["fraction"] = .double(fraction) }
+                if let message = progress.message { event["message"] = .string(message) }
+                sink.send(.object(event))
+            }
+            control.attach(prompter)
+            sink.send(.object(["event": "started", "run": .string(runID)]))
+        }
+        defer {
+            if let interactive {
+                interactive.close()
+                runs.remove(interactive)
+            }
+        }
+
+        var report: HandleReport
+        var pluginID: String?
+        switch call {
+        case .handle(let invocation, _):
+            do throws(HostError) {
+                let plugin = try checkPlugin(for: invocation)
+                pluginID = plugin
+                try crashes.check(plugin: plugin)
+                report = pool.handle(invocation, options: options)
+            } catch {
+                report = ServeResponse.refusal(error, intent: invocation.intent)
+                report.id = invocation.id
+            }
+        case .options(let invocation, let parameter, let search, _):
+            do throws(HostError) {
+                pluginID = try checkPlugin(for: invocation)
+                report = host.options(invocation, parameter: parameter, search: search, options: options)
+            } catch {
+                report = ServeResponse.refusal(error, intent: invocation.intent)
+            }
+        case .continueActivity(let invocation, _):
+            report = host.continueActivity(invocation, options: options)
+        case .phrase(let text, _):
+            report = host.phrase(text, options: options)
+        default:
+            report = ServeResponse.refusal(HostError(.internalError, "\(call.label) is not a run"))
+        }
+        pluginID = pluginID ?? report.plugin
+        if let pluginID { crashes.record(plugin: pluginID, report: report, policy: policy, logger: log) }
+        report.updateHostPeakRSS()
+        let elapsed = MonotonicClock.now() &- started
+        let outcome = report.error?.kind.rawValue ?? report.response?.code ?? (report.options != nil ? "options" : "none")
+        metrics.intent(call: call.label, plugin: pluginID, outcome: outcome, durationNs: elapsed)
+        if let kind = report.error?.kind, [.timeout, .memoryLimitExceeded, .diskLimitExceeded, .sandboxViolation].contains(kind) {
+            metrics.breach(kind.rawValue)
+        }
+        log.info(
+            "intent",
+            metadata: [
+                "call": "\(call.label)", "plugin": "\(pluginID ?? "")", "outcome": "\(outcome)", "exitStatus": "\(report.exitCode)",
+                "id": "\(report.id ?? "")", "ms": "\(Double(elapsed / 1000) / 1000)",
+            ])
+        return Outcome(
+            status: ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind),
+            body: ServeResponse.envelope(report, text: callOptions.text))
+    }
+
+    /// The plugin of an intent, and the check that its file parameters are inline: a path
+    /// would be read with the service's rights instead of the caller's (docs/serve.md, "Files").
+    private func checkPlugin(for invocation: IntentInvocation) throws(HostError) -> String? {
+        guard let (plugin, definition) = try? pool.currentCatalog().handler(for: invocation.intent) else { return nil }
+        var byPath: [String] = []
+        for parameter in definition.parameters where parameter.type == .file {
+            guard let value = invocation.parameters[parameter.name] else { continue }
+            let values = value.arrayValue ?? [value]
+            if values.contains(where: { $0.stringValue != nil || $0["path"] != nil }) { byPath.append(parameter.name) }
+        }
+        if !byPath.isEmpty {
+            throw HostError(
+                .invalidIntent,
+                "<request>: parameters.\(byPath[0]): over the service a file is sent inline, as {\"filename\": NAME, \"data\": BASE64} or {\"filename\": NAME, \"text\": TEXT}, not as a path (the service would read it with its own rights, not yours); `extrun handle --server` inlines the files itself",
+                details: ["field": .string("parameters.\(byPath[0])"), "fileParameters": .array(byPath.map(JSONValue.string)), "reason": "path"])
+        }
+        return plugin.manifest.id
+    }
+
+    // MARK: Answers, describe
+
+    func answer(run id: String, prompt: String, value: JSONValue, caller: Caller) -> Outcome {
+        guard let run = runs.run(id) else {
+            return Outcome(
+                status: 404,
+                body: .object(["error": HostError(.invalidIntent, "no interactive run '\(id.prefix(64))' is in flight (it ended, or never asked)").json]))
+        }
+        guard caller.tcp || caller.uid == run.uid else {
+            return Outcome(
+                status: 403, body: .object(["error": HostError(.invalidIntent, "run \(id) belongs to another caller (uid \(run.uid))").json]))
+        }
+        do throws(InteractiveRun.Refusal) {
+            try run.answer(prompt, value)
+            return Outcome(status: 200, body: .object(["accepted": true]))
+        } catch {
+            return Outcome(status: error.status, body: .object(["error": HostError(.invalidIntent, error.message).json]))
+        }
+    }
+
+    func describe(intent: String?) -> Outcome {
+        let catalog = pool.currentCatalog()
+        if let intent {
+            do throws(HostError) {
+                let (plugin, _) = try catalog.handler(for: intent)
+                var entry: JSONValue = .null
+                if let data = FileManager.default.contents(atPath: plugin.manifestPath), let manifest = try? JSONParser.parse(Array(data)),
+                    let intents = manifest["intents"]?.arrayValue
+                {
+                    entry = intents.first { $0["name"]?.stringValue == intent } ?? .null
+                }
+                return Outcome(
+                    status: 200,
+                    body: .object([
+                        "plugin": .string(plugin.manifest.id), "version": .string(plugin.manifest.version),
+                        "owner": .string(plugin.manifest.owner), "directory": .string(plugin.directory.path), "intent": entry,
+                    ]))
+            } catch {
+                return Outcome(status: error.kind == .noHandler ? 404 : 500, body: .object(["error": error.json]))
+            }
+        }
+        let intents: [JSONValue] = catalog.plugins.flatMap { plugin in
+            plugin.manifest.intents.map { definition in
+                JSONValue.object([
+                    "intent": .string(definition.name), "plugin": .string(plugin.manifest.id),
+                    "title": definition.title.map(JSONValue.string) ?? .null,
+                ])
+            }
+        }
+        return Outcome(status: 200, body: .object(["intents": .array(intents)]))
+    }
+
+    func health() -> JSONValue {
+        let policy = self.policy
+        return .object([
+            "limits": .object([
+                "maxConcurrent": .int(Int64(policy.maxConcurrent)), "maxQueued": .int(Int64(policy.maxQueued)),
+                "maxWarmPerPlugin": .int(Int64(policy.maxWarmPerPlugin)), "maxWarm": .int(Int64(policy.maxWarm)),
+                "idleTimeoutSeconds": .double(policy.idleTimeoutSeconds),
+            ]),
+            "status": "ok", "version": .string(Host.version), "running": .int(Int64(admission.running)),
+            "queued": .int(Int64(admission.queued)), "warmProcesses": .int(Int64(pool.idleProcessCount)),
+            "launches": .int(Int64(pool.launches)), "reuses": .int(Int64(pool.reuses)),
+            "backedOff": .object(crashes.backedOff().mapValues { .int(Int64($0)) }),
+            "residentBytes": ServeMemory.residentBytes().map { .int($0) } ?? .null,
+        ])
+    }
+
+    func renderMetrics() -> [UInt8] {
+        metrics.render(pool: pool, admission: admission, backedOff: crashes.backedOff().count)
+    }
+
+    // MARK: Shutdown
+
+    /// SIGTERM: intents that have not started are refused (`overloaded`, reason `shutdown`).
+    func stopAccepting() {
+        stopping.store(true, ordering: .relaxed)
+        admission.close()
+    }
+
+    /// Cancels every run in flight (SIGTERM after the grace).
+    func cancelAll(_ reason: String) {
+        for control in inFlight.withLock({ Array($0.values) }) { control.cancel(reason) }
+        runs.closeAll()
+    }
+
+    var runningCount: Int { admission.running }
+}
+
+extension CallOptions {
+    func apply(to options: inout HandleOptions) {
+        options.mode = mode
+        options.memoryLimitBytes = memoryLimitBytes
+        options.deadlineMs = deadlineMs
+        options.assumeYes = assumeYes
+        options.appLaunch = appLaunch
+        options.donate = donate
+    }
+}
+
+extension ServeCall {
+    var intentName: String? {
+        switch self {
+        case .handle(let invocation, _), .options(let invocation, _, _, _): invocation.intent
+        case .continueActivity(let invocation, _): invocation.interaction?.intent
+        default: nil
+        }
+    }
+}
+
+/// One run's means of being stopped from outside: its `Cancellation`, and its pending
+/// prompt, which the host does not interrupt (a cancelled run's prompt must return nil).
+final class RunControl: Sendable {
+    let cancellation = Cancellation()
+    private let prompter = Mutex<InteractiveRun?>(nil)
+
+    func attach(_ run: InteractiveRun) {
+        prompter.withLock { $0 = run }
+        if cancellation.isCancelled { run.close() }
+    }
+
+    /// The caller went away, or the service is stopping.
+    func cancel(_ reason: String) {
+        cancellation.cancel(reason)
+        prompter.withLock { $0 }?.close()
+    }
+}
+
+/// Plugins that keep crashing: `crashLimit` crashes within `crashWindowSeconds` back the
+/// plugin off for `crashBackoffSeconds`, doubled at each new backoff while it keeps
+/// crashing (at most 16 times); a run that does not crash resets it. While backed off its
+/// intents are refused `overloaded` (reason `backoff`, with the crashes and the time left),
+/// and `GET /v1/health` lists it.
+final class CrashTracker: Sendable {
+    private struct Entry {
+        var crashes: [UInt64] = []
+        var until: UInt64 = 0
+        var backoffs = 0
+    }
+
+    private let state = Mutex<[String: Entry]>([:])
+
+    func check(plugin: String?) throws(HostError) {
+        guard let plugin else { return }
+        let now = MonotonicClock.now()
+        let entry = state.withLock { $0[plugin] }
+        guard let entry, entry.until > now else { return }
+        let leftMs = Double((entry.until - now) / 1_000_000)
+        throw HostError(
+            .overloaded,
+            "\(plugin) crashed \(entry.crashes.count) times in a row and is backed off for another \(Int(leftMs)) ms (policy crashLimit, crashBackoffSeconds); its intents are refused meanwhile",
+            details: [
+                "reason": "backoff", "plugin": .string(plugin), "crashes": .int(Int64(entry.crashes.count)), "retryAfterMs": .double(leftMs),
+            ])
+    }
+
+    func record(plugin: String, report: HandleReport, policy: ServePolicy, logger: Logger) {
+        let crashed = report.error?.kind == .pluginCrashed || report.steps.contains { $0.error?.kind == .pluginCrashed }
+        let now = MonotonicClock.now()
+        let window = UInt64(policy.crashWindowSeconds * 1e9)
+        let backoff: UInt64? = state.withLock { state in
+            var entry = state[plugin] ?? Entry()
+            defer { state[plugin] = entry.crashes.isEmpty && entry.until <= now ? nil : entry }
+            guard crashed else {
+                if report.error == nil { entry = Entry() }
+                return nil
+            }
+            entry.crashes = entry.crashes.filter { now &- $0 <= window } + [now]
+            guard entry.crashes.count >= policy.crashLimit else { return nil }
+            let length = UInt64(policy.crashBackoffSeconds * 1e9) << UInt64(min(entry.backoffs, 4))
+            entry.backoffs += 1
+            entry.until = now + length
+            return length
+        }
+        if let backoff {
+            logger.error(
+                "plugin backed off after repeated crashes",
+                metadata: ["plugin": "\(plugin)", "crashLimit": "\(policy.crashLimit)", "backoffMs": "\(backoff / 1_000_000)"])
+        }
+    }
+
+    /// The plugins backed off now, with the milliseconds left.
+    func backedOff() -> [String: Int] {
+        let now = MonotonicClock.now()
+        return state.withLock { state in
+            state.compactMapValues { $0.until > now ? Int(($0.until - now) / 1_000_000) : nil }
+        }
+    }
+}

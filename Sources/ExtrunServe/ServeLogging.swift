@@ -1,0 +1,62 @@
+import ExtrunProtocol
+import Foundation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The service's log lines on stderr (swift-log): one JSON object a line (`--log-format
+/// json`, the default: `{"time", "level", "message", ...metadata}`, with the intent's id,
+/// the caller's uid and the plugin on every intent's lines), or text.
+public struct ServeLogHandler: LogHandler {
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level
+    let json: Bool
+
+    public init(json: Bool, level: Logger.Level) {
+        self.json = json
+        logLevel = level
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var merged = metadata
+        if let extra = event.metadata { merged.merge(extra) { _, new in new } }
+        let time = ISO8601DateFormatter.string(from: Date(), timeZone: .gmt, formatOptions: [.withInternetDateTime, .withFractionalSeconds])
+        var line: [UInt8]
+        if json {
+            var object: [String: JSONValue] = [
+                "time": .string(time), "level": .string(event.level.rawValue), "message": .string(event.message.description),
+            ]
+            for (key, value) in merged { object[key] = Self.json(value) }
+            line = JSONWriter.bytes(.object(object))
+        } else {
+            let fields = merged.keys.sorted().map { "\($0)=\(merged[$0].map { "\($0)" } ?? "")" }.joined(separator: " ")
+            line = Array("\(time) \(event.level.rawValue) \(event.message)\(fields.isEmpty ? "" : " " + fields)".utf8)
+        }
+        line.append(0x0A)
+        line.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = write(STDERR_FILENO, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0, errno == EINTR { continue }
+                if written <= 0 { return }
+                offset += written
+            }
+        }
+    }
+
+    static func json(_ value: Logger.MetadataValue) -> JSONValue {
+        switch value {
+        case .string(let text): if let number = Int64(text), String(number) == text { .int(number) } else { .string(text) }
+        case .stringConvertible(let convertible): .string(convertible.description)
+        case .array(let values): .array(values.map(json))
+        case .dictionary(let values): .object(values.mapValues(json))
+        }
+    }
+}

@@ -1,0 +1,70 @@
+import ExtrunHost
+import Foundation
+import Metrics
+import Prometheus
+
+/// The service's metrics (swift-metrics, rendered by swift-prometheus at `GET /metrics`;
+/// docs/serve.md, "Metrics").
+final class ServeMetrics: Sendable {
+    let registry: PrometheusCollectorRegistry
+    let factory: PrometheusMetricsFactory
+
+    init() {
+        registry = PrometheusCollectorRegistry()
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.durationHistogramBuckets["extrun_intent_duration_seconds"] = [
+            .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10),
+            .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+            .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30),
+        ]
+        self.factory = factory
+    }
+
+    /// One finished intent: its plugin, its outcome's code (the response code, or the error kind), its time.
+    func intent(call: String, plugin: String?, outcome: String, durationNs: UInt64) {
+        let labels = [("call", call), ("plugin", plugin ?? "none"), ("outcome", outcome)]
+        Counter(label: "extrun_intents_total", dimensions: labels, factory: factory).increment()
+        Metrics.Timer(label: "extrun_intent_duration_seconds", dimensions: [("call", call)], factory: factory)
+            .recordNanoseconds(Int64(min(durationNs, UInt64(Int64.max))))
+    }
+
+    /// A limit that refused or ended something: `queueFull`, `backoff`, `memoryLimitExceeded`, `timeout`...
+    func breach(_ kind: String) {
+        Counter(label: "extrun_limit_breaches_total", dimensions: [("kind", kind)], factory: factory).increment()
+    }
+
+    func request(status: Int) {
+        Counter(label: "extrun_http_requests_total", dimensions: [("status", String(status))], factory: factory).increment()
+    }
+
+    /// The gauges, read now, then the whole text.
+    func render(pool: PluginPool, admission: Admission, backedOff: Int) -> [UInt8] {
+        func gauge(_ name: String, _ value: Double, _ labels: [(String, String)] = []) {
+            Gauge(label: name, dimensions: labels, factory: factory).record(value)
+        }
+        gauge("extrun_running_intents", Double(admission.running))
+        gauge("extrun_queue_depth", Double(admission.queued))
+        gauge("extrun_warm_processes", Double(pool.idleProcessCount))
+        gauge("extrun_plugin_launches", Double(pool.launches))
+        gauge("extrun_plugin_reuses", Double(pool.reuses))
+        gauge("extrun_warm_replaced", Double(pool.replacedProcesses))
+        gauge("extrun_warm_retired", Double(pool.retiredProcesses))
+        gauge("extrun_plugins_backed_off", Double(backedOff))
+        if let rss = ServeMemory.residentBytes() { gauge("extrun_service_resident_bytes", Double(rss)) }
+        var buffer: [UInt8] = []
+        registry.emit(into: &buffer)
+        return buffer
+    }
+}
+
+/// The service's own memory (VmRSS of /proc/self/status).
+enum ServeMemory {
+    static func residentBytes() -> Int64? {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            let digits = line.dropFirst(6).filter(\.isNumber)
+            return Int64(digits).map { $0 * 1024 }
+        }
+        return nil
+    }
+}

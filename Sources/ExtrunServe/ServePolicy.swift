@@ -1,0 +1,132 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+
+/// The service's own policy: `$EXTRUN_HOME/serve.json` (or `--config`), every field
+/// optional (docs/serve.md, "Policy"). Read at start and on SIGHUP; a bad file is an
+/// error naming the field, and on SIGHUP the service keeps the policy it had.
+public struct ServePolicy: Sendable, Equatable {
+    /// Intents running at once (each on a thread of its own, with its own plugin process).
+    public var maxConcurrent = 8
+    /// Intents waiting for a place beyond `maxConcurrent`; one more is refused `overloaded`.
+    public var maxQueued = 64
+    /// Intents one caller (peer uid) may have running at once; more wait in the queue.
+    public var maxConcurrentPerCaller = 8
+    /// Per uid: `{"1000": {"maxConcurrent": 2}}` overrides `maxConcurrentPerCaller`.
+    public var callers: [UInt32: Int] = [:]
+    /// Warm processes kept per plugin, and overall.
+    public var maxWarmPerPlugin = 2
+    public var maxWarm = 16
+    /// An idle warm process is ended after this many seconds (Apple ends an idle extension after a few).
+    public var idleTimeoutSeconds = 30.0
+    /// A plugin whose intents ended `pluginCrashed` `crashLimit` times within
+    /// `crashWindowSeconds` is backed off: its intents are refused `overloaded` for
+    /// `crashBackoffSeconds` (doubling while it keeps crashing, up to 16 times).
+    public var crashLimit = 3
+    public var crashWindowSeconds = 10.0
+    public var crashBackoffSeconds = 5.0
+    /// How long a prompt waits for its answer before it counts as declined.
+    public var promptTimeoutSeconds = 300.0
+    /// How long a caller has to send its whole request once connected.
+    public var requestTimeoutSeconds = 10.0
+    /// How long an answer may take to be written: a caller that does not read it is disconnected after this.
+    public var writeTimeoutSeconds = 30.0
+    /// On SIGTERM, how long intents in flight may take before they are cancelled.
+    public var shutdownGraceSeconds = 10.0
+    /// The largest request body (an intent with its inline files).
+    public var maxRequestBytes = 48 << 20
+
+    public init() {}
+
+    public var warmLimits: PluginPool.WarmLimits {
+        PluginPool.WarmLimits(
+            maxIdle: maxWarm, maxIdlePerPlugin: maxWarmPerPlugin,
+            idleTimeoutNs: idleTimeoutSeconds > 0 ? UInt64(idleTimeoutSeconds * 1e9) : nil)
+    }
+
+    public func maxConcurrent(forCaller uid: UInt32) -> Int {
+        callers[uid] ?? maxConcurrentPerCaller
+    }
+
+    /// The file's path: `--config`, else `$EXTRUN_HOME/serve.json`.
+    public static func path(config: String?, home: URL) -> String {
+        config ?? home.appendingPathComponent("serve.json").path
+    }
+
+    /// Reads the policy; the defaults when the file does not exist and was not named.
+    public static func load(path: String, required: Bool) throws(HostError) -> (ServePolicy, source: String) {
+        guard FileManager.default.fileExists(atPath: path) else {
+            if required {
+                throw HostError(.configurationError, "\(path): the service's policy file does not exist", details: ["file": .string(path)])
+            }
+            return (ServePolicy(), "built-in defaults (no \(path))")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw HostError(.configurationError, "\(path): cannot read the service's policy", details: ["file": .string(path)])
+        }
+        return (try parse(Array(data), source: path), path)
+    }
+
+    public static func parse(_ bytes: [UInt8], source: String) throws(HostError) -> ServePolicy {
+        func fail(_ field: String, _ message: String) -> HostError {
+            HostError(.configurationError, "\(source): \(field): \(message)", details: ["file": .string(source), "field": .string(field)])
+        }
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(bytes)
+        } catch {
+            throw HostError(.configurationError, "\(source): not JSON: \(error)", details: ["file": .string(source)])
+        }
+        guard case .object(let object) = value else { throw fail("(top)", "the policy is a JSON object") }
+        var policy = ServePolicy()
+        func count(_ name: String, _ range: ClosedRange<Int>) throws(HostError) -> Int? {
+            guard let field = object[name] else { return nil }
+            guard let number = field.intValue, range.contains(Int(number)) else {
+                throw fail(name, "expected a whole number from \(range.lowerBound) to \(range.upperBound); got \(field)")
+            }
+            return Int(number)
+        }
+        func seconds(_ name: String, _ range: ClosedRange<Double>) throws(HostError) -> Double? {
+            guard let field = object[name] else { return nil }
+            guard let number = field.doubleValue, range.contains(number) else {
+                throw fail(name, "expected seconds from \(range.lowerBound) to \(range.upperBound); got \(field)")
+            }
+            return number
+        }
+        let known: Set<String> = [
+            "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
+            "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
+            "shutdownGraceSeconds", "maxRequestBytes",
+        ]
+        if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
+            throw fail(unknown, "unknown field (the fields: \(known.sorted().joined(separator: ", ")); docs/serve.md)")
+        }
+        policy.maxConcurrent = try count("maxConcurrent", 1...1024) ?? policy.maxConcurrent
+        policy.maxQueued = try count("maxQueued", 0...100_000) ?? policy.maxQueued
+        policy.maxConcurrentPerCaller = try count("maxConcurrentPerCaller", 1...1024) ?? policy.maxConcurrentPerCaller
+        policy.maxWarmPerPlugin = try count("maxWarmPerPlugin", 0...1024) ?? policy.maxWarmPerPlugin
+        policy.maxWarm = try count("maxWarm", 0...4096) ?? policy.maxWarm
+        policy.idleTimeoutSeconds = try seconds("idleTimeoutSeconds", 0...86_400) ?? policy.idleTimeoutSeconds
+        policy.crashLimit = try count("crashLimit", 1...1000) ?? policy.crashLimit
+        policy.crashWindowSeconds = try seconds("crashWindowSeconds", 0.001...86_400) ?? policy.crashWindowSeconds
+        policy.crashBackoffSeconds = try seconds("crashBackoffSeconds", 0...86_400) ?? policy.crashBackoffSeconds
+        policy.promptTimeoutSeconds = try seconds("promptTimeoutSeconds", 0.001...86_400) ?? policy.promptTimeoutSeconds
+        policy.requestTimeoutSeconds = try seconds("requestTimeoutSeconds", 0.001...3600) ?? policy.requestTimeoutSeconds
+        policy.writeTimeoutSeconds = try seconds("writeTimeoutSeconds", 0.001...3600) ?? policy.writeTimeoutSeconds
+        policy.shutdownGraceSeconds = try seconds("shutdownGraceSeconds", 0...3600) ?? policy.shutdownGraceSeconds
+        policy.maxRequestBytes = try count("maxRequestBytes", 1024...(1 << 30)) ?? policy.maxRequestBytes
+        if let callers = object["callers"] {
+            guard case .object(let entries) = callers else { throw fail("callers", "expected an object of uid: {\"maxConcurrent\": N}") }
+            for (key, entry) in entries {
+                guard let uid = UInt32(key) else { throw fail("callers.\(key)", "the key is a numeric uid") }
+                guard case .object(let fields) = entry, let limit = fields["maxConcurrent"]?.intValue, (1...1024).contains(limit),
+                    fields.count == 1
+                else {
+                    throw fail("callers.\(key)", "expected {\"maxConcurrent\": N} with N from 1 to 1024; got \(entry)")
+                }
+                policy.callers[uid] = Int(limit)
+            }
+        }
+        return policy
+    }
+}

@@ -1,0 +1,240 @@
+#if canImport(ExtrunHost)
+import ExtrunHost
+#endif
+import ExtrunProtocol
+import Foundation
+
+/// What a caller may ask of `extrun serve` (docs/serve.md, "API"), decoded from an HTTP
+/// request's method, target and body: no I/O here, so the fuzz target drives it directly
+/// (Fuzz/Targets/ServeRequest).
+public enum ServeCall: Sendable {
+    case health
+    case metrics
+    /// The intents the service can run (`GET /v1/intents`), or one (`GET /v1/intents/NAME`).
+    case describe(intent: String?)
+    case handle(IntentInvocation, CallOptions)
+    case options(IntentInvocation, parameter: String, search: String?, CallOptions)
+    case continueActivity(ActivityInvocation, CallOptions)
+    case phrase(String, CallOptions)
+    /// An answer to a prompt of an interactive run (`POST /v1/runs/RUN/answers`).
+    case answer(run: String, prompt: String, answer: JSONValue)
+
+    /// The report's intent, for logs and metrics.
+    public var label: String {
+        switch self {
+        case .health: "health"
+        case .metrics: "metrics"
+        case .describe: "describe"
+        case .handle: "handle"
+        case .options: "options"
+        case .continueActivity: "continue"
+        case .phrase: "phrase"
+        case .answer: "answer"
+        }
+    }
+
+    /// Runs an intent (and so takes a place among the concurrent runs).
+    public var runsIntent: Bool {
+        switch self {
+        case .handle, .options, .continueActivity, .phrase: true
+        default: false
+        }
+    }
+}
+
+/// The query options of a run: the `extrun handle` flags, by name (docs/serve.md).
+public struct CallOptions: Sendable, Equatable {
+    public var mode: Mode?
+    public var memoryLimitBytes: Int64?
+    public var deadlineMs: Int?
+    public var assumeYes = false
+    public var appLaunch = true
+    public var donate = true
+    /// Stream events (prompts, progress) as NDJSON and take answers (`interactive=true`);
+    /// otherwise nobody is asked, as `extrun handle --no-input`.
+    public var interactive = false
+    /// Add the report's text summary (`format=text`, as `--format text`).
+    public var text = false
+
+    public init() {}
+}
+
+/// A request the service refuses before running anything: its HTTP status and the
+/// typed error of its body (the CLI's `error` object).
+public struct ServeRequestError: Error, Sendable, Equatable {
+    public var status: Int
+    public var error: HostError
+
+    public init(_ status: Int, _ kind: ErrorKind, _ message: String, details: [String: JSONValue] = [:]) {
+        self.status = status
+        error = HostError(kind, message, details: details)
+    }
+}
+
+public enum ServeRequestDecoder {
+    /// The most bytes of a request target (path and query).
+    public static let maxTargetBytes = 8 << 10
+
+    /// Decodes one request. `target` is the request's target as sent (`/v1/handle?mode=extension`).
+    public static func decode(method: String, target: String, body: [UInt8]) throws(ServeRequestError) -> ServeCall {
+        guard target.utf8.count <= maxTargetBytes else {
+            throw ServeRequestError(414, .invalidIntent, "the request target is \(target.utf8.count) bytes, over the limit of \(maxTargetBytes)")
+        }
+        let (path, query) = try split(target)
+        let segments = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        func require(_ expected: String) throws(ServeRequestError) {
+            guard method == expected else {
+                throw ServeRequestError(
+                    405, .invalidIntent, "\(path) takes \(expected), not \(method)", details: ["allow": .string(expected)])
+            }
+        }
+        switch segments {
+        case ["v1", "health"], ["health"]:
+            try require("GET")
+            return .health
+        case ["metrics"], ["v1", "metrics"]:
+            try require("GET")
+            return .metrics
+        case ["v1", "intents"]:
+            try require("GET")
+            return .describe(intent: nil)
+        case let s where s.count == 3 && s[0] == "v1" && s[1] == "intents":
+            try require("GET")
+            return .describe(intent: s[2])
+        case ["v1", "handle"]:
+            try require("POST")
+            return .handle(try intent(body), try callOptions(query))
+        case ["v1", "options"]:
+            try require("POST")
+            guard let parameter = query["parameter"], !parameter.isEmpty else {
+                throw ServeRequestError(400, .invalidIntent, "POST /v1/options needs ?parameter=NAME (the parameter whose options to list)")
+            }
+            return .options(try intent(body), parameter: parameter, search: query["search"], try callOptions(query))
+        case ["v1", "continue"]:
+            try require("POST")
+            let activity: ActivityInvocation
+            do throws(HostError) {
+                activity = try ActivityFileParser.parse(Data(body), source: "<request>")
+            } catch {
+                throw ServeRequestError(400, error.kind, error.message, details: error.details)
+            }
+            return .continueActivity(activity, try callOptions(query))
+        case ["v1", "phrase"]:
+            try require("POST")
+            let object = try json(body)
+            guard let text = object["phrase"]?.stringValue, !text.isEmpty else {
+                throw ServeRequestError(400, .invalidIntent, "the body of POST /v1/phrase is {\"phrase\": \"what the person said\"}")
+            }
+            return .phrase(text, try callOptions(query))
+        case let s where s.count == 4 && s[0] == "v1" && s[1] == "runs" && s[3] == "answers":
+            try require("POST")
+            let object = try json(body)
+            guard let prompt = object["prompt"]?.stringValue else {
+                throw ServeRequestError(
+                    400, .invalidIntent, "an answer is {\"prompt\": ID, \"answer\": VALUE} (the prompt event's id; answer null to decline)")
+            }
+            return .answer(run: s[2], prompt: prompt, answer: object["answer"] ?? .null)
+        default:
+            throw ServeRequestError(
+                404, .invalidIntent,
+                "no such endpoint: \(method) \(path) (the API: GET /v1/health, GET /v1/intents[/NAME], POST /v1/handle, /v1/options, /v1/continue, /v1/phrase, /v1/runs/RUN/answers, GET /metrics; docs/serve.md)"
+            )
+        }
+    }
+
+    /// An intent file's JSON, as the request's body. File parameters must be inline
+    /// (`{"filename", "text"|"data"}`): a path would be read with the service's rights,
+    /// not the caller's, so relative paths resolve nowhere and absolute ones are refused
+    /// (`ServeCalls.refusePaths`).
+    static func intent(_ body: [UInt8]) throws(ServeRequestError) -> IntentInvocation {
+        do {
+            return try IntentFileParser.parse(Data(body), source: "<request>", baseDirectory: URL(fileURLWithPath: "/nonexistent/extrun-serve"))
+        } catch {
+            throw ServeRequestError(400, error.kind, error.message, details: error.details)
+        }
+    }
+
+    static func json(_ body: [UInt8]) throws(ServeRequestError) -> [String: JSONValue] {
+        do {
+            guard case .object(let object) = try JSONParser.parse(body) else {
+                throw ServeRequestError(400, .invalidIntent, "the request's body is not a JSON object")
+            }
+            return object
+        } catch let error as ServeRequestError {
+            throw error
+        } catch {
+            throw ServeRequestError(400, .invalidIntent, "the request's body is not JSON: \(error)")
+        }
+    }
+
+    /// The path and the query's fields (percent-decoded; `+` is a space).
+    static func split(_ target: String) throws(ServeRequestError) -> (String, [String: String]) {
+        let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        let path = String(parts.first ?? "")
+        guard path.hasPrefix("/") else {
+            throw ServeRequestError(400, .invalidIntent, "the request target '\(target.prefix(200))' is not a path")
+        }
+        var query: [String: String] = [:]
+        if parts.count > 1 {
+            for pair in parts[1].split(separator: "&") {
+                let field = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                func decoded(_ text: Substring) throws(ServeRequestError) -> String {
+                    guard let value = text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding else {
+                        throw ServeRequestError(400, .invalidIntent, "the query field '\(pair.prefix(200))' is not percent-encoded text")
+                    }
+                    return value
+                }
+                query[try decoded(field[0])] = field.count > 1 ? try decoded(field[1]) : "true"
+            }
+        }
+        return (path, query)
+    }
+
+    static let optionNames: Set<String> = [
+        "mode", "memoryLimit", "timeout", "yes", "appLaunch", "donate", "interactive", "format", "parameter", "search",
+    ]
+
+    static func callOptions(_ query: [String: String]) throws(ServeRequestError) -> CallOptions {
+        var options = CallOptions()
+        func fail(_ message: String, _ field: String) -> ServeRequestError {
+            ServeRequestError(400, .invalidIntent, message, details: ["field": .string(field)])
+        }
+        func flag(_ name: String) throws(ServeRequestError) -> Bool? {
+            guard let value = query[name] else { return nil }
+            switch value.lowercased() {
+            case "true", "1", "yes": return true
+            case "false", "0", "no": return false
+            default: throw fail("?\(name)=\(value.prefix(100)) is not true or false", name)
+            }
+        }
+        if let unknown = query.keys.sorted().first(where: { !optionNames.contains($0) }) {
+            throw fail(
+                "unknown query field '\(unknown.prefix(100))' (the fields: \(optionNames.sorted().joined(separator: ", ")))", unknown)
+        }
+        if let mode = query["mode"] {
+            guard let value = Mode(rawValue: mode) else { throw fail("?mode=\(mode.prefix(100)) is not extension or in-app", "mode") }
+            options.mode = value
+        }
+        if let size = query["memoryLimit"] {
+            guard let bytes = ByteCount.parse(size) else {
+                throw fail("?memoryLimit=\(size.prefix(100)) is not a size; write it like 64MiB or 1GiB", "memoryLimit")
+            }
+            options.memoryLimitBytes = bytes
+        }
+        if let duration = query["timeout"] {
+            guard let ms = DurationText.parseMilliseconds(duration) else {
+                throw fail("?timeout=\(duration.prefix(100)) is not a duration; write it like 5s, 2500ms or 1m", "timeout")
+            }
+            options.deadlineMs = ms
+        }
+        options.assumeYes = try flag("yes") ?? false
+        options.appLaunch = try flag("appLaunch") ?? true
+        options.donate = try flag("donate") ?? true
+        options.interactive = try flag("interactive") ?? false
+        if let format = query["format"] {
+            guard format == "json" || format == "text" else { throw fail("?format=\(format.prefix(100)) is not json or text", "format") }
+            options.text = format == "text"
+        }
+        return options
+    }
+}

@@ -1,0 +1,35 @@
+import ExtrunHost
+import ExtrunProtocol
+
+/// The bodies of the service's answers (docs/serve.md, "Responses"): every run ends in
+/// `{"exitStatus": N, "report": REPORT}` where REPORT is exactly what `extrun handle`
+/// prints and N its exit status; `"text"` is added with `?format=text`.
+enum ServeResponse {
+    /// The HTTP status of a finished run (docs/serve.md, "Status codes"). An interactive
+    /// run's stream has started with 200 before its outcome is known: its last event carries the outcome.
+    static func status(exitStatus: Int32, error: ErrorKind?) -> Int {
+        guard let error else { return exitStatus == ErrorKind.internalError.exitCode ? 500 : 200 }
+        switch error {
+        case .invalidIntent, .parameterUnresolved, .confirmationDeclined: return 422
+        case .noHandler: return 404
+        case .pluginCrashed, .protocolError, .pluginError, .sandboxViolation, .memoryLimitExceeded, .diskLimitExceeded: return 502
+        case .timeout: return 504
+        case .overloaded: return 503
+        case .configurationError, .signatureInvalid, .internalError: return 500
+        case .cancelled: return 503
+        }
+    }
+
+    static func envelope(_ report: HandleReport, text: Bool) -> JSONValue {
+        var object: [String: JSONValue] = ["exitStatus": .int(Int64(report.exitCode)), "report": report.json]
+        if text { object["text"] = .string(report.text) }
+        return .object(object)
+    }
+
+    /// A request refused before any run: the report holds only the error.
+    static func refusal(_ error: HostError, intent: String? = nil) -> HandleReport {
+        var report = HandleReport(intent: intent)
+        report.error = error
+        return report
+    }
+}

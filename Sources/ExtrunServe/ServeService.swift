@@ -1,0 +1,307 @@
+import ExtrunHost
+import ExtrunProtocol
+import ExtrunServeOptions
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `extrun serve`: listens (a Unix socket, a descriptor from systemd, TCP with a token),
+/// runs intents for its callers, and stops cleanly on SIGTERM (docs/serve.md, "Operation").
+public enum ServeService {
+    /// Every TCP caller counts as this one uid for the per-caller limits.
+    static let tcpCallerUID = UInt32.max - 1
+
+    /// Runs until SIGTERM or SIGINT; returns the exit status.
+    public static func run(_ options: ServeOptions) -> Int32 {
+        let logLevel: Logger.Level = options.verbose ? .debug : .info
+        let json = options.logFormat == "json"
+        LoggingSystem.bootstrap { _ in ServeLogHandler(json: json, level: logLevel) }
+        let logger = Logger(label: "extrun.serve")
+        func fail(_ error: HostError) -> Int32 {
+            logger.critical("\(error.message)", metadata: ["kind": "\(error.kind.rawValue)"])
+            return error.kind.exitCode
+        }
+        let host = Host()
+        let policyPath = ServePolicy.path(config: options.config, home: host.paths.home)
+        let policy: ServePolicy
+        do throws(HostError) {
+            let (loaded, source) = try ServePolicy.load(path: policyPath, required: options.config != nil)
+            policy = loaded
+            logger.info("policy", metadata: ["source": "\(source)"])
+        } catch {
+            return fail(error)
+        }
+        // A reader that went away must not kill the service.
+        signal(SIGPIPE, SIG_IGN)
+        // Every connection is a descriptor: the soft limit up to the hard one (1,024 by default is
+        // not enough for 1,000 callers). maxConcurrent and maxQueued bound the work, not this.
+        var files = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < files.rlim_max {
+            files.rlim_cur = files.rlim_max
+            setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files)
+        }
+        let engine = ServeEngine(host: host, policy: policy, logger: logger)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        var channels: [any Channel] = []
+        var socketPath: String?
+        do throws(HostError) {
+            let token = try options.tokenFile.map(readToken)
+            if let inherited = try activationDescriptor() {
+                let tcp = isInetSocket(inherited)
+                if tcp, token == nil {
+                    throw HostError(.configurationError, "the descriptor passed by LISTEN_FDS is a TCP socket: start the service with --token-file")
+                }
+                channels.append(try bind(engine: engine, group: group, token: tcp ? token : nil) { $0.withBoundSocket(inherited) })
+                logger.info("listening", metadata: ["fd": "\(inherited)", "activation": "LISTEN_FDS"])
+            } else {
+                let path = options.socket ?? defaultSocketPath(home: host.paths.home)
+                try prepareSocketPath(path)
+                let previous = umask(0o177)
+                let channel = try? bind(engine: engine, group: group, token: nil) { $0.bind(unixDomainSocketPath: path) }
+                umask(previous)
+                guard let channel else {
+                    throw HostError(.configurationError, "cannot listen on \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+                }
+                socketPath = path
+                guard chmod(path, mode_t(options.socketPermissions)) == 0 else {
+                    throw HostError(.configurationError, "cannot set the mode of \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+                }
+                channels.append(channel)
+                logger.info("listening", metadata: ["socket": "\(path)", "mode": "\(options.socketMode)"])
+            }
+            if let listen = options.listen, let (address, port) = ServeOptions.hostAndPort(listen), let token {
+                channels.append(try bind(engine: engine, group: group, token: token) { $0.bind(host: address, port: port) })
+                logger.info("listening", metadata: ["tcp": "\(listen)"])
+            }
+        } catch {
+            for channel in channels { try? channel.close().wait() }
+            try? group.syncShutdownGracefully()
+            return fail(error)
+        }
+
+        let stop = StopSignal()
+        let sources = installSignals(stop: stop, engine: engine, policyPath: policyPath, required: options.config != nil, logger: logger)
+        startIdleReaper(engine: engine, stop: stop)
+        stop.wait()
+
+        // Stop accepting; give intents in flight the grace; cancel the rest; end every plugin.
+        logger.info("stopping", metadata: ["running": "\(engine.runningCount)", "graceSeconds": "\(engine.policy.shutdownGraceSeconds)"])
+        for channel in channels { try? channel.close().wait() }
+        if let socketPath { unlink(socketPath) }
+        engine.stopAccepting()
+        let graceEnd = MonotonicClock.now() + UInt64(engine.policy.shutdownGraceSeconds * 1e9)
+        while engine.runningCount > 0, MonotonicClock.now() < graceEnd { usleep(10_000) }
+        if engine.runningCount > 0 {
+            logger.warning("cancelling intents still running after the grace", metadata: ["running": "\(engine.runningCount)"])
+            engine.cancelAll("the service is stopping (SIGTERM)")
+            // A cancelled plugin gets its cancel grace (500 ms), then is killed.
+            let killEnd = MonotonicClock.now() + 10_000_000_000
+            while engine.runningCount > 0, MonotonicClock.now() < killEnd { usleep(10_000) }
+        }
+        engine.pool.close()
+        // Let the last answers reach their callers.
+        usleep(50_000)
+        try? group.syncShutdownGracefully()
+        _ = sources
+        logger.info("stopped")
+        return 0
+    }
+
+    static func bind(
+        engine: ServeEngine, group: MultiThreadedEventLoopGroup, token: [UInt8]?,
+        _ how: (ServerBootstrap) -> EventLoopFuture<any Channel>
+    ) throws(HostError) -> any Channel {
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 1024)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    try channel.pipeline.syncOperations.addHandler(ServeHTTPHandler(engine: engine, token: token))
+                }
+            }
+            .childChannelOption(.allowRemoteHalfClosure, value: false)
+        do {
+            return try how(bootstrap).wait()
+        } catch {
+            throw HostError(.configurationError, "cannot listen: \(error)")
+        }
+    }
+
+    /// `$XDG_RUNTIME_DIR/extrun.sock`, else `$EXTRUN_HOME/extrun.sock`.
+    public static func defaultSocketPath(home: URL, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/extrun.sock" }
+        return home.appendingPathComponent("extrun.sock").path
+    }
+
+    /// Refuses a path where another service answers; removes a stale socket file; never removes anything else.
+    static func prepareSocketPath(_ path: String) throws(HostError) {
+        guard path.utf8.count < 108 else {
+            throw HostError(
+                .configurationError, "the socket path \(path) is \(path.utf8.count) bytes; a Unix socket's path must be under 108",
+                details: ["file": .string(path)])
+        }
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            let parent = (path as NSString).deletingLastPathComponent
+            if !parent.isEmpty, !FileManager.default.fileExists(atPath: parent) {
+                do {
+                    try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+                } catch {
+                    throw HostError(.configurationError, "cannot create \(parent) for the socket: \(error)", details: ["file": .string(parent)])
+                }
+            }
+            return
+        }
+        guard (info.st_mode & S_IFMT) == S_IFSOCK else {
+            throw HostError(
+                .configurationError, "\(path) exists and is not a socket; name another path with --socket", details: ["file": .string(path)])
+        }
+        if connects(to: path) {
+            throw HostError(
+                .configurationError, "another service already listens on \(path); stop it, or name another path with --socket",
+                details: ["file": .string(path)])
+        }
+        unlink(path)
+    }
+
+    static func connects(to path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.prefix(raw.count - 1).enumerated() { raw[index] = byte }
+        }
+        return withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0 }
+        }
+    }
+
+    /// The listening descriptor systemd passes (LISTEN_FDS=1, LISTEN_PID=our pid): 3. The
+    /// variables are removed so that nothing the service starts sees them.
+    static func activationDescriptor() throws(HostError) -> Int32? {
+        let environment = ProcessInfo.processInfo.environment
+        guard let count = environment["LISTEN_FDS"] else { return nil }
+        defer {
+            unsetenv("LISTEN_FDS")
+            unsetenv("LISTEN_PID")
+            unsetenv("LISTEN_FDNAMES")
+        }
+        guard let pid = environment["LISTEN_PID"].flatMap(Int32.init), pid == getpid() else { return nil }
+        guard count == "1" else {
+            throw HostError(.configurationError, "LISTEN_FDS=\(count): the service takes exactly one listening socket (fd 3)")
+        }
+        var info = stat()
+        guard fstat(3, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else {
+            throw HostError(.configurationError, "LISTEN_FDS=1 but descriptor 3 is not a socket")
+        }
+        _ = fcntl(3, F_SETFD, FD_CLOEXEC)
+        return 3
+    }
+
+    static func isInetSocket(_ fd: Int32) -> Bool {
+        var address = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let got = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        return got == 0 && (Int32(address.ss_family) == AF_INET || Int32(address.ss_family) == AF_INET6)
+    }
+
+    /// The token file: private to the service's user, not empty.
+    static func readToken(_ path: String) throws(HostError) -> [UInt8] {
+        var info = stat()
+        guard stat(path, &info) == 0, let data = FileManager.default.contents(atPath: path) else {
+            throw HostError(.configurationError, "cannot read the token file \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw HostError(
+                .configurationError, "the token file \(path) is readable by others (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 \(path)",
+                details: ["file": .string(path)])
+        }
+        let token = Array(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines).utf8)
+        guard token.count >= 16 else {
+            throw HostError(.configurationError, "the token in \(path) is \(token.count) bytes; use at least 16 (e.g. head -c 32 /dev/urandom | base64)", details: ["file": .string(path)])
+        }
+        return token
+    }
+
+    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for index in a.indices { difference |= a[index] ^ b[index] }
+        return difference == 0
+    }
+
+    static func installSignals(stop: StopSignal, engine: ServeEngine, policyPath: String, required: Bool, logger: Logger) -> [any DispatchSourceSignal] {
+        let queue = DispatchQueue(label: "extrun.serve.signals")
+        var sources: [any DispatchSourceSignal] = []
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+            source.setEventHandler { stop.signal() }
+            source.resume()
+            sources.append(source)
+        }
+        signal(SIGHUP, SIG_IGN)
+        let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: queue)
+        hangup.setEventHandler {
+            do throws(HostError) {
+                let (policy, source) = try ServePolicy.load(path: policyPath, required: required)
+                let sandbox = try engine.pool.reloadPolicy()
+                engine.update(policy)
+                logger.info("policy re-read (SIGHUP)", metadata: ["source": "\(source)", "sandboxPolicy": "\(sandbox)"])
+            } catch {
+                logger.error("SIGHUP: the policy was not changed: \(error.message)", metadata: ["kind": "\(error.kind.rawValue)"])
+            }
+        }
+        hangup.resume()
+        sources.append(hangup)
+        return sources
+    }
+
+    /// Ends warm processes idle past `idleTimeoutSeconds` (checked 4 times per timeout, at least every second).
+    static func startIdleReaper(engine: ServeEngine, stop: StopSignal) {
+        Thread.detachNewThread {
+            while !stop.isStopped {
+                let seconds = min(1.0, max(0.05, engine.policy.idleTimeoutSeconds / 4))
+                usleep(useconds_t(seconds * 1e6))
+                let ended = engine.pool.endIdleProcesses()
+                if ended > 0 { engine.logger.debug("idle warm processes ended", metadata: ["count": "\(ended)"]) }
+            }
+        }
+    }
+}
+
+/// SIGTERM or SIGINT arrived.
+final class StopSignal: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var stopped = false
+
+    var isStopped: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return stopped
+    }
+
+    func signal() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func wait() {
+        condition.lock()
+        while !stopped { condition.wait() }
+        condition.unlock()
+    }
+}

@@ -1,0 +1,301 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `extrun handle --server PATH` (or `EXTRUN_SERVER`): sends the intent to `extrun serve`
+/// and prints the report it answers, with its exit status (docs/serve.md, "The CLI as a
+/// client"). Plain blocking socket code, no SwiftNIO: the client's start is most of the
+/// command's time. With a person at the terminal the call is interactive: the service's
+/// prompt events are asked here (TerminalPrompter) and answered over a second connection.
+enum ServerClient {
+    /// `EXTRUN_SERVER`, when set and not empty.
+    static var environmentServer: String? {
+        guard let value = getenv("EXTRUN_SERVER") else { return nil }
+        let path = String(cString: value)
+        return path.isEmpty ? nil : path
+    }
+
+    struct Failure: Error {
+        var message: String
+    }
+
+    /// Query fields of the call (`mode`, `memoryLimit`, `timeout`, `yes`, `appLaunch`, `donate`, `format`).
+    static func handle(server: String, intentFile: String, query: [(String, String)], prompter: TerminalPrompter?, text: Bool) -> Int32 {
+        let outcome: JSONValue
+        do {
+            var body = try readIntent(intentFile)
+            var fields = query
+            if prompter != nil { fields.append(("interactive", "true")) }
+            if text { fields.append(("format", "text")) }
+            let target = "/v1/handle?" + fields.map { "\($0.0)=\(percentEncoded($0.1))" }.joined(separator: "&")
+            var answer = try call(server: server, target: target, body: body, prompter: prompter)
+            // File parameters go inline (the service does not read the caller's paths): read them here and send again.
+            if let names = answer["report"]?["error"]?["fileParameters"]?.arrayValue?.compactMap(\.stringValue), !names.isEmpty,
+                answer["report"]?["error"]?["reason"] == "path"
+            {
+                body = try inlineFiles(body, names: names, intentFile: intentFile)
+                answer = try call(server: server, target: target, body: body, prompter: prompter)
+            }
+            outcome = answer
+        } catch let failure as Failure {
+            var report = HandleReport(intent: nil)
+            report.error = HostError(
+                .configurationError, "extrun serve at \(server): \(failure.message)", details: ["server": .string(server)])
+            outcome = .object(["exitStatus": .int(Int64(report.exitCode)), "report": report.json, "text": .string(report.text)])
+        } catch {
+            var report = HandleReport(intent: nil)
+            report.error = (error as? HostError) ?? HostError(.internalError, "\(error)")
+            outcome = .object(["exitStatus": .int(Int64(report.exitCode)), "report": report.json, "text": .string(report.text)])
+        }
+        if text, let summary = outcome["text"]?.stringValue {
+            Output.printLine(summary)
+        } else {
+            Output.printJSON(outcome["report"] ?? .object([:]))
+        }
+        return Int32(clamping: outcome["exitStatus"]?.intValue ?? Int64(ErrorKind.internalError.exitCode))
+    }
+
+    /// The intent file's bytes (`-`: standard input), at most 64 MiB (the service has its own, smaller, limit).
+    static func readIntent(_ path: String) throws -> [UInt8] {
+        let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw HostError(.invalidIntent, "\(path): cannot read the intent file: \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+        }
+        defer { if fd != STDIN_FILENO { close(fd) } }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            if count < 0 {
+                throw HostError(.invalidIntent, "\(path): cannot read the intent file: \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            }
+            if count == 0 { break }
+            bytes += chunk[0..<count]
+            if bytes.count > 64 << 20 {
+                throw HostError(.invalidIntent, "\(path): the intent file is over 64 MiB; it was not sent", details: ["file": .string(path)])
+            }
+        }
+        return bytes
+    }
+
+    /// The intent with the named file parameters read here, as `{"filename", "data"}`.
+    static func inlineFiles(_ body: [UInt8], names: [String], intentFile: String) throws -> [UInt8] {
+        guard case .object(var intent) = try JSONParser.parse(body), case .object(var parameters) = intent["parameters"] ?? .null else {
+            return body
+        }
+        let base = intentFile == "-" ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : URL(fileURLWithPath: intentFile).deletingLastPathComponent()
+        func inline(_ value: JSONValue) throws -> JSONValue {
+            let path: String
+            var object = value.objectValue ?? [:]
+            if let text = value.stringValue { path = text } else if let named = object["path"]?.stringValue { path = named } else { return value }
+            let url = path.hasPrefix("/") ? URL(fileURLWithPath: path) : base.appendingPathComponent(path)
+            guard let data = FileManager.default.contents(atPath: url.path) else {
+                throw HostError(.invalidIntent, "\(intentFile): cannot read \(url.path)", details: ["file": .string(url.path)])
+            }
+            object["path"] = nil
+            if object["filename"] == nil { object["filename"] = .string(url.lastPathComponent) }
+            object["data"] = .string(data.base64EncodedString())
+            return .object(object)
+        }
+        for name in names {
+            guard let value = parameters[name] else { continue }
+            parameters[name] = try value.arrayValue.map { .array(try $0.map(inline)) } ?? inline(value)
+        }
+        intent["parameters"] = .object(parameters)
+        return JSONWriter.bytes(.object(intent))
+    }
+
+    /// One call: the request, then its answer; an interactive answer's prompts are asked meanwhile.
+    static func call(server: String, target: String, body: [UInt8], prompter: TerminalPrompter?) throws -> JSONValue {
+        let connection = try Connection(path: server)
+        defer { connection.close() }
+        try connection.send(method: "POST", target: target, body: body)
+        let response = try connection.readHead()
+        if response.chunked {
+            var pending: [UInt8] = []
+            while let chunk = try connection.readChunk() {
+                pending += chunk
+                while let newline = pending.firstIndex(of: 0x0A) {
+                    let line = Array(pending[..<newline])
+                    pending.removeFirst(newline + 1)
+                    guard !line.isEmpty else { continue }
+                    let event = try JSONParser.parse(line)
+                    if event["event"] == "report" { return event }
+                    try handle(event: event, server: server, prompter: prompter)
+                }
+            }
+            throw Failure(message: "the service closed the stream before its report")
+        }
+        let bytes = try connection.readBody(length: response.contentLength)
+        do {
+            return try JSONParser.parse(bytes)
+        } catch {
+            throw Failure(message: "HTTP \(response.status): the answer is not JSON: \(String(decoding: bytes.prefix(200), as: UTF8.self))")
+        }
+    }
+
+    static func handle(event: JSONValue, server: String, prompter: TerminalPrompter?) throws {
+        switch event["event"]?.stringValue {
+        case "prompt":
+            guard let run = event["run"]?.stringValue, let prompt = event["prompt"]?.stringValue else { return }
+            let question = event["question"]?.stringValue ?? ""
+            var answer: JSONValue = .null
+            switch event["kind"]?.stringValue {
+            case "ask": answer = prompter?.ask(question).map(JSONValue.string) ?? .null
+            case "choose":
+                let options = event["options"]?.arrayValue?.compactMap(\.stringValue) ?? []
+                answer = prompter?.choose(question, among: options).map { .int(Int64($0)) } ?? .null
+            default: answer = prompter?.confirm(question).map(JSONValue.bool) ?? .null
+            }
+            let connection = try Connection(path: server)
+            defer { connection.close() }
+            let body = JSONWriter.bytes(.object(["prompt": .string(prompt), "answer": answer]))
+            try connection.send(method: "POST", target: "/v1/runs/\(percentEncoded(run))/answers", body: body)
+            let head = try connection.readHead()
+            _ = try connection.readBody(length: head.contentLength)
+        case "tell":
+            if let message = event["message"]?.stringValue { prompter?.tell(message) }
+        default:
+            break
+        }
+    }
+
+    static func percentEncoded(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+
+    /// A blocking HTTP/1.1 connection on a Unix socket.
+    final class Connection {
+        let fd: Int32
+        private var buffer: [UInt8] = []
+        private var start = 0
+
+        struct Head {
+            var status: Int
+            var chunked: Bool
+            var contentLength: Int?
+        }
+
+        init(path: String) throws {
+            fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { throw Failure(message: "socket: \(String(cString: strerror(errno)))") }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            guard path.utf8.count < MemoryLayout.size(ofValue: address.sun_path) else {
+                Glibc.close(fd)
+                throw Failure(message: "the socket path is \(path.utf8.count) bytes, over the 107 a Unix socket allows")
+            }
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+            }
+            let connected = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard connected == 0 else {
+                let reason = String(cString: strerror(errno))
+                Glibc.close(fd)
+                throw Failure(message: "cannot connect: \(reason) (is `extrun serve` running on this socket?)")
+            }
+        }
+
+        func close() { Glibc.close(fd) }
+
+        func send(method: String, target: String, body: [UInt8]) throws {
+            var request = Array(
+                "\(method) \(target) HTTP/1.1\r\nHost: extrun\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+                    .utf8)
+            request += body
+            _ = signal(SIGPIPE, SIG_IGN)
+            var offset = 0
+            while offset < request.count {
+                let written = request.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+                if written < 0, errno == EINTR { continue }
+                guard written > 0 else { throw Failure(message: "sending the request: \(String(cString: strerror(errno)))") }
+                offset += written
+            }
+        }
+
+        /// More bytes into the buffer; false at the end of the stream.
+        private func fill() throws -> Bool {
+            if start > 0 {
+                buffer.removeFirst(start)
+                start = 0
+            }
+            var chunk = [UInt8](repeating: 0, count: 64 << 10)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if count < 0, errno == EINTR { continue }
+                guard count >= 0 else { throw Failure(message: "reading the answer: \(String(cString: strerror(errno)))") }
+                buffer += chunk[0..<count]
+                return count > 0
+            }
+        }
+
+        private func line() throws -> String {
+            while true {
+                if let end = buffer[start...].firstIndex(of: 0x0A) {
+                    var text = buffer[start..<end]
+                    if text.last == 0x0D { text = text.dropLast() }
+                    start = end + 1
+                    return String(decoding: text, as: UTF8.self)
+                }
+                guard buffer.count - start < 64 << 10 else { throw Failure(message: "an answer's line is over 64 KiB") }
+                guard try fill() else { throw Failure(message: "the service closed the connection without an answer") }
+            }
+        }
+
+        func readHead() throws -> Head {
+            let statusLine = try line()
+            let parts = statusLine.split(separator: " ")
+            guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let status = Int(parts[1]) else {
+                throw Failure(message: "not an HTTP answer: \(statusLine.prefix(100))")
+            }
+            var head = Head(status: status, chunked: false, contentLength: nil)
+            while true {
+                let header = try line()
+                if header.isEmpty { return head }
+                guard let colon = header.firstIndex(of: ":") else { continue }
+                let name = header[..<colon].lowercased()
+                let value = header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                if name == "content-length" { head.contentLength = Int(value) }
+                if name == "transfer-encoding", value.lowercased().contains("chunked") { head.chunked = true }
+            }
+        }
+
+        /// Reads `length` bytes, or to the end when nil.
+        func readBody(length: Int?) throws -> [UInt8] {
+            if let length {
+                while buffer.count - start < length {
+                    guard try fill() else { throw Failure(message: "the answer ended after \(buffer.count - start) of \(length) bytes") }
+                }
+                defer { start += length }
+                return Array(buffer[start..<(start + length)])
+            }
+            while try fill() {}
+            defer { start = buffer.count }
+            return Array(buffer[start...])
+        }
+
+        /// The next chunk of a chunked body; nil after the last.
+        func readChunk() throws -> [UInt8]? {
+            let sizeLine = try line()
+            guard let size = Int(sizeLine.split(separator: ";").first.map(String.init) ?? "", radix: 16) else {
+                throw Failure(message: "a malformed chunk size: \(sizeLine.prefix(40))")
+            }
+            if size == 0 {
+                _ = try? line()
+                return nil
+            }
+            let bytes = try readBody(length: size)
+            _ = try line()
+            return bytes
+        }
+    }
+}

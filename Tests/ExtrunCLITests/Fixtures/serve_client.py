@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+"""A client of `extrun serve` written with Python's standard library only (http.client
+over AF_UNIX), as any program would call the service (docs/serve.md). ServeTests runs
+each check: `serve_client.py SOCKET CHECK`; exit 0 when it holds, else a message."""
+import fcntl
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=30):
+        super().__init__("extrun", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def call(path, method, target, body=None, headers=None):
+    connection = UnixConnection(path)
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    connection.request(method, target, body=data, headers=headers or {})
+    response = connection.getresponse()
+    raw = response.read()
+    connection.close()
+    try:
+        return response.status, json.loads(raw), response
+    except ValueError:
+        return response.status, raw.decode(errors="replace"), response
+
+
+def expect(condition, message):
+    if not condition:
+        print("FAILED: " + message, file=sys.stderr)
+        sys.exit(1)
+
+
+def check_basic(path):
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(status == 200 and health["status"] == "ok", "health: %s %s" % (status, health))
+
+    status, listing, _ = call(path, "GET", "/v1/intents")
+    expect(status == 200 and any(i["intent"] == "MakeUppercase" for i in listing["intents"]), "intents: %s" % listing)
+    status, one, _ = call(path, "GET", "/v1/intents/MakeUppercase")
+    expect(status == 200 and one["plugin"] == "com.example.uppercase" and one["intent"]["name"] == "MakeUppercase", "describe: %s" % one)
+    status, missing, _ = call(path, "GET", "/v1/intents/NoSuchIntent")
+    expect(status == 404 and missing["error"]["kind"] == "noHandler", "describe a missing intent: %s %s" % (status, missing))
+
+    intent = {"intent": "MakeUppercase", "parameters": {"text": "hello world"}}
+    for _ in range(3):
+        status, answer, _ = call(path, "POST", "/v1/handle", intent)
+        expect(status == 200 and answer["exitStatus"] == 0, "handle: %s %s" % (status, answer))
+        report = answer["report"]
+        expect(report["response"]["properties"]["result"] == "HELLO WORLD", "result: %s" % report)
+        expect(report["plugin"] == "com.example.uppercase" and report["mode"] == "extension", "report: %s" % report)
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(health["reuses"] >= 2, "warm reuse: %s" % health)
+
+    # Typed errors keep their kind, numbers and exit status; the HTTP status follows them.
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "x", "nope": 1}})
+    expect(status == 422 and answer["exitStatus"] == 4 and answer["report"]["error"]["kind"] == "invalidIntent", "unknown parameter: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "NoSuchIntent"})
+    expect(status == 404 and answer["exitStatus"] == 5, "no handler: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle", b'{"intent": ')
+    expect(status == 400 and answer["exitStatus"] == 4, "malformed JSON: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle?mode=sideways", intent)
+    expect(status == 400 and answer["report"]["error"]["field"] == "mode", "bad mode: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase"})
+    expect(status == 422 and answer["exitStatus"] == 3, "non-interactive: a missing value is parameterUnresolved: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/handle")
+    expect(status == 405, "wrong method: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v2/nothing")
+    expect(status == 404, "unknown endpoint: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle?format=text", intent)
+    expect(status == 200 and "HELLO WORLD" in answer["text"], "format=text: %s" % answer)
+
+    # A file parameter given as a path is refused: the service never reads a caller's paths.
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "RenameFiles", "parameters": {"files": ["/etc/hostname"]}})
+    error = answer["report"]["error"]
+    expect(status == 422 and error["reason"] == "path" and error["fileParameters"] == ["files"], "a path: %s %s" % (status, answer))
+
+    # Options and the metrics.
+    status, answer, _ = call(path, "POST", "/v1/options?parameter=soup&search=chow", {"intent": "OrderSoup", "parameters": {}})
+    expect(status == 200 and answer["exitStatus"] == 0 and answer["report"]["options"], "options: %s %s" % (status, answer))
+    status, text, response = call(path, "GET", "/metrics")
+    expect(status == 200 and "extrun_intents_total" in str(text) and "extrun_queue_depth" in str(text), "metrics: %s" % text)
+
+
+def read_events(response):
+    """The NDJSON events of an interactive answer, one at a time."""
+    while True:
+        line = response.readline()
+        if not line:
+            return
+        if line.strip():
+            yield json.loads(line)
+
+
+def interactive(path, intent, answers):
+    connection = UnixConnection(path)
+    connection.request("POST", "/v1/handle?interactive=true", body=json.dumps(intent).encode())
+    response = connection.getresponse()
+    expect(response.status == 200 and response.getheader("content-type") == "application/x-ndjson", "stream head: %s" % response.status)
+    seen = []
+    for event in read_events(response):
+        seen.append(event["event"])
+        if event["event"] == "prompt":
+            answer = answers.pop(0)
+            status, body, _ = call(path, "POST", "/v1/runs/%s/answers" % event["run"], {"prompt": event["prompt"], "answer": answer})
+            expect(status == 200, "answer: %s %s" % (status, body))
+        elif event["event"] == "report":
+            connection.close()
+            return event, seen
+    expect(False, "the stream ended without a report: %s" % seen)
+
+
+def check_prompt(path):
+    event, seen = interactive(path, {"intent": "MakeUppercase", "parameters": {}}, ["shout"])
+    expect(seen[0] == "started" and "prompt" in seen, "events: %s" % seen)
+    expect(event["exitStatus"] == 0 and event["report"]["response"]["properties"]["result"] == "SHOUT", "answered: %s" % event)
+    event, seen = interactive(path, {"intent": "MakeUppercase", "parameters": {}}, [None])
+    expect(event["exitStatus"] == 3 and event["report"]["error"]["kind"] == "parameterUnresolved", "declined: %s" % event)
+    # A wrong answer is refused and the prompt still waits; an unknown run is 404.
+    status, body, _ = call(path, "POST", "/v1/runs/no-such-run/answers", {"prompt": "1", "answer": "x"})
+    expect(status == 404, "unknown run: %s %s" % (status, body))
+
+
+def check_too_large(path):
+    connection = UnixConnection(path)
+    connection.putrequest("POST", "/v1/handle")
+    connection.putheader("Content-Length", str(1 << 30))
+    connection.endheaders()
+    connection.send(b'{"intent": "MakeUppercase"')
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    expect(response.status == 413 and body["report"]["error"]["limit"] == "maxRequestBytes", "too large: %s %s" % (response.status, body))
+
+
+def check_disconnect(path):
+    """A caller that goes away mid-intent cancels it: nothing keeps running."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps({"intent": "Sleep", "parameters": {"seconds": 30}}).encode()
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 1:
+            break
+        time.sleep(0.05)
+    expect(health["running"] == 1, "the intent did not start: %s" % health)
+    time.sleep(0.3)
+    sock.close()
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 0:
+            return
+        time.sleep(0.05)
+    expect(False, "the intent still runs 5 s after its caller went away: %s" % health)
+
+
+def check_disconnect_prompt(path):
+    """A caller that goes away while its prompt waits: the prompt is declined, the run cancelled, nothing keeps running."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps({"intent": "MakeUppercase", "parameters": {}}).encode()
+    sock.sendall(b"POST /v1/handle?interactive=true HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    received = b""
+    deadline = time.time() + 10
+    while b'"prompt"' not in received and time.time() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    expect(b'"event":"prompt"' in received, "no prompt event: %s" % received[:300])
+    sock.close()
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 0:
+            return
+        time.sleep(0.05)
+    expect(False, "the run still waits 5 s after its caller went away: %s" % health)
+
+
+def check_overloaded(path, field="maxConcurrent"):
+    """maxConcurrent 1 (or the caller's limit 1), maxQueued 0: a second intent while one runs is refused at once."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps({"intent": "Sleep", "parameters": {"seconds": 2}}).encode()
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == 1:
+            break
+        time.sleep(0.05)
+    status, answer, response = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "x"}})
+    expect(status == 503 and answer["exitStatus"] == 21, "overloaded: %s %s" % (status, answer))
+    error = answer["report"]["error"]
+    expect(error["kind"] == "overloaded" and error[field if field != "maxConcurrent" else "maxConcurrent"] == 1 and error["maxQueued"] == 0, "numbers: %s" % error)
+    expect(response.getheader("retry-after") is not None, "Retry-After")
+    reply = b""
+    while b"exitStatus" not in reply:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+    sock.close()
+    expect(b'"exitStatus":0' in reply, "the first intent: %s" % reply[:300])
+
+
+def check_caller_limit(path):
+    check_overloaded(path, field="callerLimit")
+
+
+def check_warm_limit(path):
+    """Three intents at once start three processes; maxWarmPerPlugin 1 keeps one of them."""
+    import threading
+    results = []
+
+    def one():
+        results.append(call(path, "POST", "/v1/handle", {"intent": "Sleep", "parameters": {"seconds": 0.5}})[0])
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expect(results == [200, 200, 200], "the intents: %s" % results)
+    _, health, _ = call(path, "GET", "/v1/health")
+    expect(health["launches"] == 3 and health["warmProcesses"] == 1, "warm: %s" % health)
+
+
+def check_health(path):
+    """Prints the health (for the tests' waits)."""
+    _, health, _ = call(path, "GET", "/v1/health")
+    print(json.dumps(health))
+
+
+def check_limits(path):
+    """Prints the limits in force (for the SIGHUP test)."""
+    _, health, _ = call(path, "GET", "/v1/health")
+    print(json.dumps(health["limits"]))
+
+
+def descendants(root):
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = [], {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        found += frontier
+    return found
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def check_activation(path):
+    """Socket activation without systemd: the listening socket passed as fd 3 with LISTEN_FDS=1
+    and LISTEN_PID, as systemd does; the service answers on it, and SIGTERM leaves nothing."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    # Above 3 (and under 10, for dash), so that the shell's `3<&N N<&-` moves it to 3.
+    fd = fcntl.fcntl(listener.fileno(), fcntl.F_DUPFD, 4)
+    expect(fd <= 9, "a descriptor under 10 for the shell (dash): %d" % fd)
+    command = 'exec 3<&%d %d<&-; LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" serve' % (fd, fd)
+    service = subprocess.Popen(["/bin/sh", "-c", command, os.environ["EXTRUN_BIN"]], pass_fds=(fd,), stderr=subprocess.PIPE)
+    listener.close()
+    os.close(fd)
+    try:
+        status, health, _ = call(path, "GET", "/v1/health")
+    except OSError as error:
+        service.kill()
+        expect(False, "%s; the service's log: %s" % (error, service.communicate()[1][-2000:]))
+    expect(status == 200 and health["status"] == "ok", "health over the passed socket: %s" % health)
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "on"}})
+    expect(status == 200 and answer["report"]["response"]["properties"]["result"] == "ON", "handle: %s" % answer)
+    started = descendants(service.pid)
+    service.send_signal(signal.SIGTERM)
+    _, log = service.communicate(timeout=30)
+    expect(service.returncode == 0, "exit %s: %s" % (service.returncode, log[-2000:]))
+    expect(b"LISTEN_FDS" in log, "the log names the activation: %s" % log[-2000:])
+    deadline = time.time() + 5
+    while any(alive(pid) for pid in started) and time.time() < deadline:
+        time.sleep(0.05)
+    expect(not any(alive(pid) for pid in started), "processes left: %s" % [pid for pid in started if alive(pid)])
+
+
+def check_tcp(path):
+    """--listen with --token-file: a caller without the token is refused (401), with it served."""
+    port, token = int(os.environ["EXTRUN_TCP_PORT"]), os.environ["EXTRUN_TOKEN"]
+    def tcp(headers):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("POST", "/v1/handle", body=json.dumps({"intent": "MakeUppercase", "parameters": {"text": "tcp"}}).encode(), headers=headers)
+        response = connection.getresponse()
+        body = json.loads(response.read())
+        connection.close()
+        return response.status, body
+    status, body = tcp({})
+    expect(status == 401 and body["error"]["kind"] == "invalidIntent", "without a token: %s %s" % (status, body))
+    status, body = tcp({"Authorization": "Bearer wrong-token-of-some-length"})
+    expect(status == 401, "a wrong token: %s" % status)
+    status, body = tcp({"Authorization": "Bearer " + token})
+    expect(status == 200 and body["report"]["response"]["properties"]["result"] == "TCP", "with the token: %s %s" % (status, body))
+
+
+def raw(path, data, read=True):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(path)
+    sock.sendall(data)
+    reply = b""
+    while read:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        reply += chunk
+    sock.close()
+    return reply
+
+
+def check_malformed(path):
+    """Garbage, a broken request line, bad headers, a lying Content-Length, a bad chunk:
+    each is answered 400 (or the connection closed) and the service goes on."""
+    for data in [b"\x00\xff\xfe garbage\r\n\r\n", b"GET\r\n\r\n", b"POST /v1/handle HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+                 b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                 b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{\"a\"", b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n",
+                 b"GET /v1/health HTTP/1.1\r\n" + b"X-Big: " + b"b" * 200000 + b"\r\n\r\n"]:
+        reply = raw(path, data)
+        expect(reply == b"" or reply.startswith(b"HTTP/1.1 4"), "%r -> %r" % (data[:40], reply[:200]))
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(status == 200 and health["running"] == 0, "after the garbage: %s" % health)
+
+
+def check_never_reads(path):
+    """A caller that asks for a large answer and never reads it is disconnected after
+    writeTimeoutSeconds; the service goes on."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(path)
+    body = json.dumps({"intent": "MakeUppercase", "parameters": {"text": "x" * (2 << 20)}}).encode()
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(3)
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(status == 200 and health["running"] == 0, "the service while a caller does not read: %s" % health)
+    # Then its connection was closed: reading drains what the kernel held, then the end.
+    sock.settimeout(10)
+    total = 0
+    try:
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+    except (ConnectionResetError, socket.timeout):
+        pass
+    sock.close()
+    expect(total < len(body) * 2, "the whole answer waited for the caller: %d bytes" % total)
+
+
+def check_many(path, count=None):
+    """COUNT callers at once (EXTRUN_CLIENTS, default 200): each gets its report or an
+    immediate overloaded (503); nobody waits forever; the service's memory stays bounded."""
+    import resource
+    import selectors
+    count = count or int(os.environ.get("EXTRUN_CLIENTS", "200"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 100)), hard))
+    body = json.dumps({"intent": "MakeUppercase", "parameters": {"text": "many"}}).encode()
+    request = b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    selector = selectors.DefaultSelector()
+    replies = {}
+    started = time.time()
+    for index in range(count):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        sock.sendall(request)
+        sock.setblocking(False)
+        replies[sock] = b""
+        selector.register(sock, selectors.EVENT_READ)
+    open_count = count
+    while open_count and time.time() - started < 120:
+        for key, _ in selector.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                replies[key.fileobj] += chunk
+            else:
+                selector.unregister(key.fileobj)
+                key.fileobj.close()
+                open_count -= 1
+    expect(open_count == 0, "%d callers still wait after 120 s" % open_count)
+    statuses = {}
+    for reply in replies.values():
+        line = reply.split(b"\r\n", 1)[0]
+        statuses[line] = statuses.get(line, 0) + 1
+    ok = statuses.get(b"HTTP/1.1 200 OK", 0)
+    busy = statuses.get(b"HTTP/1.1 503 Service Unavailable", 0)
+    expect(ok + busy == count and ok > 0, "statuses: %s" % statuses)
+    _, health, _ = call(path, "GET", "/v1/health")
+    expect(health["running"] == 0 and health["queued"] == 0, "after: %s" % health)
+    expect(health["residentBytes"] < 512 << 20, "the service's memory: %s" % health["residentBytes"])
+    print(json.dumps({"clients": count, "ok": ok, "overloaded": busy, "seconds": round(time.time() - started, 2), "residentBytes": health["residentBytes"]}))
+
+
+checks = {
+    "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
+    "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
+    "disconnect-prompt": check_disconnect_prompt, "health": check_health,
+    "activation": check_activation, "tcp": check_tcp,
+    "malformed": check_malformed, "never-reads": check_never_reads, "many": check_many,
+}
+
+if __name__ == "__main__":
+    checks[sys.argv[2]](sys.argv[1])

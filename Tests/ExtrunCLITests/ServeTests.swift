@@ -1,0 +1,404 @@
+import ExtrunProtocol
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `extrun serve`, started for real on a socket in a temporary directory and driven by the
+/// CLI as a client and by a Python standard-library client (Fixtures/serve_client.py).
+/// Every test ends the service and checks that no process and no file of it is left.
+@Suite("extrun serve", .serialized)
+struct ServeTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    /// The fields of a report that do not depend on which host ran it.
+    func essentials(_ result: CLIResult) throws -> [String: JSONValue] {
+        guard case .object(var object) = try result.json() else { return [:] }
+        for volatile in ["id", "metrics", "steps", "donation"] { object[volatile] = nil }
+        if case .object(var error) = object["error"] ?? .null {
+            error["message"] = nil
+            error["file"] = nil
+            object["error"] = .object(error)
+        }
+        return object
+    }
+
+    @Test("handle --server and EXTRUN_SERVER print the report extrun handle prints, with its exit status")
+    func cliClientMatchesLocalRun() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let dir = try TempDirectory("intents")
+        let unknown = try dir.write("unknown.json", #"{"intent": "MakeUppercase", "parameters": {"text": "x", "nope": 1}}"#)
+        let missing = try dir.write("missing.json", #"{"intent": "MakeUppercase", "parameters": {}}"#)
+        let nobody = try dir.write("nobody.json", #"{"intent": "NoSuchIntent"}"#)
+        for (file, expected) in [("Examples/intents/make-uppercase.json", Int32(0)), (unknown.path, 4), (missing.path, 3), (nobody.path, 5)] {
+            let local = try cli.run(["handle", "--no-input", file])
+            let remote = try service.client(["handle", "--no-input", "--server", service.socket, file])
+            let fastPath = try service.client(["handle", file], environment: ["EXTRUN_SERVER": service.socket])
+            #expect(local.status == expected, "\(local)")
+            #expect(remote.status == expected, "\(remote)")
+            #expect(fastPath.status == expected, "\(fastPath)")
+            #expect(try essentials(remote) == essentials(local), "\(remote)\n\(local)")
+            #expect(try essentials(fastPath) == essentials(local), "\(fastPath)")
+        }
+        let text = try service.client(["handle", "--server", service.socket, "--format", "text", "Examples/intents/make-uppercase.json"])
+        #expect(text.status == 0 && text.stdout.contains("HELLO WORLD"), "\(text)")
+        // The service's log names the caller's uid with every intent.
+        #expect(service.logText.contains("\"uid\":\(getuid())"), "\(service.logText)")
+    }
+
+    @Test("A file parameter is read by the client, never by the service (sent inline)")
+    func filesGoInline() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let local = try cli.run(["handle", "--no-input", "Examples/intents/rename-files.json"])
+        let remote = try service.client(["handle", "--no-input", "--server", service.socket, "Examples/intents/rename-files.json"])
+        #expect(remote.status == local.status, "\(remote)\n\(local)")
+        #expect(try essentials(remote) == essentials(local), "\(remote)\n\(local)")
+    }
+
+    @Test("A service that is not there: configurationError, exit 11, naming the socket")
+    func noService() throws {
+        let dir = try TempDirectory("nosock")
+        let path = dir.url.appendingPathComponent("none.sock").path
+        let result = try cli.run(["handle", "--server", path, "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 11, "\(result)")
+        #expect(try result.json()["error"]?["message"]?.stringValue?.contains(path) == true, "\(result)")
+    }
+
+    @Test("Python client: health, intents, handle (warm), typed errors with HTTP statuses, options, metrics")
+    func pythonClient() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("basic")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("Prompts over the connection: a prompt event, answered by POST .../answers; a declined one ends parameterUnresolved")
+    func prompts() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("prompt")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("A request over maxRequestBytes is refused from its Content-Length, 413 with the numbers")
+    func tooLarge() throws {
+        let service = try Service(cli: cli, policy: #"{"maxRequestBytes": 65536}"#)
+        defer { service.stop() }
+        let result = try service.python("too-large")
+        #expect(result.status == 0, "\(result)")
+    }
+
+    @Test("Queue full: overloaded, HTTP 503, exit 21, with the limits; the running intent is not disturbed")
+    func overloaded() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        defer { service.stop() }
+        let result = try service.python("overloaded")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("SIGKILL of the service: every plugin it started dies with it (the supervisor's lifeline)")
+    func killedServiceLeavesNoPlugin() throws {
+        let service = try Service(cli: cli)
+        let warm = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
+        #expect(warm.status == 0, "\(warm)")
+        let started = service.descendants
+        #expect(!started.isEmpty, "a warm process should be kept after a reusable plugin's intent")
+        kill(service.process.processIdentifier, SIGKILL)
+        service.process.waitUntilExit()
+        let left = Processes.waitGone(started, seconds: 5)
+        #expect(left.isEmpty, "plugin processes left after the service was killed: \(left)")
+        // The next service takes over the stale socket, and its first plugin's launch sweeps
+        // the scratch directory the killed one left behind.
+        let next = try Service(cli: cli, sharing: service)
+        let again = try next.client(["handle", "--server", next.socket, "Examples/intents/make-uppercase.json"])
+        #expect(again.status == 0, "\(again)")
+        next.stop()
+    }
+
+    @Test("A bad serve.json: configurationError naming the field, exit 11, nothing left")
+    func badPolicy() throws {
+        let dir = try TempDirectory("badpolicy")
+        let file = try dir.write("serve.json", #"{"maxConcurrent": 0}"#, mode: 0o600)
+        let result = try cli.run(["serve", "--socket", dir.url.appendingPathComponent("s.sock").path, "--config", file.path])
+        #expect(result.status == 11, "\(result)")
+        #expect(result.stderr.contains("maxConcurrent"), "\(result)")
+        #expect(!FileManager.default.fileExists(atPath: dir.url.appendingPathComponent("s.sock").path))
+    }
+}
+
+/// A Python plugin that crashes (exit 3) on every `handle`: the service's crash backoff.
+private let crashingPlugin = #"""
+    #!/usr/bin/env python3
+    import os, sys
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
+
+
+    class Crash(extrun.Intent):
+        name = "Crash"
+
+        def handle(self, values, context):
+            os._exit(3)
+
+
+    extrun.run("test.crash", "1.0.0", [Crash()])
+    """#
+
+private let crashingManifest = #"""
+    {"id": "test.crash", "version": "1.0.0", "owner": "TESTTEAM", "protocolVersion": 1, "executable": "plugin.py",
+     "intents": [{"name": "Crash", "parameters": []}]}
+    """#
+
+@Suite("extrun serve: warm processes and limits", .serialized)
+struct ServeLimitTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    @Test("An idle warm process is ended after idleTimeoutSeconds")
+    func idleTimeout() throws {
+        let service = try Service(cli: cli, policy: #"{"idleTimeoutSeconds": 0.3}"#)
+        defer { service.stop() }
+        let result = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
+        #expect(result.status == 0, "\(result)")
+        #expect(!service.descendants.isEmpty, "the warm process")
+        let deadline = Date().addingTimeInterval(5)
+        while !service.descendants.isEmpty, Date() < deadline { usleep(50_000) }
+        #expect(service.descendants.isEmpty, "the warm process is still there 5 s after an idle timeout of 0.3 s")
+    }
+
+    @Test("maxWarmPerPlugin: three processes ran at once, one is kept")
+    func warmLimit() throws {
+        let service = try Service(cli: cli, policy: #"{"maxWarmPerPlugin": 1}"#)
+        defer { service.stop() }
+        let result = try service.python("warm-limit")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("The per-caller limit (callers.UID.maxConcurrent) refuses a second intent of the same uid: overloaded with callerLimit")
+    func callerLimit() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 0, "callers": {"\#(getuid())": {"maxConcurrent": 1}}}"#)
+        defer { service.stop() }
+        let result = try service.python("caller-limit")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("SIGHUP re-reads serve.json; a bad file is logged and the running policy kept")
+    func sighup() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        defer { service.stop() }
+        let file = service.directory.url.appendingPathComponent("serve.json")
+        func limits() throws -> JSONValue { try JSONParser.parse(Array(try service.python("limits").stdout.utf8)) }
+        #expect(try limits()["maxConcurrent"] == 1)
+        try Data(#"{"maxConcurrent": 3, "maxQueued": 5}"#.utf8).write(to: file)
+        kill(service.process.processIdentifier, SIGHUP)
+        var deadline = Date().addingTimeInterval(5)
+        while try limits()["maxConcurrent"] != 3, Date() < deadline { usleep(50_000) }
+        #expect(try limits()["maxConcurrent"] == 3 && limits()["maxQueued"] == 5)
+        try Data(#"{"maxConcurrent": "many"}"#.utf8).write(to: file)
+        kill(service.process.processIdentifier, SIGHUP)
+        deadline = Date().addingTimeInterval(5)
+        while !service.logText.contains("SIGHUP: the policy was not changed"), Date() < deadline { usleep(50_000) }
+        #expect(service.logText.contains("maxConcurrent"), "\(service.logText)")
+        #expect(try limits()["maxConcurrent"] == 3)
+    }
+
+    @Test("A plugin that keeps crashing is backed off: overloaded (reason backoff, exit 21) with the crashes, listed by health")
+    func crashBackoff() throws {
+        let plugins = try TempDirectory("serve-plugins")
+        try plugins.write("crash/manifest.json", crashingManifest)
+        try plugins.write("crash/plugin.py", crashingPlugin, mode: 0o755)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("crash/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
+        let cli = try CLI(extraPluginDirectories: [plugins.url])
+        let service = try Service(cli: cli, policy: #"{"crashLimit": 2, "crashBackoffSeconds": 60}"#)
+        defer { service.stop() }
+        let dir = try TempDirectory("crash-intent")
+        let intent = try dir.write("crash.json", #"{"intent": "Crash"}"#)
+        for _ in 0..<2 {
+            let crashed = try service.client(["handle", "--server", service.socket, intent.path])
+            #expect(crashed.status == 6, "\(crashed)")
+        }
+        let refused = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(refused.status == 21, "\(refused)")
+        let error = try refused.json()["error"]
+        #expect(error?["reason"] == "backoff" && error?["plugin"] == "test.crash" && error?["crashes"] == 2, "\(refused)")
+        #expect(service.logText.contains("plugin backed off after repeated crashes"), "\(service.logText)")
+        // Other plugins are not affected.
+        let other = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
+        #expect(other.status == 0, "\(other)")
+    }
+}
+
+extension ServeTests {
+    @Test("The per-caller queue check, as overloaded, with the caller's uid in the details")
+    func overloadedNamesTheCaller() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        defer { service.stop() }
+        let result = try service.python("overloaded")
+        #expect(result.status == 0, "\(result)")
+        #expect(service.logText.contains("\"uid\":\(getuid())"), "\(service.logText)")
+    }
+}
+
+@Suite("extrun serve: shutdown and disconnects", .serialized)
+struct ServeShutdownTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    func sleepIntent(_ seconds: Double) throws -> (TempDirectory, String) {
+        let dir = try TempDirectory("sleep")
+        let file = try dir.write("sleep.json", #"{"intent": "Sleep", "parameters": {"seconds": \#(seconds)}}"#)
+        return (dir, file.path)
+    }
+
+    @Test("A caller that disconnects mid-intent cancels it: the plugin is ended, nothing keeps running")
+    func disconnectCancels() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("disconnect")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        #expect(service.logText.contains("\"outcome\":\"cancelled\""), "\(service.logText)")
+        // Its plugin process is gone (a cancelled warm process is never kept).
+        let left = Processes.waitGone(service.descendants, seconds: 5)
+        #expect(left.isEmpty, "\(left)")
+    }
+
+    @Test("A caller that disconnects while its prompt waits: the prompt is declined, the run cancelled")
+    func disconnectDuringPrompt() throws {
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("disconnect-prompt")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        #expect(service.logText.contains("\"outcome\":\"cancelled\""), "\(service.logText)")
+    }
+
+    @Test("SIGTERM: an intent in flight finishes within the grace, and its caller gets its report")
+    func sigtermGrace() throws {
+        let service = try Service(cli: cli, policy: #"{"shutdownGraceSeconds": 20}"#)
+        let (dir, intent) = try sleepIntent(1)
+        defer { withExtendedLifetime(dir) {} }
+        let (client, out) = try service.background(["handle", "--server", service.socket, intent])
+        #expect(try service.waitRunning(1))
+        service.stop()
+        client.waitUntilExit()
+        #expect(client.terminationStatus == 0, "\((try? String(contentsOf: out, encoding: .utf8)) ?? "")")
+    }
+
+    @Test("SIGTERM: an intent still running after the grace is cancelled (exit 20); every plugin is ended")
+    func sigtermCancels() throws {
+        let service = try Service(cli: cli, policy: #"{"shutdownGraceSeconds": 0.2}"#)
+        let (dir, intent) = try sleepIntent(30)
+        defer { withExtendedLifetime(dir) {} }
+        let (client, out) = try service.background(["handle", "--server", service.socket, intent])
+        #expect(try service.waitRunning(1))
+        let started = Date()
+        service.stop()
+        client.waitUntilExit()
+        #expect(Date().timeIntervalSince(started) < 10, "the stop took \(Date().timeIntervalSince(started)) s")
+        let output = (try? String(contentsOf: out, encoding: .utf8)) ?? ""
+        #expect(client.terminationStatus == 20, "\(output)")
+        let report = try JSONParser.parse(Array(output.utf8))
+        #expect(report["error"]?["kind"] == "cancelled" && report["error"]?["phase"] != nil, "\(output)")
+    }
+}
+
+@Suite("extrun serve: activation and TCP", .serialized)
+struct ServeListenerTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    @Test("LISTEN_FDS: a listening socket passed as fd 3 (as systemd does) is served; SIGTERM leaves nothing")
+    func socketActivation() throws {
+        let dir = try TempDirectory("activation")
+        let tmp = try dir.directory("tmp")
+        chmod(tmp.path, 0o1777)
+        let socket = dir.url.appendingPathComponent("a.sock").path
+        var environment = cli.environmentForRun(["TMPDIR": tmp.path])
+        environment["EXTRUN_BIN"] = try ExtrunBinary.url().path
+        let result = try Service.python("activation", socket: socket, environment: environment)
+        #expect(result.status == 0, "\(result)")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: tmp.path))?.isEmpty == true, "scratch left in TMPDIR")
+    }
+
+    @Test("--listen needs --token-file; over TCP a caller without the token gets 401, with it the report")
+    func tcpWithToken() throws {
+        let refused = try cli.run(["serve", "--listen", "127.0.0.1:1"])
+        #expect(refused.status == 64 && refused.stderr.contains("--token-file"), "\(refused)")
+        let dir = try TempDirectory("token")
+        let token = "s3cret-token-\(UUID().uuidString)"
+        let file = try dir.write("token", token, mode: 0o600)
+        let port = try Self.freePort()
+        let service = try Service(cli: cli, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
+        defer { service.stop() }
+        let result = try service.python("tcp", environment: ["EXTRUN_TCP_PORT": String(port), "EXTRUN_TOKEN": token])
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        // A token file others can read is refused.
+        let open = try dir.write("open-token", token, mode: 0o644)
+        let insecure = try cli.run(["serve", "--socket", dir.url.appendingPathComponent("x.sock").path, "--listen", "127.0.0.1:\(port)", "--token-file", open.path])
+        #expect(insecure.status == 11 && insecure.stderr.contains("chmod 600"), "\(insecure)")
+    }
+
+    /// A loopback port nobody listens on now.
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+@Suite("extrun serve: faults", .serialized)
+struct ServeFaultTests {
+    let cli: CLI
+
+    init() throws {
+        cli = try CLI()
+    }
+
+    @Test("Malformed requests (garbage, bad headers, a lying length, huge targets and headers): 400 or closed; the service goes on")
+    func malformed() throws {
+        let service = try Service(cli: cli, policy: #"{"requestTimeoutSeconds": 1}"#)
+        defer { service.stop() }
+        let result = try service.python("malformed")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("A caller that never reads its answer is disconnected after writeTimeoutSeconds")
+    func neverReads() throws {
+        let service = try Service(cli: cli, policy: #"{"writeTimeoutSeconds": 1}"#)
+        defer { service.stop() }
+        let result = try service.python("never-reads")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("200 callers at once: each gets its report or overloaded at once; nothing left (Scripts/serve-load: 1,000)")
+    func manyCallers() throws {
+        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 32}"#)
+        defer { service.stop() }
+        let result = try service.python("many", environment: ["EXTRUN_CLIENTS": "200"])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+    }
+}
