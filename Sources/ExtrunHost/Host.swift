@@ -25,6 +25,13 @@ public struct HandleOptions: Sendable {
     /// Donate the interaction to the owner's donation log after a successful run, and store
     /// the plugin's own donations. False: `--no-donate`.
     public var donate = true
+    /// Stops the run from another thread (a server's client went away, an MCP cancel):
+    /// the plugin gets `cancel` and the cancel grace, and the report's error is
+    /// `cancelled`. See `Cancellation`.
+    public var cancellation: Cancellation?
+    /// Called on the run's thread for each `progress` notification of the plugin
+    /// (a server or an MCP client passes it on to its caller).
+    public var onProgress: (@Sendable (ProgressParams) -> Void)?
 
     public init() {}
 }

@@ -30,6 +30,9 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     /// A signed plugin's files changed after it was signed, or its signature is malformed
     /// or names another owner (`details.file` names the file): it is not started.
     case signatureInvalid
+    /// The caller cancelled the run (`HandleOptions.cancellation`: a server's client
+    /// went away, an MCP client's `notifications/cancelled`, a service shutting down).
+    case cancelled
     /// The host could not do its own work (spawn failed, out of descriptors...).
     case internalError
 
@@ -49,6 +52,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .confirmationDeclined: 13
         case .diskLimitExceeded: 14
         case .signatureInvalid: 19
+        case .cancelled: 20
         case .internalError: 70
         }
     }

@@ -8,6 +8,11 @@ extension IntentLifecycle {
     /// Takes a session from `sessions`, runs `work` on it and hands it back (a pool keeps
     /// it for the next intent when it may); everything that happened is in `report`.
     mutating func execute(_ work: Work, from sessions: any SessionSource, into report: inout HandleReport) {
+        if let cancellation = options.cancellation, cancellation.isCancelled {
+            // Cancelled before a process was asked for: none is started.
+            report.error = cancelledError(reason: cancellation.reason, elapsedMs: 0)
+            return
+        }
         let session: PluginSession
         do throws(HostError) {
             session = try sessions.session(for: sessionSpec)
@@ -81,17 +86,19 @@ extension IntentLifecycle {
 
     /// Points the connection's callbacks at this run: its log, its deadline (progress), its store services.
     func bind(_ connection: PluginConnection) {
+        connection.cancellation = options.cancellation
         if let log = options.log {
             let id = self.id
             connection.onOutputLine = { isStdout, line in log("[\(id) \(isStdout ? "stdout" : "stderr")] \(line)") }
         } else {
             connection.onOutputLine = nil
         }
-        connection.onNotification = { [log = options.log, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
+        connection.onNotification = { [log = options.log, onProgress = options.onProgress, id = self.id, deadline = self.deadline, mode = self.mode] method, params in
             if method == Method.log, let params, let entry = try? LogParams(jsonValue: params) {
                 log?("[\(id) log \(entry.level)] \(entry.message)")
             } else if method == Method.progress {
                 let progress = params.flatMap { try? ProgressParams(jsonValue: $0) }
+                if let onProgress, let progress { onProgress(progress) }
                 if mode == .extension, deadline.extend() {
                     log?("[extrun] \(id) reported progress \(progress?.fraction.map { "\($0)" } ?? "") \(progress?.message ?? ""): deadline now \(deadline.currentMs) ms from launch")
                 }
@@ -160,9 +167,15 @@ extension IntentLifecycle {
         case let failure as CallFailure:
             // The time at the deadline, not after the grace below.
             let elapsed = MonotonicClock.milliseconds(from: start)
-            if case .deadlineExpired = failure {
+            let cancelReason: String? =
+                switch failure {
+                case .deadlineExpired: "timeout"
+                case .cancelled: "cancelled"
+                default: nil
+                }
+            if let cancelReason {
                 connection.stopReading()
-                connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)
+                connection.notify(Method.cancel, CancelParams(reason: cancelReason).jsonValue)
                 let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
                 connection.flushOutbound(deadline: grace)
                 _ = connection.closeAndWait(deadline: grace)
@@ -176,6 +189,29 @@ extension IntentLifecycle {
     }
 
     // MARK: Reporting
+
+    /// The run was cancelled by its caller (`HandleOptions.cancellation`).
+    func cancelledError(reason: String?, elapsedMs: Double, details: [String: JSONValue] = [:]) -> HostError {
+        var details = details
+        details["phase"] = .string(phase.rawValue)
+        details["elapsedMs"] = .double(elapsedMs)
+        details["reason"] = .string(reason ?? "cancelled by the caller")
+        let started = phase != .launch || elapsedMs > 0
+        return HostError(
+            .cancelled,
+            started
+                ? "\(id) was cancelled during \(phase.rawValue) after \(Int(elapsedMs)) ms (\(reason ?? "cancelled by the caller")); it was sent cancel and, after a grace of up to \(policy.cancelGraceMs) ms, killed with every process it started"
+                : "\(definition.name) was cancelled before \(id) started (\(reason ?? "cancelled by the caller"))",
+            details: details)
+    }
+
+    /// After a question to a person: a run cancelled meanwhile ends here, not with an
+    /// unanswered question (the front end that cancels makes its prompter return nil).
+    func checkCancelled() throws {
+        if let cancellation = options.cancellation, cancellation.isCancelled {
+            throw CallFailure.cancelled(cancellation.reason ?? "cancelled by the caller")
+        }
+    }
 
     func error(for failure: CallFailure, connection: PluginConnection, elapsedMs: Double? = nil) -> HostError {
         let stderrTail = connection.stderr.lastLines(20)
@@ -192,6 +228,8 @@ extension IntentLifecycle {
                 .timeout,
                 "\(id) did not answer \(phase.rawValue) within its deadline of \(deadlineMs) ms in \(mode.rawValue) mode (counted from launch; \(Int(elapsed)) ms elapsed); it was sent cancel and, after a grace of up to \(policy.cancelGraceMs) ms, killed with every process it started",
                 details: details)
+        case .cancelled(let reason):
+            return cancelledError(reason: reason, elapsedMs: elapsedMs ?? MonotonicClock.milliseconds(from: start), details: details)
         case .protocolViolation(let what):
             return HostError(.protocolError, "\(id) broke the protocol during \(phase.rawValue): \(what)", details: details)
         case .overLimit(let breach):

@@ -159,6 +159,14 @@ extension IntentLifecycle {
         report.responseIsSuccess = definition.isSuccessCode(response.code)
     }
 
+    /// Asks a person (`body` calls the prompter) with the deadline's clock stopped; a run
+    /// cancelled while the question was open ends here (`CallFailure.cancelled`).
+    func asking<Answer>(_ body: () -> Answer?) throws -> Answer? {
+        let answer = deadline.excluding(body)
+        try checkCancelled()
+        return answer
+    }
+
     func confirmWithPerson(_ question: String) throws {
         if options.assumeYes { return }
         guard let prompter = options.prompter else {
@@ -166,7 +174,7 @@ extension IntentLifecycle {
                 .confirmationDeclined, "\(definition.name) needs a confirmation: \(question) (run with --yes to confirm, or on a terminal)",
                 details: ["prompt": .string(question)])
         }
-        let answer = deadline.excluding { prompter.confirm(question) }
+        let answer = try asking { prompter.confirm(question) }
         guard answer == true else {
             throw HostError(
                 .confirmationDeclined, "\(definition.name) was not confirmed: \(question) \(answer == nil ? "(no answer)" : "(declined)")",
@@ -250,7 +258,7 @@ extension IntentLifecycle {
                 guard let prompter else {
                     throw unresolved("\(parameter.name): \(question) (run with --yes to accept it)", ["value": value, "prompt": .string(question)])
                 }
-                let answer = deadline.excluding { prompter.confirm(question) }
+                let answer = try asking { prompter.confirm(question) }
                 if answer == nil { throw unresolved("\(parameter.name): \(question) (no answer)", ["value": value]) }
                 if answer == false {
                     // Declined: ask for another value.
@@ -273,7 +281,7 @@ extension IntentLifecycle {
                 throw unresolved(
                     "\(parameter.name): \(question) (\(choices.count) options; pass one in the intent file)", ["options": .array(choices)])
             }
-            guard let index = deadline.excluding({ prompter.choose(question, among: choices.map(ValueText.describe)) }) else {
+            guard let index = try asking({ prompter.choose(question, among: choices.map(ValueText.describe)) }) else {
                 throw unresolved("\(parameter.name): \(question) (no answer)", ["options": .array(choices)])
             }
             values[parameter.name] = choices[index]
@@ -309,14 +317,14 @@ extension IntentLifecycle {
             phase = saved
             guard !offered.isEmpty else { throw unresolved("\(parameter.name): \(prompt) (the plugin offers no options)", [:]) }
             let labels = offered.map { item in item.subtitle.map { "\(item.title) — \($0)" } ?? item.title }
-            guard let index = deadline.excluding({ prompter.choose(prompt, among: labels) }) else {
+            guard let index = try asking({ prompter.choose(prompt, among: labels) }) else {
                 throw unresolved("\(parameter.name): \(prompt) (no answer)", ["prompt": .string(prompt)])
             }
             values[parameter.name] = parameter.multiple ? .array([offered[index].value]) : offered[index].value
             return true
         }
         for _ in 0..<3 {
-            guard let text = deadline.excluding({ prompter.ask(promptLine(prompt, for: parameter)) }) else {
+            guard let text = try asking({ prompter.ask(promptLine(prompt, for: parameter)) }) else {
                 throw unresolved("\(parameter.name): \(prompt) (no answer)", ["prompt": .string(prompt)])
             }
             switch PromptedValue.parse(text, for: parameter, baseDirectory: baseDirectory) {

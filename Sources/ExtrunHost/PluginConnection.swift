@@ -16,6 +16,8 @@ enum CallFailure: Error {
     case protocolViolation(String)
     /// The plugin went over one of the host's limits (HostLimits).
     case overLimit(LimitBreach)
+    /// The caller cancelled the run (`Cancellation`), with its reason.
+    case cancelled(String)
 }
 
 /// Limits on what the host keeps from a plugin, so that its own memory stays bounded
@@ -100,6 +102,9 @@ final class PluginConnection {
     }
     /// Called with each notification the plugin sends.
     var onNotification: ((_ method: String, _ params: JSONValue?) -> Void)?
+    /// The caller's cancellation of the run in progress: a wait for an answer ends
+    /// with `CallFailure.cancelled` once it is set.
+    var cancellation: Cancellation?
     /// Answers requests the plugin sends to the host (globals, bookmarks...).
     var onRequest: ((_ method: String, _ params: JSONValue?) -> Result<JSONValue, RPCError>)?
 
@@ -134,7 +139,10 @@ final class PluginConnection {
             guard let reply else { return .failure(.protocolViolation("internal: no reply")) }
             return .success(reply)
         case .failure(let failure):
-            if case .deadlineExpired = failure { abandoned.insert(id) }
+            switch failure {
+            case .deadlineExpired, .cancelled: abandoned.insert(id)
+            default: break
+            }
             return .failure(failure)
         }
     }
@@ -209,6 +217,10 @@ final class PluginConnection {
         while true {
             if let failure { return .failure(failure) }
             if done() { return .done }
+            // A wait for an answer ends when the caller cancels (not the wait for the exit after the last answer).
+            if waitingFor != nil, let cancellation, cancellation.isCancelled {
+                return .failure(.cancelled(cancellation.reason ?? "cancelled by the caller"))
+            }
             if !spun, readsPlugin, process.fromPlugin >= 0 {
                 spun = true
                 let until = MonotonicClock.now() &+ spinNs

@@ -48,6 +48,7 @@ struct Handle: ParsableCommand {
             7 protocolError; 8 timeout; 9 memoryLimitExceeded; 10 sandboxViolation; \
             11 configurationError; 12 pluginError; 13 confirmationDeclined; 14 diskLimitExceeded; \
             19 signatureInvalid (a signed plugin's file changed after signing: it was not started); \
+            20 cancelled (by the caller: a server's client went away, an MCP cancel); \
             64 bad command line; 70 internal error.
 
             Owners: a plugin gets its owner's globals, bookmarks and donations only when its \

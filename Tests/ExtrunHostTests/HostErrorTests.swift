@@ -9,7 +9,7 @@ struct HostErrorTests {
     func exitCodes() {
         let expected: [ErrorKind: Int32] = [
             .parameterUnresolved: 3, .invalidIntent: 4, .noHandler: 5, .pluginCrashed: 6, .protocolError: 7, .timeout: 8,
-            .memoryLimitExceeded: 9, .sandboxViolation: 10, .configurationError: 11, .pluginError: 12, .diskLimitExceeded: 14, .signatureInvalid: 19, .internalError: 70,
+            .memoryLimitExceeded: 9, .sandboxViolation: 10, .configurationError: 11, .pluginError: 12, .diskLimitExceeded: 14, .signatureInvalid: 19, .cancelled: 20, .internalError: 70,
         ]
         for (kind, code) in expected {
             #expect(kind.exitCode == code, "\(kind)")
