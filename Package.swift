@@ -44,9 +44,10 @@ let package = Package(
             ]
         ),
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
+        .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol"]),
         .executableTarget(
             name: "extrun",
-            dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["ExtrunHost", "ExtrunMCP", "ExtrunProtocol", "ExtrunStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
             // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic
             // Swift program spends ~7 ms in, and a workflow starts extrun once per action
@@ -97,6 +98,7 @@ let package = Package(
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
+        .testTarget(name: "ExtrunMCPTests", dependencies: ["ExtrunMCP", "ExtrunHost", "ExtrunProtocol", "ExtrunTestSupport"], exclude: ["mcp_client.py"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore"], exclude: ["Fixtures"]),
     ]
 )

@@ -27,6 +27,7 @@ struct Extrun: ParsableCommand {
         subcommands: [
             Handle.self, ContinueCommand.self, Batch.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self,
             GlobalsCommand.self, BookmarksCommand.self, DonationsCommand.self, Migrate.self, StoreCommand.self,
+            MCPCommand.self,
         ]
     )
 
