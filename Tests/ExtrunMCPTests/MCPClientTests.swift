@@ -229,6 +229,14 @@ import Glibc
 
     // MARK: - Cancellation and progress
 
+    @Test func cancellingACallWhileTheUserIsAskedEndsItsProcess() throws {
+        let report = try Session().run("elicit-cancel")
+        #expect(report["asked"] == 1)
+        #expect(report["processesRightAfterCancel"]?.intValue ?? 0 > 0, "the SoupChef plugin was not running while the user was asked")
+        #expect(report["goneWithinMs"]?.intValue != nil, "the plugin still runs after the cancel")
+        #expect(report["afterCancel"]?["structuredContent"]?["result"] == "NEXT", "\(report["afterCancel"] ?? .null)")
+    }
+
     @Test func cancellingALongSleepEndsItsProcessAndTheServerGoesOn() throws {
         let report = try Session().run("cancel", ["1.5"])
         #expect((report["cancelledAfterMs"]?.intValue ?? 0) < 5000)
@@ -269,5 +277,27 @@ import Glibc
         #expect(report["notices"]?.arrayValue?.contains("notifications/tools/list_changed") == true)
         #expect(report["removedNotified"] == true)
         #expect(report["afterRemoval"] == ["AddedWhileServing"])
+    }
+}
+
+extension MCPClientTests {
+    @Test func twoPluginsClaimingOneIntentShowInTheToolAndItsCall() throws {
+        let extra = try TempDirectory("mcp-clash")
+        let plugin = try extra.directory("Other")
+        let manifest = """
+            {"id": "com.example.other-uppercase", "version": "1.0.0", "owner": "EXAMPLETEAM", "protocolVersion": 1,
+             "executable": "plugin", "intents": [{"name": "MakeUppercase", "parameters": [{"name": "text", "type": "string"}]}]}
+            """
+        try Data(manifest.utf8).write(to: plugin.appendingPathComponent("manifest.json"))
+        try Data("#!/bin/sh\nexit 1\n".utf8).write(to: plugin.appendingPathComponent("plugin"))
+        chmod(plugin.appendingPathComponent("plugin").path, 0o755)
+        let report = try Session(extraPluginDirectories: [extra.url]).run("call", ["MakeUppercase", #"{"text": "x"}"#])
+        let tools = report["tools"]?.arrayValue ?? []
+        #expect(tools.filter { $0["name"] == "MakeUppercase" }.count == 1)
+        let description = tools.first { $0["name"] == "MakeUppercase" }?["description"]?.stringValue ?? ""
+        #expect(description.hasPrefix("UNAVAILABLE:") && description.contains("com.example.other-uppercase") && description.contains("com.example.uppercase"))
+        let error = report["result"]?["structuredContent"]?["error"]
+        #expect(error?["kind"] == "configurationError", "\(report["result"] ?? .null)")
+        #expect(error?["message"]?.stringValue?.contains("claimed by more than one plugin") == true)
     }
 }

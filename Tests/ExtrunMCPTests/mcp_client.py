@@ -100,6 +100,10 @@ class Answers:
         data = params.model_dump(by_alias=True, exclude_none=True, mode="json")
         self.asked.append({"message": data.get("message"), "requestedSchema": data.get("requestedSchema")})
         action = self.plan.pop(0) if self.plan else "decline"
+        if action == "wait":
+            # The user takes their time: the call is cancelled meanwhile.
+            await anyio.sleep(3)
+            return types.ElicitResult(action="decline")
         if action in ("decline", "cancel"):
             return types.ElicitResult(action=action)
         schema = data["requestedSchema"]
@@ -119,7 +123,8 @@ async def main():
     extrun, scenario, *args = sys.argv[1:]
     params = StdioServerParameters(command=extrun, args=["mcp"], env=dict(os.environ))
     out = {"scenario": scenario}
-    plan = {"elicit-choose": ["first", "yes"], "elicit-decline": ["decline"], "elicit-confirm-no": ["first", "no"]}.get(scenario)
+    plan = {"elicit-choose": ["first", "yes"], "elicit-decline": ["decline"], "elicit-confirm-no": ["first", "no"],
+            "elicit-cancel": ["wait"]}.get(scenario)
     answers = Answers(plan) if plan is not None else None
     notices = []
 
@@ -141,6 +146,11 @@ async def main():
                 tools = await session.list_tools()
                 out["tools"] = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in tools.tools]
 
+            elif scenario == "call":
+                tools = await session.list_tools()
+                out["tools"] = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in tools.tools]
+                out["result"] = dump(await session.call_tool(args[0], json.loads(args[1])))
+
             elif scenario == "uppercase":
                 await session.list_tools()
                 out["result"] = dump(await session.call_tool("MakeUppercase", {"text": "hello, mcp"}))
@@ -148,6 +158,18 @@ async def main():
 
             elif scenario == "memory":
                 out["result"] = dump(await session.call_tool("AllocateMemory", {"megabytes": int(args[0])}))
+
+            elif scenario == "elicit-cancel":
+                with anyio.move_on_after(1):
+                    await session.call_tool("OrderSoup", {"quantity": 1})
+                out["asked"] = len(answers.asked)
+                out["processesRightAfterCancel"] = len(children(server))
+                out["goneWithinMs"] = None
+                begin = time.monotonic()
+                if await wait_until_async(lambda: not children(server), 5):
+                    out["goneWithinMs"] = int((time.monotonic() - begin) * 1000)
+                await anyio.sleep(3)  # the late answer to the elicitation arrives and is ignored
+                out["afterCancel"] = dump(await session.call_tool("MakeUppercase", {"text": "next"}))
 
             elif scenario.startswith("elicit-"):
                 out["result"] = dump(await session.call_tool("OrderSoup", {"quantity": 1}))
