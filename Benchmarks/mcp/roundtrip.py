@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A warm tool call over `extrun mcp`'s stdio, timed by the client (Scripts/bench, section 3).
 
-Starts `extrun mcp`, initializes, calls MakeUppercase `--warmup` times (the plugin
+Starts `extrun mcp --no-donate` (the in-process row does not donate either), initializes, calls MakeUppercase `--warmup` times (the plugin
 process is started once and kept warm by the server's pool), then times `--count`
 calls: from writing the `tools/call` line to reading its result line. A plain
 client (the standard library only, newline-delimited JSON on pipes), so that the
@@ -25,9 +25,10 @@ def main():
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--donate", action="store_true", help="donate each call, as a user's server does (default: not, as the in-process row)")
     args = parser.parse_args()
 
-    server = subprocess.Popen([args.extrun, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+    server = subprocess.Popen([args.extrun, "mcp"] + ([] if args.donate else ["--no-donate"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
     out = server.stdout
     next_id = [0]
 

@@ -49,6 +49,9 @@ struct MCPCommand: ParsableCommand {
     @Option(help: "How many tool calls run at once (each in a plugin process of its own).")
     var maxCalls = 8
 
+    @Flag(help: "Do not donate successful calls to their owners' donation logs (as `extrun handle --no-donate`).")
+    var noDonate = false
+
     func validate() throws {
         if maxCalls < 1 || maxCalls > 64 { throw ValidationError("--max-calls takes 1 to 64 (got \(maxCalls))") }
         try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
@@ -61,6 +64,7 @@ struct MCPCommand: ParsableCommand {
         configuration.maxConcurrentCalls = maxCalls
         configuration.handleOptions.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
         configuration.handleOptions.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
+        configuration.handleOptions.donate = !noDonate
         if verbose {
             let log: @Sendable (String) -> Void = { line in Output.printError(line) }
             configuration.log = log
