@@ -50,10 +50,11 @@ let package = Package(
             ]
         ),
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
+        .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol"]),
         .executableTarget(
             name: "extrun",
             dependencies: [
-                "ExtrunHost", "ExtrunProtocol", "ExtrunStore", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "ExtrunHost", "ExtrunMCP", "ExtrunProtocol", "ExtrunStore", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
             // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic
@@ -122,6 +123,7 @@ let package = Package(
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
+        .testTarget(name: "ExtrunMCPTests", dependencies: ["ExtrunMCP", "ExtrunHost", "ExtrunProtocol", "ExtrunTestSupport"], exclude: ["mcp_client.py"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
     ]
 )

@@ -234,6 +234,14 @@ def main():
             print(f"  context: one pool, {p['callers']} callers at once ({p['variant']}, {p['launches']} warm processes): "
                   f"{p['intentsPerSecond']:,.0f} intents/s, p50 {p['summary']['p50Us']:.0f} µs, p99 {p['summary']['p99Us']:.0f} µs")
         sandboxed = warm["variants"].get("sandboxed") or next(iter(warm["variants"].values()))
+        mcp_path = os.path.join(d, "mcp.json")
+        if os.path.exists(mcp_path):
+            m = json.load(open(mcp_path))
+            inproc_p50, inproc_p99 = sandboxed["summary"]["p50Us"], sandboxed["summary"]["p99Us"]
+            print(f"  MCP: a warm tool call over `extrun mcp`'s stdio, timed by a plain client ({m['count']} calls): "
+                  f"p50 {m['p50Us']:.0f} µs, p99 {m['p99Us']:.0f} µs; the warm in-process call above: p50 {inproc_p50:.0f} µs, "
+                  f"p99 {inproc_p99:.0f} µs; the MCP layer (JSON-RPC lines, a thread per call, the client's pipes): "
+                  f"+{m['p50Us'] - inproc_p50:.0f} µs at p50")
         verdicts.append((f"in-process dispatch with a warm plugin ≥ {TARGET_WARM_PER_SECOND:,} intents/s",
                          sandboxed["intentsPerSecond"] >= TARGET_WARM_PER_SECOND,
                          f"{sandboxed['intentsPerSecond']:,.0f} intents/s (p50 {sandboxed['summary']['p50Us']:.0f} µs)"))

@@ -84,8 +84,9 @@ build_debug() {
 # The scripts' own Python environment (never the system Python's packages): a venv in
 # .build/python-venv with the packages the tests use, made or completed on first need.
 # Prints the venv's python. Today: jsonschema, the reference validator SchemaTests holds
-# extrun's own JSON Schema validator against (docs/schemas/README.md).
-PYTHON_TEST_PACKAGES=(jsonschema==4.26.0)
+# extrun's own JSON Schema validator against (docs/schemas/README.md); mcp, the official
+# Python MCP SDK, the real client MCPClientTests drive `extrun mcp` with (docs/mcp.md).
+PYTHON_TEST_PACKAGES=(jsonschema==4.26.0 mcp==2.3.0)
 ensure_python_venv() {
   local venv="$ROOT/.build/python-venv"
   local stamp="$venv/.extrun-packages"

@@ -287,7 +287,24 @@ public enum BundledSchema: String, CaseIterable, Sendable {
         "responses": {"type": "array", "items": {"$ref": "#/$defs/response"}},
         "runsInBackground": {"type": "boolean"},
         "phrases": {"type": "array", "items": {"type": "string"}},
-        "confirmation": {"type": "string"}
+        "confirmation": {"type": "string"},
+        "outputs": {"type": "array", "items": {"$ref": "#/$defs/output"}}
+      }
+    },
+    "output": {
+      "type": "object",
+      "required": ["name", "type"],
+      "additionalProperties": false,
+      "patternProperties": {"^\\$": true},
+      "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "type": {"$ref": "#/$defs/parameterType"},
+        "title": {"type": "string"},
+        "description": {"type": "string"},
+        "multiple": {"type": "boolean"},
+        "values": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "valueTitles": {"type": "object", "additionalProperties": {"type": "string"}},
+        "customType": {"type": "string"}
       }
     },
     "parameter": {

@@ -281,7 +281,12 @@ extension IntentLifecycle {
                 throw unresolved(
                     "\(parameter.name): \(question) (\(choices.count) options; pass one in the intent file)", ["options": .array(choices)])
             }
-            guard let index = try asking({ prompter.choose(question, among: choices.map(ValueText.describe)) }) else {
+            let offered = choices.enumerated().map { index, choice in
+                PromptOption(
+                    identifier: choice["identifier"]?.stringValue ?? String(index + 1), label: ValueText.describe(choice),
+                    title: choice["title"]?.stringValue)
+            }
+            guard let index = try asking({ prompter.choose(question, among: offered, for: parameter) }), choices.indices.contains(index) else {
                 throw unresolved("\(parameter.name): \(question) (no answer)", ["options": .array(choices)])
             }
             values[parameter.name] = choices[index]
@@ -317,14 +322,15 @@ extension IntentLifecycle {
             phase = saved
             guard !offered.isEmpty else { throw unresolved("\(parameter.name): \(prompt) (the plugin offers no options)", [:]) }
             let labels = offered.map { item in item.subtitle.map { "\(item.title) — \($0)" } ?? item.title }
-            guard let index = try asking({ prompter.choose(prompt, among: labels) }) else {
+            let choices = zip(offered, labels).map { PromptOption(identifier: $0.identifier, label: $1) }
+            guard let index = try asking({ prompter.choose(prompt, among: choices, for: parameter) }), offered.indices.contains(index) else {
                 throw unresolved("\(parameter.name): \(prompt) (no answer)", ["prompt": .string(prompt)])
             }
             values[parameter.name] = parameter.multiple ? .array([offered[index].value]) : offered[index].value
             return true
         }
         for _ in 0..<3 {
-            guard let text = try asking({ prompter.ask(promptLine(prompt, for: parameter)) }) else {
+            guard let text = try asking({ prompter.ask(promptLine(prompt, for: parameter), for: parameter) }) else {
                 throw unresolved("\(parameter.name): \(prompt) (no answer)", ["prompt": .string(prompt)])
             }
             switch PromptedValue.parse(text, for: parameter, baseDirectory: baseDirectory) {

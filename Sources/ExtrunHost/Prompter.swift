@@ -1,3 +1,4 @@
+import ExtrunProtocol
 import Foundation
 
 #if canImport(Glibc)
@@ -13,6 +14,38 @@ public protocol Prompter: Sendable {
     func confirm(_ question: String) -> Bool?
     /// Says something without asking (why a value was refused, say).
     func tell(_ message: String)
+    /// Asks for a value of `parameter` (its type, its enum values and titles, whether it
+    /// takes a list): a front end that shows typed fields, such as MCP's elicitation,
+    /// builds its form from it. The answer is text, as typed at a terminal
+    /// (`PromptedValue` reads it). Default: `ask(question)`.
+    func ask(_ question: String, for parameter: ParameterDefinition) -> String?
+    /// Asks to choose among options that have identifiers beside their labels (a
+    /// disambiguation's candidates, a plugin's dynamic options), for `parameter` when
+    /// the choice is a parameter's value. Default: `choose(question, among: labels)`.
+    func choose(_ question: String, among options: [PromptOption], for parameter: ParameterDefinition?) -> Int?
+}
+
+/// One option offered to a person: what identifies it, the line a terminal shows,
+/// and a short title when the line is longer (a custom value's `title`).
+public struct PromptOption: Sendable, Equatable {
+    public var identifier: String
+    public var label: String
+    public var title: String?
+    public init(identifier: String, label: String, title: String? = nil) {
+        self.identifier = identifier
+        self.label = label
+        self.title = title
+    }
+}
+
+extension Prompter {
+    public func ask(_ question: String, for parameter: ParameterDefinition) -> String? {
+        ask(question)
+    }
+
+    public func choose(_ question: String, among options: [PromptOption], for parameter: ParameterDefinition?) -> Int? {
+        choose(question, among: options.map(\.label))
+    }
 }
 
 /// Asks on the controlling terminal (`/dev/tty`), so that standard input and

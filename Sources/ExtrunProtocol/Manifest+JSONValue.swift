@@ -24,7 +24,18 @@ extension IntentDefinition {
             parameters: try f.optionalObjects("parameters", ParameterDefinition.init(fields:)) ?? [],
             responses: try f.optionalObjects("responses", ResponseDefinition.init(fields:)) ?? [],
             runsInBackground: try f.optionalBool("runsInBackground"), phrases: try f.optionalStrings("phrases"),
-            confirmation: try f.optionalString("confirmation"))
+            confirmation: try f.optionalString("confirmation"),
+            outputs: try f.optionalObjects("outputs", OutputDefinition.init(fields:)) ?? [])
+    }
+}
+
+extension OutputDefinition {
+    init(fields f: JSONFields) throws {
+        self.init(
+            name: try f.string("name"), type: try f.rawValue("type", ParameterType.self), title: try f.optionalString("title"),
+            description: try f.optionalString("description"), multiple: try f.optionalBool("multiple") ?? false,
+            values: try f.optionalStrings("values"), valueTitles: try f.optionalStringMap("valueTitles"),
+            customType: try f.optionalString("customType"))
     }
 }
 

@@ -152,6 +152,11 @@ public struct PluginManifest: Codable, Sendable, Hashable {
                     problems.append("\(path).parameters[\(j)].customType: '\(name)' is not one of the manifest's types")
                 }
             }
+            for (j, output) in intent.outputs.enumerated() where output.type == .custom {
+                if let name = output.customType, !name.isEmpty, !seenTypes.contains(name) {
+                    problems.append("\(path).outputs[\(j)].customType: '\(name)' is not one of the manifest's types")
+                }
+            }
             for (j, phrase) in (intent.phrases ?? []).enumerated() {
                 // Case-insensitive without a locale (Foundation's localized search loads ICU's locale data).
                 if let appName, phrase.lowercased().firstRange(of: appName.lowercased()) == nil {
@@ -181,11 +186,16 @@ public struct IntentDefinition: Codable, Sendable, Hashable {
     public var phrases: [String]?
     /// Asked (yes/no) after `confirm` answers ready, before `handle`, e.g. "Order ${quantity} ${soup}?".
     public var confirmation: String?
+    /// The typed output properties its responses may carry (`properties` of a response). Empty:
+    /// none declared, and a response's properties are untyped (manifests before typed outputs).
+    public var outputs: [OutputDefinition]
 
     public init(
         name: String, title: String? = nil, description: String? = nil, parameters: [ParameterDefinition] = [],
-        responses: [ResponseDefinition] = [], runsInBackground: Bool? = nil, phrases: [String]? = nil, confirmation: String? = nil
+        responses: [ResponseDefinition] = [], runsInBackground: Bool? = nil, phrases: [String]? = nil, confirmation: String? = nil,
+        outputs: [OutputDefinition] = []
     ) {
+        self.outputs = outputs
         self.name = name
         self.title = title
         self.description = description
@@ -197,7 +207,7 @@ public struct IntentDefinition: Codable, Sendable, Hashable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case name, title, description, parameters, responses, runsInBackground, phrases, confirmation
+        case name, title, description, parameters, responses, runsInBackground, phrases, confirmation, outputs
     }
 
     public init(from decoder: any Decoder) throws {
@@ -210,6 +220,24 @@ public struct IntentDefinition: Codable, Sendable, Hashable {
         runsInBackground = try c.decodeIfPresent(Bool.self, forKey: .runsInBackground)
         phrases = try c.decodeIfPresent([String].self, forKey: .phrases)
         confirmation = try c.decodeIfPresent(String.self, forKey: .confirmation)
+        outputs = try c.decodeIfPresent([OutputDefinition].self, forKey: .outputs) ?? []
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encodeIfPresent(title, forKey: .title)
+        try c.encodeIfPresent(description, forKey: .description)
+        try c.encode(parameters, forKey: .parameters)
+        try c.encode(responses, forKey: .responses)
+        try c.encodeIfPresent(runsInBackground, forKey: .runsInBackground)
+        try c.encodeIfPresent(phrases, forKey: .phrases)
+        try c.encodeIfPresent(confirmation, forKey: .confirmation)
+        if !outputs.isEmpty { try c.encode(outputs, forKey: .outputs) }
+    }
+
+    public func output(named name: String) -> OutputDefinition? {
+        outputs.first { $0.name == name }
     }
 
     public func parameter(named name: String) -> ParameterDefinition? {
@@ -256,7 +284,78 @@ public struct IntentDefinition: Codable, Sendable, Hashable {
             }
             if !codes.insert(response.code).inserted { problems.append("\(r): '\(response.code)' is declared twice") }
         }
+        var outputNames = Set<String>()
+        for (i, output) in outputs.enumerated() {
+            let o = "\(path).outputs[\(i)]"
+            if output.name.isEmpty { problems.append("\(o).name: must not be empty") }
+            if !outputNames.insert(output.name).inserted { problems.append("\(o).name: output '\(output.name)' is declared twice") }
+            if output.type == .enum && (output.values ?? []).isEmpty { problems.append("\(o).values: an enum output must list its values") }
+            if output.type != .enum && output.values != nil { problems.append("\(o).values: only enum outputs take values") }
+            if output.type == .custom && (output.customType ?? "").isEmpty { problems.append("\(o).customType: a custom output must name its type") }
+        }
+        if !outputs.isEmpty {
+            for (i, response) in responses.enumerated() {
+                for name in response.properties ?? [] where output(named: name) == nil {
+                    problems.append("\(path).responses[\(i)].properties: '\(name)' is not one of the intent's outputs")
+                }
+            }
+        }
         return problems
+    }
+}
+
+/// One typed output property of an intent: what a response's `properties` may carry under `name`.
+/// The same types as parameters; `custom` names one of the manifest's `types`.
+public struct OutputDefinition: Codable, Sendable, Hashable {
+    public var name: String
+    public var type: ParameterType
+    public var title: String?
+    public var description: String?
+    public var multiple: Bool
+    /// For `enum`: the allowed values, and their display names.
+    public var values: [String]?
+    public var valueTitles: [String: String]?
+    /// For `custom`: the name of the manifest type.
+    public var customType: String?
+
+    public init(
+        name: String, type: ParameterType, title: String? = nil, description: String? = nil, multiple: Bool = false,
+        values: [String]? = nil, valueTitles: [String: String]? = nil, customType: String? = nil
+    ) {
+        self.name = name
+        self.type = type
+        self.title = title
+        self.description = description
+        self.multiple = multiple
+        self.values = values
+        self.valueTitles = valueTitles
+        self.customType = customType
+    }
+
+    private enum CodingKeys: String, CodingKey { case name, type, title, description, multiple, values, valueTitles, customType }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        name = try c.decode(String.self, forKey: .name)
+        type = try c.decode(ParameterType.self, forKey: .type)
+        title = try c.decodeIfPresent(String.self, forKey: .title)
+        description = try c.decodeIfPresent(String.self, forKey: .description)
+        multiple = try c.decodeIfPresent(Bool.self, forKey: .multiple) ?? false
+        values = try c.decodeIfPresent([String].self, forKey: .values)
+        valueTitles = try c.decodeIfPresent([String: String].self, forKey: .valueTitles)
+        customType = try c.decodeIfPresent(String.self, forKey: .customType)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(name, forKey: .name)
+        try c.encode(type, forKey: .type)
+        try c.encodeIfPresent(title, forKey: .title)
+        try c.encodeIfPresent(description, forKey: .description)
+        if multiple { try c.encode(true, forKey: .multiple) }
+        try c.encodeIfPresent(values, forKey: .values)
+        try c.encodeIfPresent(valueTitles, forKey: .valueTitles)
+        try c.encodeIfPresent(customType, forKey: .customType)
     }
 }
 

@@ -5,7 +5,7 @@ import Foundation
 
 struct Describe: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Describe an intent: its plugin, parameters, types, defaults, prompts, response codes and phrases.",
+        abstract: "Describe an intent: its plugin, parameters, types, defaults, prompts, typed outputs, response codes and phrases.",
         discussion: "Reads the manifest only: no plugin is started. --format json prints the manifest's definition of the intent.")
 
     @Argument(help: "The intent name, e.g. OrderSoup.") var intent: String
@@ -26,7 +26,7 @@ struct Describe: ParsableCommand {
                 "intent": (try? JSONCoding.value(of: definition)) ?? .null,
             ]
             if let appName = plugin.manifest.appName { object["appName"] = .string(appName) }
-            let used = Set(definition.parameters.compactMap(\.customType))
+            let used = Set(definition.parameters.compactMap(\.customType) + definition.outputs.compactMap(\.customType))
             let types = plugin.manifest.types.filter { used.contains($0.name) }
             if !types.isEmpty { object["types"] = (try? JSONCoding.value(of: types)) ?? .null }
             return Output.printJSON(.object(object))
@@ -57,6 +57,19 @@ struct Describe: ParsableCommand {
             if let prompt = parameter.prompt { lines.append("      asks: \(prompt)") }
             if let confirm = parameter.confirmationPrompt { lines.append("      confirms: \(confirm)") }
             for reason in parameter.unsupportedReasons ?? [] { lines.append("      unsupported (\(reason.code)): \(reason.message)") }
+        }
+        if !definition.outputs.isEmpty {
+            lines.append("")
+            lines.append("Outputs:")
+            for output in definition.outputs {
+                var type = output.type == .custom ? (output.customType ?? "custom") : output.type.rawValue
+                if output.multiple { type = "list of \(type)" }
+                lines.append("  \(output.name): \(type)" + (output.title.map { " (\($0))" } ?? ""))
+                if let description = output.description { lines.append("      \(description)") }
+                if let values = output.values {
+                    lines.append("      values: " + values.map { v in output.valueTitles?[v].map { "\(v) (\($0))" } ?? v }.joined(separator: ", "))
+                }
+            }
         }
         lines.append("")
         lines.append("Responses: the standard codes (\(ResponseCode.standard.joined(separator: ", ")))" + (definition.responses.isEmpty ? "" : ", and:"))

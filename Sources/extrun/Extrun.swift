@@ -28,6 +28,7 @@ struct Extrun: ParsableCommand {
             Handle.self, ContinueCommand.self, Batch.self, Plugins.self, Describe.self, Options.self, PhraseCommand.self, Owners.self,
             GlobalsCommand.self, BookmarksCommand.self, DonationsCommand.self, Migrate.self, StoreCommand.self,
             Serve.self,
+            MCPCommand.self,
         ]
     )
 

@@ -31,7 +31,8 @@ struct ManifestGenerationTests {
                         ResponseDefinition(code: "failureGone", success: false, dialog: "${thing} is gone.", properties: ["thing"]),
                         ResponseDefinition(code: "doneLater", success: true),
                     ],
-                    runsInBackground: true, phrases: ["Do ${thing} in Test App", "Do something in Test App"], confirmation: "Do ${thing}?"),
+                    runsInBackground: true, phrases: ["Do ${thing} in Test App", "Do something in Test App"], confirmation: "Do ${thing}?",
+                    outputs: [OutputDefinition(name: "thing", type: .custom, customType: "Thing"), OutputDefinition(name: "message", type: .string)]),
             ],
             limits: ManifestLimits(extension: .init(memoryBytes: 62_914_560)), appName: "Test App",
             types: [
@@ -79,21 +80,23 @@ struct ManifestGenerationTests {
             """#,
     ]
 
-    @Test("MakeUppercase's generated manifest is its old one, plus the declared unsupported reason")
+    @Test("MakeUppercase's generated manifest is its old one, plus the declared unsupported reason and the typed output")
     func makeUppercase() throws {
         var expected = try JSONCoding.decode(PluginManifest.self, fromJSON: Data(try #require(Self.handWritten["MakeUppercase"]).utf8))
         expected.intents[0].parameters[0].unsupportedReasons = [UnsupportedReason(code: "empty", message: "Please enter some text")]
+        expected.intents[0].outputs = [OutputDefinition(name: "result", type: .string, title: "Result")]
         let generated = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/MakeUppercase/intents.json").path).manifest()
         #expect(generated == expected)
     }
 
-    @Test("RenameFiles' generated manifest is its old one, plus titles, the parent condition and the unsupported reason")
+    @Test("RenameFiles' generated manifest is its old one, plus titles, the parent condition, the unsupported reason and the typed output")
     func renameFiles() throws {
         var expected = try JSONCoding.decode(PluginManifest.self, fromJSON: Data(try #require(Self.handWritten["RenameFiles"]).utf8))
         expected.intents[0].parameters[1].unsupportedReasons = [UnsupportedReason(code: "empty", message: "Please enter a date format, such as yyyy-MM-dd")]
         expected.intents[0].parameters[3].valueTitles = ["lowercase": "Lowercase", "uppercase": "Uppercase"]
         expected.intents[0].parameters[3].parent = ParentCondition(parameter: "changeCase", value: true)
         expected.intents[0].parameters[4].valueTitles = ["prepend": "Before the name", "append": "After the name"]
+        expected.intents[0].outputs = [OutputDefinition(name: "files", type: .file, title: "Renamed files", multiple: true)]
         let generated = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/RenameFiles/intents.json").path).manifest()
         #expect(generated.intents[0].parameters == expected.intents[0].parameters)
         #expect(generated == expected)

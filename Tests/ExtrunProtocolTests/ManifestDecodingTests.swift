@@ -54,7 +54,9 @@ struct ManifestDecodingTests {
                                     "unsupportedReasons":[{"code":"empty","message":"Say something"}]},
                                    {"name":"photo","type":"file","allowedTypes":["public.jpeg"],"multiple":true},
                                    {"name":"when","type":"date","default":null}],
-                     "responses":[{"code":"soldOut","dialog":"Sorry","properties":["soup"]},{"code":"done","success":true}]},
+                     "responses":[{"code":"soldOut","dialog":"Sorry","properties":["soup"]},{"code":"done","success":true}],
+                     "outputs":[{"name":"soup","type":"custom","customType":"Soup","title":"Soup"},
+                                {"name":"size","type":"enum","values":["s","l"],"valueTitles":{"s":"Small"},"multiple":true,"description":"d"}]},
                     {"name":"Bare"}]}
         """#
 
@@ -65,6 +67,12 @@ struct ManifestDecodingTests {
         #expect(byHand == (try Self.codable(data)))
         #expect(byHand.intents[0].parameters[1].valueTitles == ["s": "Small", "l": "Large"])
         #expect(byHand.limits?.inApp?.deadlineMs == 9000 && byHand.limits?.extension?.memoryBytes == 62_914_560)
+        #expect(byHand.intents[0].outputs.map(\.name) == ["soup", "size"] && byHand.intents[0].outputs[1].multiple)
+        #expect(byHand.intents[1].outputs.isEmpty)
+        // Written back, an intent without outputs has no `outputs` field (manifests before typed outputs stay as they were).
+        let written = String(decoding: try JSONCoding.encoder().encode(byHand), as: UTF8.self)
+        #expect(written.components(separatedBy: "\"outputs\"").count == 2)
+        #expect(try Self.codable(try JSONCoding.encoder().encode(byHand)) == byHand)
         let minimal = Data(#"{"id":"a","version":"1","owner":"o","protocolVersion":1,"executable":"x","intents":[]}"#.utf8)
         #expect(try PluginManifest(json: minimal) == (try Self.codable(minimal)))
         #expect(try PluginManifest(json: minimal).modes == [.extension, .inApp])

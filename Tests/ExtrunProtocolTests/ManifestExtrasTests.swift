@@ -92,6 +92,30 @@ struct ManifestExtrasTests {
         ])
     }
 
+    @Test("problems: typed outputs")
+    func outputs() throws {
+        let good = try manifest(
+            #"[{"name":"Order","outputs":[{"name":"soup","type":"custom","customType":"Soup"},{"name":"total","type":"number"}],"responses":[{"code":"soldOut","properties":["soup"]}]}]"#,
+            types: Self.soupType)
+        #expect(good.problems() == [])
+        #expect(good.intents[0].output(named: "total")?.type == .number)
+        let bad = try manifest(
+            #"""
+            [{"name":"Order","outputs":[{"name":"soup","type":"custom","customType":"Stew"},{"name":"soup","type":"enum"},{"name":"n","type":"integer","values":["a"]}],
+              "responses":[{"code":"soldOut","properties":["soup","price"]}]}]
+            """#, types: Self.soupType)
+        #expect(
+            bad.problems() == [
+                "intents[0].outputs[1].name: output 'soup' is declared twice",
+                "intents[0].outputs[1].values: an enum output must list its values",
+                "intents[0].outputs[2].values: only enum outputs take values",
+                "intents[0].responses[0].properties: 'price' is not one of the intent's outputs",
+                "intents[0].outputs[0].customType: 'Stew' is not one of the manifest's types",
+            ])
+        // Without outputs, a response's properties are untyped names, as before.
+        #expect(try manifest(#"[{"name":"Order","responses":[{"code":"soldOut","properties":["anything"]}]}]"#).problems() == [])
+    }
+
     @Test("a parameter with a parent condition is shown only when the parent has that value")
     func isShown() {
         let p = ParameterDefinition(name: "newCase", type: .enum, values: ["a"], parent: ParentCondition(parameter: "changeCase", value: true))

@@ -1,0 +1,413 @@
+import ExtrunHost
+import ExtrunProtocol
+import Foundation
+import Synchronization
+
+/// `extrun mcp`: an MCP server over stdio (newline-delimited JSON-RPC 2.0) whose
+/// tools are the installed intents, each call run through the warm pool
+/// (`PluginPool.handle`) in the sandbox with its mode's limits. docs/mcp.md
+/// documents the mapping; docs/architecture.md where it sits.
+///
+/// Threads: the caller's reads standard input and answers what is quick (initialize,
+/// ping, tools/list, the client's answers to elicitations, cancellations); each
+/// `tools/call` runs on a thread of its own, which blocks in the intent (and in an
+/// elicitation, waiting for the client's answer) without stopping the reader; one
+/// more thread polls the plugin path and sends `notifications/tools/list_changed`.
+public final class MCPServer: Sendable {
+    public struct Configuration: Sendable {
+        /// The most `tools/call`s in flight; one more is answered with an error result saying so.
+        public var maxConcurrentCalls = 8
+        /// How often the plugin path is read again for `notifications/tools/list_changed`.
+        public var catalogPollMs = 1000
+        /// The longest message line read; a longer one is answered with a parse error and skipped.
+        public var maxLineBytes = 8 << 20
+        /// The options every intent runs with (limits from the command line, `--verbose`'s log).
+        public var handleOptions = HandleOptions()
+        /// Lines about the server itself (`--verbose`), on standard error.
+        public var log: (@Sendable (String) -> Void)?
+        public init() {}
+    }
+
+    /// The protocol versions answered as asked; any other is answered with the newest.
+    static let protocolVersions = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+
+    let host: ExtrunHost.Host
+    let pool: PluginPool
+    let configuration: Configuration
+    let writer: LineWriter
+    private let state = Mutex(State())
+    /// Signalled when a call ends (for the drain at the end of input).
+    private let callsDone = NSCondition()
+
+    struct State {
+        var protocolVersion = MCPServer.protocolVersions[0]
+        /// The client declared `elicitation` (form mode) in its capabilities.
+        var elicitation = false
+        var catalog: ToolCatalog?
+        var calls: [JSONValue: Call] = [:]
+        var running = 0
+        var pending: [String: PendingAnswer] = [:]
+        var nextRequest = 1
+        var ended = false
+    }
+
+    public init(host: ExtrunHost.Host = ExtrunHost.Host(), configuration: Configuration = Configuration(), output: Int32 = STDOUT_FILENO) {
+        self.host = host
+        self.configuration = configuration
+        self.pool = PluginPool(host: host, maxIdleProcesses: max(4, configuration.maxConcurrentCalls))
+        self.writer = LineWriter(fd: output)
+    }
+
+    /// Serves until standard input ends; then cancels the calls in flight, waits for
+    /// them and ends the warm processes.
+    public func run(input: Int32 = STDIN_FILENO) {
+        let watcher = Thread { [self] in watchCatalog() }
+        watcher.start()
+        var reader = LineReader(fd: input, maxLineBytes: configuration.maxLineBytes)
+        loop: while true {
+            switch reader.next() {
+            case .end: break loop
+            case .tooLong(let size):
+                sendError(id: .null, code: -32700, "a message line is over \(configuration.maxLineBytes) bytes (\(size) so far); it was skipped")
+            case .message(let line):
+                receive(line)
+            }
+        }
+        shutDown(reason: "the client closed the connection")
+    }
+
+    // MARK: - Messages in
+
+    func receive(_ line: ArraySlice<UInt8>) {
+        let message: JSONValue
+        do {
+            message = try JSONParser.parse(line)
+        } catch {
+            sendError(id: .null, code: -32700, "not JSON: \(error)")
+            return
+        }
+        guard case .object(let fields) = message else {
+            sendError(id: .null, code: -32600, "a message must be one JSON object (batches are not part of MCP since 2025-06-18)")
+            return
+        }
+        let id = fields["id"]
+        if let method = fields["method"]?.stringValue {
+            let params = fields["params"] ?? .object([:])
+            if let id {
+                request(id: id, method: method, params: params)
+            } else {
+                notification(method: method, params: params)
+            }
+        } else if let id, fields["result"] != nil || fields["error"] != nil {
+            answer(id: id, message: message)
+        } else {
+            sendError(id: id ?? .null, code: -32600, "neither a request, a notification nor a response")
+        }
+    }
+
+    func request(id: JSONValue, method: String, params: JSONValue) {
+        switch method {
+        case "initialize":
+            initialize(id: id, params: params)
+        case "ping":
+            send(["jsonrpc": "2.0", "id": id, "result": .object([:])])
+        case "tools/list":
+            let catalog = currentCatalog()
+            send(["jsonrpc": "2.0", "id": id, "result": ["tools": catalog.listing]])
+        case "tools/call":
+            call(id: id, params: params)
+        case "logging/setLevel":
+            send(["jsonrpc": "2.0", "id": id, "result": .object([:])])
+        default:
+            sendError(id: id, code: -32601, "extrun mcp does not serve '\(method)' (it serves tools: tools/list, tools/call)")
+        }
+    }
+
+    func notification(method: String, params: JSONValue) {
+        switch method {
+        case "notifications/cancelled":
+            guard let id = params["requestId"] else { return }
+            let reason = params["reason"]?.stringValue ?? "cancelled by the client"
+            let call = state.withLock { $0.calls[id] }
+            call?.cancel(reason, server: self)
+        default:
+            // notifications/initialized, notifications/progress, roots...: nothing to do.
+            break
+        }
+    }
+
+    func initialize(id: JSONValue, params: JSONValue) {
+        let asked = params["protocolVersion"]?.stringValue ?? ""
+        let version = Self.protocolVersions.contains(asked) ? asked : Self.protocolVersions[0]
+        // Form elicitation: `"elicitation": {}` (2025-06-18), or with `form` (2025-11-25, which adds `url`).
+        let declared = params["capabilities"]?["elicitation"]?.objectValue
+        let elicitation = declared.map { $0.isEmpty || $0["form"] != nil } ?? false
+        state.withLock {
+            $0.protocolVersion = version
+            $0.elicitation = elicitation && version >= "2025-06-18"
+            $0.catalog = nil
+        }
+        let catalog = currentCatalog()
+        configuration.log?(
+            "[extrun mcp] initialize: protocol \(version) (asked \(asked)), elicitation \(elicitation ? "yes" : "no"), \(catalog.tools.count) tools")
+        send([
+            "jsonrpc": "2.0", "id": id,
+            "result": [
+                "protocolVersion": .string(version),
+                "capabilities": ["tools": ["listChanged": true]],
+                "serverInfo": ["name": "extrun", "title": "extrun: intents as tools, sandboxed", "version": .string(Host.version)],
+                "instructions": """
+                    Each tool is an intent of an installed extrun plugin, run in a sandbox with memory and time limits. \
+                    A missing value or a confirmation is asked of the user (elicitation) when the client supports it; \
+                    otherwise the result says what is missing. Errors carry a kind (e.g. memoryLimitExceeded) and their numbers.
+                    """,
+            ],
+        ])
+    }
+
+    // MARK: - Tools
+
+    /// The tools for this client (its protocol version and elicitation decide two details).
+    func currentCatalog() -> ToolCatalog {
+        if let known = state.withLock({ $0.catalog }) { return known }
+        let catalog = freshCatalog()
+        state.withLock { $0.catalog = catalog }
+        return catalog
+    }
+
+    func freshCatalog() -> ToolCatalog {
+        let (version, elicitation) = state.withLock { ($0.protocolVersion, $0.elicitation) }
+        return ToolCatalog(catalog: host.catalog(), structured: version >= "2025-06-18", confirmArgument: !elicitation)
+    }
+
+    /// Reads the plugin path again every `catalogPollMs`; a change of the tools
+    /// (a plugin installed, removed or changed) is announced to the client.
+    func watchCatalog() {
+        while true {
+            usleep(UInt32(max(10, configuration.catalogPollMs)) * 1000)
+            if state.withLock({ $0.ended }) { return }
+            let fresh = freshCatalog()
+            let changed: Bool = state.withLock { state in
+                guard let known = state.catalog else { return false }
+                if known.listing == fresh.listing { return false }
+                state.catalog = fresh
+                return true
+            }
+            if changed {
+                configuration.log?("[extrun mcp] the tools changed: \(fresh.tools.map(\.name).joined(separator: ", "))")
+                send(["jsonrpc": "2.0", "method": "notifications/tools/list_changed"])
+            }
+        }
+    }
+
+    func call(id: JSONValue, params: JSONValue) {
+        guard let name = params["name"]?.stringValue else {
+            sendError(id: id, code: -32602, "tools/call needs a tool name (params.name)")
+            return
+        }
+        let arguments = params["arguments"] ?? .object([:])
+        guard case .object(var parameters) = arguments else {
+            sendError(id: id, code: -32602, "the arguments of \(name) must be an object, not \(arguments.typeNameWithArticle)")
+            return
+        }
+        let catalog = currentCatalog()
+        guard let tool = catalog.tool(named: name) else {
+            sendError(id: id, code: -32602, "Unknown tool: \(name) (the tools: \(catalog.tools.map(\.name).joined(separator: ", ")))")
+            return
+        }
+        let (structured, elicitation) = state.withLock { ($0.protocolVersion >= "2025-06-18", $0.elicitation) }
+        let call = Call(id: id, progressToken: params["_meta"]?["progressToken"])
+        let admitted: Int? = state.withLock { state in
+            guard !state.ended, state.running < configuration.maxConcurrentCalls, state.calls[id] == nil else { return nil }
+            state.running += 1
+            state.calls[id] = call
+            return state.running
+        }
+        guard admitted != nil else {
+            let running = state.withLock { $0.running }
+            var report = HandleReport(intent: tool.intent)
+            report.error = HostError(
+                .configurationError,
+                "extrun mcp is already running \(running) calls, the most it runs at once is \(configuration.maxConcurrentCalls) (or the request id is in use); call again when one has finished",
+                details: ["running": .int(Int64(running)), "maxConcurrentCalls": .int(Int64(configuration.maxConcurrentCalls))])
+            send(["jsonrpc": "2.0", "id": id, "result": ToolResult.result(of: report, structured: structured)])
+            return
+        }
+        let confirmed = tool.json["inputSchema"]?["properties"]?[ToolCatalog.confirmedArgument] != nil
+            && parameters.removeValue(forKey: ToolCatalog.confirmedArgument)?.boolValue == true
+        var options = configuration.handleOptions
+        options.cancellation = call.cancellation
+        if elicitation {
+            options.prompter = ElicitingPrompter(server: self, call: call)
+        } else if confirmed {
+            options.assumeYes = true
+        }
+        if call.progressToken != nil {
+            options.onProgress = { [self] progress in call.progress(progress, server: self) }
+        }
+        let invocation = IntentInvocation(
+            intent: tool.intent, parameters: parameters, source: "tools/call \(name)",
+            baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+        let callOptions = options
+        Thread { [self] in
+            let options = callOptions
+            let report = pool.handle(invocation, options: options)
+            var missing: [OptionItem]?
+            if !elicitation, let error = report.error, error.kind == .parameterUnresolved, error.details["options"] == nil,
+                error.details["value"] == nil, let parameter = error.details["parameter"]?.stringValue,
+                tool.definition.parameter(named: parameter)?.dynamicOptions == true, !call.cancellation.isCancelled
+            {
+                // Without elicitation, the model is told the values the app offers, to call again with one.
+                missing = host.options(invocation, parameter: parameter, search: nil, options: options).options?.allItems
+            }
+            configuration.log?(
+                "[extrun mcp] \(name): \(report.error.map { "error \($0.kind.rawValue)" } ?? report.response.map { "answered \($0.code)" } ?? "no answer")")
+            if !call.cancellation.isCancelled {
+                send(["jsonrpc": "2.0", "id": id, "result": ToolResult.result(of: report, structured: structured, missingOptions: missing)])
+            }
+            state.withLock {
+                $0.calls[id] = nil
+                $0.running -= 1
+            }
+            callsDone.lock()
+            callsDone.broadcast()
+            callsDone.unlock()
+        }.start()
+    }
+
+    // MARK: - Requests to the client
+
+    /// Sends a request to the client and waits for its answer: its `result`, or nil
+    /// when it answered with an error, the call was cancelled or the input ended.
+    func ask(_ method: String, _ params: JSONValue, for call: Call) -> JSONValue? {
+        let pending = PendingAnswer()
+        let id: String? = state.withLock { state in
+            guard !state.ended else { return nil }
+            let id = "extrun-\(state.nextRequest)"
+            state.nextRequest += 1
+            state.pending[id] = pending
+            return id
+        }
+        guard let id else { return nil }
+        call.waiting(on: id, pending)
+        if call.cancellation.isCancelled {
+            pending.fulfil(nil)
+        } else {
+            send(["jsonrpc": "2.0", "id": .string(id), "method": .string(method), "params": params])
+        }
+        let answer = pending.wait()
+        call.done(waiting: id)
+        state.withLock { _ = $0.pending.removeValue(forKey: id) }
+        return answer?["result"]
+    }
+
+    func answer(id: JSONValue, message: JSONValue) {
+        guard let key = id.stringValue, let pending = state.withLock({ $0.pending[key] }) else {
+            configuration.log?("[extrun mcp] an answer to no request of ours: \(String(decoding: JSONWriter.bytes(id), as: UTF8.self))")
+            return
+        }
+        pending.fulfil(message)
+    }
+
+    // MARK: - Messages out
+
+    func send(_ message: JSONValue) {
+        writer.send(message)
+    }
+
+    func sendError(id: JSONValue, code: Int, _ message: String) {
+        send(["jsonrpc": "2.0", "id": id, "error": ["code": .int(Int64(code)), "message": .string(message)]])
+    }
+
+    // MARK: - The end
+
+    func shutDown(reason: String) {
+        let (calls, pending) = state.withLock { state in
+            state.ended = true
+            return (Array(state.calls.values), Array(state.pending.values))
+        }
+        for call in calls { call.cancellation.cancel(reason) }
+        for answer in pending { answer.fulfil(nil) }
+        callsDone.lock()
+        while state.withLock({ $0.running }) > 0 { callsDone.wait() }
+        callsDone.unlock()
+        pool.close()
+    }
+}
+
+/// One `tools/call` in flight: its cancellation, its progress token, the elicitations it waits on.
+final class Call: Sendable {
+    let id: JSONValue
+    let progressToken: JSONValue?
+    let cancellation = Cancellation()
+    private let state = Mutex(CallState())
+
+    struct CallState {
+        var lastProgress = -1.0
+        var waiting: [String: PendingAnswer] = [:]
+    }
+
+    init(id: JSONValue, progressToken: JSONValue?) {
+        self.id = id
+        self.progressToken = progressToken
+    }
+
+    /// `notifications/cancelled`: the run is cancelled, and an elicitation it waits on answers nil.
+    func cancel(_ reason: String, server: MCPServer) {
+        cancellation.cancel(reason)
+        let waiting = state.withLock { Array($0.waiting.values) }
+        for answer in waiting { answer.fulfil(nil) }
+    }
+
+    func waiting(on id: String, _ answer: PendingAnswer) {
+        state.withLock { $0.waiting[id] = answer }
+    }
+
+    func done(waiting id: String) {
+        _ = state.withLock { $0.waiting.removeValue(forKey: id) }
+    }
+
+    /// The plugin's `progress` as `notifications/progress` (0...1 of a total of 1). MCP's
+    /// progress must grow: a fraction no larger than the last one, or none, is sent only
+    /// with a message, a hair above the last.
+    func progress(_ params: ProgressParams, server: MCPServer) {
+        guard let token = progressToken else { return }
+        let value: Double? = state.withLock { state in
+            if let fraction = params.fraction, fraction.isFinite, fraction > state.lastProgress {
+                state.lastProgress = min(fraction, 1)
+                return state.lastProgress
+            }
+            guard params.message != nil else { return nil }
+            state.lastProgress = max(0, state.lastProgress).nextUp
+            return state.lastProgress
+        }
+        guard let value else { return }
+        var fields: [String: JSONValue] = ["progressToken": token, "progress": .double(value), "total": .double(1)]
+        if let message = params.message { fields["message"] = .string(message) }
+        server.send(["jsonrpc": "2.0", "method": "notifications/progress", "params": .object(fields)])
+    }
+}
+
+/// An answer the client owes us; `wait` blocks until it comes (or is given up: nil).
+final class PendingAnswer: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var answered = false
+    private var message: JSONValue?
+
+    func fulfil(_ message: JSONValue?) {
+        condition.lock()
+        if !answered {
+            answered = true
+            self.message = message
+            condition.broadcast()
+        }
+        condition.unlock()
+    }
+
+    func wait() -> JSONValue? {
+        condition.lock()
+        defer { condition.unlock() }
+        while !answered { condition.wait() }
+        return message
+    }
+}

@@ -1,0 +1,75 @@
+import ArgumentParser
+import ExtrunHost
+import ExtrunMCP
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `extrun mcp`: the installed intents as tools of an MCP server on stdio (docs/mcp.md).
+struct MCPCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mcp",
+        abstract: "Serve the installed intents as MCP tools on standard input and output, for AI assistants.",
+        discussion: """
+            An MCP server (Model Context Protocol, versions 2024-11-05 to 2025-11-25) over stdio: \
+            the client starts `extrun mcp` and speaks newline-delimited JSON-RPC with it. Every \
+            intent on the plugin path is a tool: its inputSchema from the parameters, its \
+            outputSchema from the typed outputs. Each call runs in the sandbox with its mode's \
+            limits, in a warm plugin process when the plugin allows it (as `extrun batch`).
+
+            A missing value, a choice or a confirmation is asked of the user through the client \
+            (elicitation/create) when the client supports it; otherwise the result says what is \
+            missing and the options, and tools that may ask for a confirmation take \
+            "_confirmed": true once the user agreed. A failure or a limit (memoryLimitExceeded, \
+            timeout...) is a result with isError and the error's kind and numbers in \
+            structuredContent.error. notifications/cancelled cancels the plugin (its grace, then \
+            a kill); a plugin's progress is sent as notifications/progress when the call has a \
+            progress token. Installing or removing a plugin sends notifications/tools/list_changed \
+            within about a second.
+
+            Standard output carries only protocol messages; --verbose writes what happens to \
+            standard error. The server ends when its standard input ends, after cancelling the \
+            calls in flight and ending the warm processes.
+
+            Client configuration: {"mcpServers": {"extrun": {"command": "extrun", "args": ["mcp"]}}} \
+            (docs/mcp.md).
+            """)
+
+    @Flag(name: .shortAndLong, help: "Show on stderr each call's outcome and what the host does (phases, plugin output).")
+    var verbose = false
+
+    @Option(help: ArgumentHelp("Memory cap for every intent, as `extrun handle --memory-limit` (the process's whole life).", valueName: "size"))
+    var memoryLimit: String?
+
+    @Option(help: ArgumentHelp("Deadline for each intent, as `extrun handle --timeout`, e.g. 5s or 2500ms.", valueName: "duration"))
+    var timeout: String?
+
+    @Option(help: "How many tool calls run at once (each in a plugin process of its own).")
+    var maxCalls = 8
+
+    @Flag(help: "Do not donate successful calls to their owners' donation logs (as `extrun handle --no-donate`).")
+    var noDonate = false
+
+    func validate() throws {
+        if maxCalls < 1 || maxCalls > 64 { throw ValidationError("--max-calls takes 1 to 64 (got \(maxCalls))") }
+        try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
+    }
+
+    func run() throws {
+        // A client that goes away must not kill the server in a write; the write fails instead.
+        _ = signal(SIGPIPE, SIG_IGN)
+        var configuration = MCPServer.Configuration()
+        configuration.maxConcurrentCalls = maxCalls
+        configuration.handleOptions.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
+        configuration.handleOptions.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
+        configuration.handleOptions.donate = !noDonate
+        if verbose {
+            let log: @Sendable (String) -> Void = { line in Output.printError(line) }
+            configuration.log = log
+            configuration.handleOptions.log = log
+        }
+        MCPServer(configuration: configuration).run()
+    }
+}
