@@ -221,23 +221,6 @@ static uint64_t unlinked_open_bytes(pid_t self, dev_t device) {
     return bytes;
 }
 
-/// "Name:   1234 kB" in a /proc file's text: the number, or 0.
-static uint64_t kb_field(const char *text, const char *name) {
-    size_t length = strlen(name);
-    for (const char *line = text; line != NULL && *line != '\0';) {
-        if (strncmp(line, name, length) == 0) {
-            const char *c = line + length;
-            while (*c == ' ' || *c == '\t') c++;
-            uint64_t value = 0;
-            for (; *c >= '0' && *c <= '9'; c++) value = value * 10 + (uint64_t)(*c - '0');
-            return value;
-        }
-        line = strchr(line, '\n');
-        if (line != NULL) line++;
-    }
-    return 0;
-}
-
 /// The private memory process `pid` holds, in bytes: its proportional share of resident
 /// anonymous memory (Pss_Anon of smaps_rollup: a page a fork shares is counted once over
 /// the processes sharing it), or its RssAnon where that cannot be read.
@@ -254,7 +237,7 @@ static uint64_t held_anonymous_memory(pid_t pid, const struct extrun_memory_figu
         close(fd);
         if (n > 0) {
             text[n] = '\0';
-            if (strstr(text, "Pss_Anon:") != NULL) return kb_field(text, "Pss_Anon:") * 1024;
+            if (strstr(text, "Pss_Anon:") != NULL) return extrun_status_field(text, "Pss_Anon:") * 1024;
         }
     }
     return figures->rss_anon_kb * 1024;

@@ -21,6 +21,11 @@ void extrun_append_text(char *buffer, size_t size, size_t *at, const char *text)
 /// Appends `value` in decimal, as `extrun_append_text`.
 void extrun_append_int(char *buffer, size_t size, size_t *at, long value);
 
+// exit_figures_linux.c
+
+/// One "Name:   1234 kB" field of a /proc file's text (status, smaps_rollup), in kB (0 when missing).
+uint64_t extrun_status_field(const char *text, const char *name);
+
 // sandbox_linux.c
 
 /// Writes one event to the host's status pipe.
