@@ -190,6 +190,11 @@ def main():
     print(f"  extrun sandbox on − off              = {describe(ex, ' ms', 1)}")
     print(f"  bwrap − direct (plugdrive)           = {describe(bw, ' ms', 1)}")
     print(f"  extrun on / off                      = {describe(ratio('extrun', 'extrun-unsandboxed'), '×')}")
+    # CPU time is disturbed less than wall time by a busy machine (docs/benchmarks.md, "The
+    # sandbox's cost bisected"); bwrap's cannot be compared (its outer process does not reap).
+    cpu_rounds = sorted(set(samples["extrun"]) & set(samples["extrun-unsandboxed"]))
+    cpu_ex = [samples["extrun"][r][1] - samples["extrun-unsandboxed"][r][1] for r in cpu_rounds]
+    print(f"  extrun sandbox on − off, cpu (context) = {describe(cpu_ex, ' ms', 1)}")
     print(f"  bwrap / direct                       = {describe(ratio('driver-bwrap', 'driver'), '×')}")
     dispatch = json.load(open(os.path.join(d, "dispatch.json")))
     ds = dispatch["samplesUs"]

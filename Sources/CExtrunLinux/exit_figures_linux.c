@@ -23,8 +23,7 @@
 #define PTRACE_EVENT_STOP 128
 #endif
 
-/// One "Name:   1234 kB" field of a status file, in kB (0 when missing).
-static uint64_t status_field(const char *buffer, const char *name) {
+uint64_t extrun_status_field(const char *buffer, const char *name) {
     size_t length = strlen(name);
     for (const char *line = buffer; line != NULL && *line != '\0';) {
         if (strncmp(line, name, length) == 0) {
@@ -50,13 +49,13 @@ int extrun_read_memory_figures(int status_fd, struct extrun_memory_figures *figu
     } while (n < 0 && errno == EINTR);
     if (n <= 0) return -1;
     buffer[n] = '\0';
-    figures->vm_peak_kb = status_field(buffer, "VmPeak:");
-    figures->vm_size_kb = status_field(buffer, "VmSize:");
-    figures->vm_data_kb = status_field(buffer, "VmData:");
-    figures->vm_hwm_kb = status_field(buffer, "VmHWM:");
-    figures->rss_anon_kb = status_field(buffer, "RssAnon:");
-    figures->rss_shmem_kb = status_field(buffer, "RssShmem:");
-    figures->vm_pte_kb = status_field(buffer, "VmPTE:");
+    figures->vm_peak_kb = extrun_status_field(buffer, "VmPeak:");
+    figures->vm_size_kb = extrun_status_field(buffer, "VmSize:");
+    figures->vm_data_kb = extrun_status_field(buffer, "VmData:");
+    figures->vm_hwm_kb = extrun_status_field(buffer, "VmHWM:");
+    figures->rss_anon_kb = extrun_status_field(buffer, "RssAnon:");
+    figures->rss_shmem_kb = extrun_status_field(buffer, "RssShmem:");
+    figures->vm_pte_kb = extrun_status_field(buffer, "VmPTE:");
     // A process that has dropped its memory shows none of these.
     return figures->vm_size_kb > 0 ? 0 : -1;
 }

@@ -21,6 +21,44 @@ void extrun_append_text(char *buffer, size_t size, size_t *at, const char *text)
 /// Appends `value` in decimal, as `extrun_append_text`.
 void extrun_append_int(char *buffer, size_t size, size_t *at, long value);
 
+// exit_figures_linux.c
+
+/// One "Name:   1234 kB" field of a /proc file's text (status, smaps_rollup), in kB (0 when missing).
+uint64_t extrun_status_field(const char *text, const char *name);
+
+// sandbox_linux.c
+
+/// Writes one event to the host's status pipe.
+void extrun_send_event(int fd, const struct extrun_event *event);
+
+// run_counts_linux.c: what the supervisor counts and ends of the run
+
+/// The host's /proc (O_PATH), opened by the supervisor before init mounts the pid
+/// namespace's /proc over it; -1: /proc itself.
+extern int extrun_host_proc_fd;
+
+/// Kills every child of the calling process (orphans reparented to it as a subreaper
+/// included; `plugin_group` > 0: that process group first) and reaps them, until none is left.
+void extrun_kill_and_reap_descendants(pid_t self, pid_t plugin_group);
+
+/// /proc/PID/status of process `pid` (host pid), opened in the host's /proc, or -1.
+int extrun_open_host_status(pid_t pid);
+
+/// VmData of process `pid` (host pid) in bytes, or 0.
+uint64_t extrun_private_memory_of(pid_t pid);
+
+/// The run's processes' private memory together (when more than one) and their page
+/// tables, against `limit`: reports EXTRUN_EVENT_RUN_MEMORY_LIMIT and returns 1 past it.
+int extrun_check_run_memory(pid_t self, pid_t init, uint64_t limit, int status_fd, pid_t plugin, int plugin_status_file);
+
+/// The scratch directory's quota (with the files held open unlinked from it, unless
+/// `final`): reports EXTRUN_EVENT_DISK_LIMIT and returns 1 past it (see run_counts_linux.c).
+int extrun_check_disk(const struct extrun_sandbox_request *request, int scratch_fd, int status_fd, pid_t plugin, int *reported,
+                      pid_t self, int final);
+
+/// The plugin's pid in the supervisor's namespace: the one child of `init`, or -1.
+pid_t extrun_only_child_of(pid_t init);
+
 // namespaces_linux.c
 
 /// Creates the namespaces asked for (EXTRUN_NS_*) that the kernel allows; returns

@@ -272,6 +272,39 @@ struct ConfinementTests {
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: base.path)) ?? []).isEmpty, "left in $TMPDIR")
     }
 
+    /// Extrun's folder for scratch directories is used only if it is the host's user's and
+    /// no one else may write it: a name taken by a folder others may write (another user
+    /// made it first, say) is left alone, and the scratch directory is made in $TMPDIR itself.
+    @Test func aScratchFolderOthersMayWriteIsNotUsed() throws {
+        let plugin = try HostilePlugin()
+        defer { plugin.remove() }
+        let base = plugin.root.appendingPathComponent("taken-tmp")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        chmod(base.path, 0o711)
+        let taken = base.appendingPathComponent("extrun-scratch-\(geteuid())")
+        try FileManager.default.createDirectory(at: taken, withIntermediateDirectories: false)
+        chmod(taken.path, 0o777)
+        let intent = plugin.root.appendingPathComponent("who.json")
+        try Data(#"{"intent": "WhoAmI"}"#.utf8).write(to: intent)
+        let host = Process()
+        host.executableURL = ExamplePlugins.extrunBinary
+        host.arguments = ["handle", intent.path, "--verbose"]
+        host.environment = [
+            "EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TMPDIR": base.path, "PATH": "/usr/bin:/bin",
+        ]
+        let log = Pipe()
+        host.standardError = log
+        host.standardOutput = FileHandle.nullDevice
+        try host.run()
+        let text = String(decoding: log.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        host.waitUntilExit()
+        #expect(host.terminationStatus == 0, "\(text)")
+        #expect(text.contains("scratch directory \(base.path)/extrun-run-l-"), "\(text)")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: base.path)) == [taken.lastPathComponent])
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: taken.path)) == [])
+        #expect(ProcessTable.waitUntilGone(plugin.marker).isEmpty)
+    }
+
     /// inotify instances are a budget of the user's (128 here): one plugin took it whole.
     /// In the run's user namespace (an ordinary user's host) the run gets at most 16 of it;
     /// a root host's plugins share the plugin user's (a stated limit).
