@@ -75,6 +75,17 @@ import Glibc
         #expect(messages.contains { $0["id"] == "s" && $0["result"] == .object([:]) })
     }
 
+    @Test func aLineOverTheLimitIsSkippedWithAParseError() throws {
+        let huge = #"{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": ""# + String(repeating: "a", count: 9 << 20) + #""}}"#
+        let (status, messages) = try Self.serve([huge, #"{"jsonrpc": "2.0", "id": 2, "method": "ping"}"#])
+        #expect(status == 0)
+        #expect(messages.count == 2)
+        #expect(messages.first?["error"]?["code"] == -32700)
+        #expect(messages.first?["error"]?["message"]?.stringValue?.contains("8388608 bytes") == true)
+        #expect(Self.answer(1, in: messages) == nil)
+        #expect(Self.answer(2, in: messages)?["result"] == .object([:]))
+    }
+
     @Test func anUnknownVersionIsAnsweredWithTheNewest() throws {
         let (_, messages) = try Self.serve([
             #"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "1999-01-01", "capabilities": {}}}"#
