@@ -321,6 +321,11 @@ public final class MCPServer: Sendable {
 
     // MARK: - The end
 
+    /// Ends the server as the end of its input does (from another thread: a signal).
+    public func stop(reason: String) {
+        shutDown(reason: reason)
+    }
+
     func shutDown(reason: String) {
         let (calls, pending) = state.withLock { state in
             state.ended = true

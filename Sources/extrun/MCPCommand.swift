@@ -30,8 +30,9 @@ struct MCPCommand: ParsableCommand {
             within about a second.
 
             Standard output carries only protocol messages; --verbose writes what happens to \
-            standard error. The server ends when its standard input ends, after cancelling the \
-            calls in flight and ending the warm processes.
+            standard error. The server ends when its standard input ends (exit 0), or on \
+            SIGTERM, SIGINT or SIGHUP (exit 128 + the signal), after cancelling the calls in \
+            flight and ending the warm processes.
 
             Client configuration: {"mcpServers": {"extrun": {"command": "extrun", "args": ["mcp"]}}} \
             (docs/mcp.md).
@@ -70,6 +71,11 @@ struct MCPCommand: ParsableCommand {
             configuration.log = log
             configuration.handleOptions.log = log
         }
-        MCPServer(configuration: configuration).run()
+        let server = MCPServer(configuration: configuration)
+        TerminationSignals.install { signal in
+            server.stop(reason: "extrun mcp received signal \(signal)")
+            Glibc.exit(128 + signal)
+        }
+        server.run()
     }
 }

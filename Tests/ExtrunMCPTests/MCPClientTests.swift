@@ -225,6 +225,12 @@ import Glibc
         let confirmed = report["confirmed"]
         #expect(confirmed?["isError"] == false, "\(confirmed ?? .null)")
         #expect(confirmed?["structuredContent"]?["quantity"] == 1)
+        // A value the app asks to confirm (SoupChef found one soup for "tomato"): the value and the question, then `_confirmed`.
+        let partial = report["partial"]?["structuredContent"]?["error"]
+        #expect(partial?["kind"] == "parameterUnresolved", "\(report["partial"] ?? .null)")
+        #expect(partial?["value"]?["identifier"] == "tomato_soup")
+        #expect(report["partial"]?["text"]?.arrayValue?.first?.stringValue?.contains("_confirmed") == true)
+        #expect(report["partialConfirmed"]?["structuredContent"]?["soup"]?["identifier"] == "tomato_soup", "\(report["partialConfirmed"] ?? .null)")
     }
 
     // MARK: - Cancellation and progress

@@ -75,11 +75,92 @@ import Glibc
         #expect(messages.contains { $0["id"] == "s" && $0["result"] == .object([:]) })
     }
 
+    @Test func aLineOverTheLimitIsSkippedWithAParseError() throws {
+        let huge = #"{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": ""# + String(repeating: "a", count: 9 << 20) + #""}}"#
+        let (status, messages) = try Self.serve([huge, #"{"jsonrpc": "2.0", "id": 2, "method": "ping"}"#])
+        #expect(status == 0)
+        #expect(messages.count == 2)
+        #expect(messages.first?["error"]?["code"] == -32700)
+        #expect(messages.first?["error"]?["message"]?.stringValue?.contains("8388608 bytes") == true)
+        #expect(Self.answer(1, in: messages) == nil)
+        #expect(Self.answer(2, in: messages)?["result"] == .object([:]))
+    }
+
     @Test func anUnknownVersionIsAnsweredWithTheNewest() throws {
         let (_, messages) = try Self.serve([
             #"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "1999-01-01", "capabilities": {}}}"#
         ])
         #expect(Self.answer(1, in: messages)?["result"]?["protocolVersion"] == "2025-11-25")
         #expect(Self.answer(1, in: messages)?["result"]?["capabilities"]?["tools"]?["listChanged"] == true)
+    }
+
+    /// The live descendants of `pid` (from /proc's parent links; zombies aside).
+    static func descendants(of pid: Int32) -> [Int32] {
+        var children: [Int32: [Int32]] = [:]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let child = Int32(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { continue }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 1, fields[0] != "Z", let parent = Int32(fields[1]) else { continue }
+            children[parent, default: []].append(child)
+        }
+        var found: [Int32] = []
+        var todo = [pid]
+        while let next = todo.popLast() {
+            for child in children[next] ?? [] {
+                found.append(child)
+                todo.append(child)
+            }
+        }
+        return found
+    }
+
+    @Test(arguments: [SIGTERM, SIGINT])
+    func aSignalEndsTheCallsInFlightAndTheirScratchFolders(signal: Int32) throws {
+        let home = try TempDirectory("mcp-signal")
+        let scratch = try TempDirectory("mcp-signal-tmp")
+        try StagedPlugins.trust(home: home.url)
+        let process = Process()
+        process.executableURL = try ExtrunBinary.url()
+        process.arguments = ["mcp"]
+        process.environment = [
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path, "EXTRUN_HOME": home.url.path, "TMPDIR": scratch.url.path,
+            "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
+        ]
+        let input = Pipe()
+        process.standardInput = input
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        input.fileHandleForWriting.write(Data((#"""
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}
+
+            """#).utf8))
+        // Until the Sleep plugin runs (its supervisor and itself), for at most 20 s.
+        var running: [Int32] = []
+        for _ in 0..<1000 where running.count < 2 {
+            usleep(20_000)
+            running = Self.descendants(of: process.processIdentifier)
+        }
+        #expect(running.count >= 2, "the Sleep plugin did not start")
+        kill(process.processIdentifier, signal)
+        // The grace is 500 ms; a server still running after 30 s is a failure, not a hung suite.
+        let deadline = Date().addingTimeInterval(30)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        if process.isRunning {
+            Issue.record("extrun mcp still runs 30 s after signal \(signal)")
+            kill(process.processIdentifier, SIGKILL)
+        }
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit && process.terminationStatus == 128 + signal, "status \(process.terminationStatus)")
+        let left = running.filter { pid in
+            (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).map { !$0.contains(") Z ") } ?? false
+        }
+        #expect(left.isEmpty, "processes left: \(left)")
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
+        #expect(files.isEmpty, "scratch folders left: \(files)")
+        try? input.fileHandleForWriting.close()
     }
 }

@@ -184,6 +184,10 @@ async def main():
                     dump(await session.call_tool("OrderSoup", {"quantity": 1, "soup": options[0]["value"], "_confirmed": True}))
                     if options else None
                 )
+                # A soup named in part: the app asks to confirm the one it found.
+                partial = {"quantity": 1, "soup": {"identifier": "tomato", "title": "tomato"}}
+                out["partial"] = dump(await session.call_tool("OrderSoup", partial))
+                out["partialConfirmed"] = dump(await session.call_tool("OrderSoup", {**partial, "_confirmed": True}))
 
             elif scenario == "cancel":
                 started = time.monotonic()
