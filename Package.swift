@@ -3,6 +3,8 @@
 // Module layout (dependencies point one way, left to right):
 //
 //   ExtrunProtocol  ← ExtrunSDK                      (plugins import ExtrunSDK)
+//   ExtrunSystem    ← ExtrunStore, ExtrunHost, extrun   (system calls: EINTR, errno; swift-system. Not the SDK:
+//                     a plugin compiled against ExtrunSDK's module alone would then need swift-system's C module)
 //   ExtrunProtocol  ← ExtrunHost ← extrun (the CLI)
 //   CExtrunLinux    ← ExtrunHost                     (the supervisor, seccomp, rlimits: C)
 //   CExtrunStoreShims ← ExtrunStore                  (openat2, renameat2, statx: C)
@@ -34,9 +36,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     ],
     targets: [
         .target(name: "ExtrunProtocol"),
+        // System calls: EINTR retried in one place, errno as a typed error with the call's name.
+        .target(name: "ExtrunSystem", dependencies: [.product(name: "SystemPackage", package: "swift-system")]),
         .target(name: "ExtrunSDK", dependencies: ["ExtrunProtocol"]),
         .target(name: "CExtrunLinux", linkerSettings: [.linkedLibrary("seccomp")]),
         .target(name: "CExtrunStoreShims", linkerSettings: [.linkedLibrary("sqlite3")]),
@@ -44,17 +49,18 @@ let package = Package(
             name: "ExtrunStore",
             dependencies: [
                 "ExtrunProtocol",
+                "ExtrunSystem",
                 "CExtrunStoreShims",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
-        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
+        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "ExtrunSystem", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
         .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol"]),
         .executableTarget(
             name: "extrun",
             dependencies: [
-                "ExtrunHost", "ExtrunMCP", "ExtrunProtocol", "ExtrunStore", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "ExtrunHost", "ExtrunMCP", "ExtrunProtocol", "ExtrunStore", "ExtrunSystem", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
             // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic

@@ -1,3 +1,4 @@
+import ExtrunSystem
 import Foundation
 import Synchronization
 
@@ -75,9 +76,8 @@ public enum CgroupSupport: Sendable, Equatable {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 16 << 10)
         while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
+            let count = (try? SystemCall.read(fd, into: &chunk)) ?? 0
+            if count == 0 { break }
             bytes.append(contentsOf: chunk[0..<count])
         }
         let needle = Array("cgroup2".utf8)

@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -20,8 +21,7 @@ extension JSONInputFile {
         let source = path == "-" ? "<stdin>" : path
         let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            throw HostError(
-                .invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(SystemCall.lastReason)", details: ["file": .string(path)])
         }
         defer { if fd != STDIN_FILENO { close(fd) } }
         var limit = maxBytes ?? alwaysAcceptedBytes
@@ -45,11 +45,11 @@ extension JSONInputFile {
                 if filled > limit { throw tooLarge(limit, exact: false) }
                 data.count = min(data.count * 2, limit + 1)
             }
-            let count = data.withUnsafeMutableBytes { raw in Glibc.read(fd, raw.baseAddress! + filled, raw.count - filled) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw HostError(
-                    .invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            let count: Int
+            do throws(SystemCallError) {
+                count = try SystemCall.read(fd, into: &data, at: filled)
+            } catch {
+                throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(error.reason)", details: ["file": .string(path)])
             }
             if count == 0 { break }
             filled += count
@@ -197,7 +197,7 @@ extension IntentFileParser {
     static func reason(_ error: any Error) -> String {
         let nsError = error as NSError
         if let underlying = nsError.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
-            return String(cString: strerror(Int32(underlying.code)))
+            return SystemCall.reason(Int32(underlying.code))
         }
         switch nsError.code {
         case NSFileReadNoSuchFileError: return "no such file"

@@ -1,5 +1,6 @@
 import ExtrunProtocol
 import ExtrunStore
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -147,7 +148,7 @@ public struct PluginInstaller: Sendable {
         let removed = try Self.temporaryFolder(in: incoming, name: id + ".removed")
         // Out of the catalog's sight in one step, then deleted.
         if rename(folder.path, removed.path) != 0 {
-            let reason = String(cString: strerror(errno))
+            let reason = SystemCall.lastReason
             rmdir(removed.path)
             throw HostError(.internalError, "cannot remove \(folder.path): \(reason)")
         }
@@ -247,7 +248,7 @@ public struct PluginInstaller: Sendable {
     func makePluginsDirectory() throws(HostError) {
         HomeProtection.makeIfMissing(host.paths.home)
         if mkdir(pluginsDirectory.path, 0o755) != 0 && errno != EEXIST {
-            throw HostError(.internalError, "cannot make \(pluginsDirectory.path): \(String(cString: strerror(errno)))")
+            throw HostError(.internalError, "cannot make \(pluginsDirectory.path): \(SystemCall.lastReason)")
         }
     }
 
@@ -256,7 +257,7 @@ public struct PluginInstaller: Sendable {
     static func incomingFolder(in plugins: URL) throws(HostError) -> URL {
         let incoming = plugins.appendingPathComponent(".incoming", isDirectory: true)
         if mkdir(incoming.path, 0o755) != 0 && errno != EEXIST {
-            throw HostError(.internalError, "cannot make \(incoming.path): \(String(cString: strerror(errno)))")
+            throw HostError(.internalError, "cannot make \(incoming.path): \(SystemCall.lastReason)")
         }
         for name in (try? FileManager.default.contentsOfDirectory(atPath: incoming.path)) ?? [] {
             try? FileManager.default.removeItem(at: incoming.appendingPathComponent(name))
@@ -268,7 +269,7 @@ public struct PluginInstaller: Sendable {
     static func temporaryFolder(in parent: URL, name: String) throws(HostError) -> URL {
         var template = Array("\(parent.path)/\(name).XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else {
-            throw HostError(.internalError, "cannot make a folder in \(parent.path): \(String(cString: strerror(errno)))")
+            throw HostError(.internalError, "cannot make a folder in \(parent.path): \(SystemCall.lastReason)")
         }
         return URL(fileURLWithPath: String(cString: made), isDirectory: true)
     }
@@ -281,8 +282,8 @@ struct InstallLock {
     init(directory: URL) throws(HostError) {
         let path = directory.appendingPathComponent(".install.lock").path
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw HostError(.internalError, "cannot open \(path): \(String(cString: strerror(errno)))") }
-        while flock(fd, LOCK_EX) != 0 && errno == EINTR {}
+        guard fd >= 0 else { throw HostError(.internalError, "cannot open \(path): \(SystemCall.lastReason)") }
+        _ = SystemCall.retryingInterrupts { flock(fd, LOCK_EX) }
     }
 
     func release() {
@@ -310,7 +311,7 @@ struct FolderCopy {
 
     mutating func copy() throws(HostError) {
         guard let real = realpath(source, nil) else {
-            throw HostError(.configurationError, "cannot read \(source): \(String(cString: strerror(errno)))", details: ["file": .string(source)])
+            throw HostError(.configurationError, "cannot read \(source): \(SystemCall.lastReason)", details: ["file": .string(source)])
         }
         realSource = String(cString: real)
         free(real)
@@ -320,7 +321,7 @@ struct FolderCopy {
     private mutating func walk(_ relative: String) throws(HostError) {
         let from = relative.isEmpty ? source : source + "/" + relative
         guard let dir = opendir(from) else {
-            throw HostError(.configurationError, "cannot read the folder \(from): \(String(cString: strerror(errno)))", details: ["file": .string(from)])
+            throw HostError(.configurationError, "cannot read the folder \(from): \(SystemCall.lastReason)", details: ["file": .string(from)])
         }
         var names: [String] = []
         var problem: HostError?
@@ -411,23 +412,24 @@ struct FolderCopy {
         defer { close(output) }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { throw Self.failure("cannot read", from) }
+            let count: Int
+            do throws(SystemCallError) {
+                count = try SystemCall.read(input, into: &buffer)
+            } catch {
+                throw Self.failure("cannot read", from, error)
+            }
             if count == 0 { break }
-            var written = 0
-            while written < count {
-                let result = buffer.withUnsafeBytes { raw in raw.baseAddress.map { write(output, $0 + written, count - written) } ?? -1 }
-                if result < 0 && errno == EINTR { continue }
-                guard result > 0 else { throw Self.failure("cannot write", to) }
-                written += result
+            do throws(SystemCallError) {
+                try SystemCall.writeAll(output, buffer[0..<count])
+            } catch {
+                throw Self.failure("cannot write", to, error)
             }
         }
         // The umask may have taken bits the plugin's user needs.
         guard fchmod(output, mode) == 0, fsync(output) == 0 else { throw Self.failure("cannot write", to) }
     }
 
-    private static func failure(_ what: String, _ path: String) -> HostError {
-        HostError(.internalError, "\(what) \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+    private static func failure(_ what: String, _ path: String, _ error: SystemCallError = .last("")) -> HostError {
+        HostError(.internalError, "\(what) \(path): \(error.reason)", details: ["file": .string(path)])
     }
 }

@@ -1,5 +1,6 @@
 import ExtrunProtocol
 import ExtrunStore
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -201,7 +202,7 @@ enum PrivateFile {
         var info = stat()
         // The file itself (a link to it is fine; what it holds is what matters).
         guard stat(path, &info) == 0 else {
-            throw HostError(.configurationError, "cannot read \(what) \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            throw HostError(.configurationError, "cannot read \(what) \(path): \(SystemCall.lastReason)", details: ["file": .string(path)])
         }
         let mode = info.st_mode & 0o7777
         if info.st_uid != geteuid() {
@@ -271,7 +272,7 @@ final class PluginUidLease: Sendable, Equatable {
 
     static func take(from range: SandboxPolicy.UidRange) throws(HostError) -> PluginUidLease {
         for folder in ["/run/extrun", directory] where mkdir(folder, 0o700) != 0 && errno != EEXIST {
-            throw HostError(.internalError, "cannot make \(folder) for the plugins' uids: \(String(cString: strerror(errno)))")
+            throw HostError(.internalError, "cannot make \(folder) for the plugins' uids: \(SystemCall.lastReason)")
         }
         let start = UInt32.random(in: 0..<range.count)
         for step in 0..<min(range.count, 4096) {

@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -378,7 +379,7 @@ public struct BookmarkAccess: Sendable {
         case ENOENT, ENOTDIR: return stale(record, .missing)
         default:
             return StoreError(
-                .ioError, "cannot open bookmark '\(name)' at \(record.lastKnownPath): \(String(cString: strerror(code)))",
+                .ioError, "cannot open bookmark '\(name)' at \(record.lastKnownPath): \(SystemCall.reason(code))",
                 details: ["owner": .string(owner), "bookmark": .string(name), "lastKnownPath": .string(record.lastKnownPath)])
         }
     }

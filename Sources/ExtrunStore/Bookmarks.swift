@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import GRDB
 
@@ -279,7 +280,7 @@ public struct Bookmarks: Sendable {
             if code == ENOENT || code == ENOTDIR {
                 throw StoreError(.notFound, "nothing at \(absolute) to bookmark", details: details)
             }
-            throw StoreError(.ioError, "cannot resolve \(absolute): \(String(cString: strerror(code)))", details: details)
+            throw StoreError(.ioError, "cannot resolve \(absolute): \(SystemCall.reason(code))", details: details)
         }
         let canonical = String(cString: resolved)
         free(resolved)

@@ -1,3 +1,4 @@
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -6,16 +7,6 @@ import Glibc
 #if canImport(CExtrunStoreShims)
 import CExtrunStoreShims
 #endif
-
-/// A failed system call and its errno; callers turn it into a `StoreError`
-/// that names the file and says what is wrong.
-struct SystemCallError: Error, CustomStringConvertible {
-    var call: String
-    var code: Int32
-
-    var reason: String { String(cString: strerror(code)) }
-    var description: String { "\(call): \(reason)" }
-}
 
 /// Linux ABI constants Glibc does not export to Swift (they need _GNU_SOURCE or linux/openat2.h).
 enum LinuxABI {
@@ -83,9 +74,10 @@ enum SystemCalls {
                 }
             }
             if result >= 0 { return .success(Int32(result)) }
-            let code = errno
-            if code == EAGAIN || code == EINTR { continue }
-            return .failure(SystemCallError(call: "openat2", code: code))
+            let error = SystemCallError.last("openat2")
+            // EAGAIN: the kernel asks for a retry (a rename raced the walk); EINTR as everywhere.
+            if error.errno == .resourceTemporarilyUnavailable || error.errno == .interrupted { continue }
+            return .failure(error)
         }
         return .failure(SystemCallError(call: "openat2", code: EAGAIN))
     }
@@ -111,8 +103,8 @@ enum SystemCalls {
     /// `statx(dirfd, path, flags, mask, buffer)` into a 256-byte `struct statx`.
     static func statx(_ dirfd: Int32, _ path: String, flags: Int32, into buffer: UnsafeMutableRawPointer) throws(SystemCallError) {
         let mask: UInt32 = 0xFFF  // STATX_BASIC_STATS | STATX_BTIME
-        while true {
-            let result: Int32 = path.withCString { cPath in
+        _ = try SystemCall.retrying("statx") { () -> Int32 in
+            path.withCString { cPath in
                 #if canImport(CExtrunStoreShims)
                 extrun_statx(dirfd, cPath, flags, mask, buffer)
                 #else
@@ -123,8 +115,6 @@ enum SystemCalls {
                 return call(dirfd, cPath, flags, mask, buffer)
                 #endif
             }
-            if result == 0 { return }
-            if errno != EINTR { throw SystemCallError(call: "statx", code: errno) }
         }
     }
 }
@@ -174,19 +164,11 @@ enum FileOps {
     }
 
     static func open(_ path: String, _ flags: Int32, mode: mode_t = 0) throws(SystemCallError) -> Int32 {
-        while true {
-            let fd = Glibc.open(path, flags | O_CLOEXEC, mode)
-            if fd >= 0 { return fd }
-            if errno != EINTR { throw SystemCallError(call: "open", code: errno) }
-        }
+        try SystemCall.retrying("open") { Glibc.open(path, flags | O_CLOEXEC, mode) }
     }
 
     static func openat(_ dirfd: Int32, _ name: String, _ flags: Int32, mode: mode_t = 0) throws(SystemCallError) -> Int32 {
-        while true {
-            let fd = Glibc.openat(dirfd, name, flags | O_CLOEXEC, mode)
-            if fd >= 0 { return fd }
-            if errno != EINTR { throw SystemCallError(call: "openat", code: errno) }
-        }
+        try SystemCall.retrying("openat") { Glibc.openat(dirfd, name, flags | O_CLOEXEC, mode) }
     }
 
     static func fstat(_ fd: Int32) throws(SystemCallError) -> stat {
@@ -219,28 +201,11 @@ enum FileOps {
     }
 
     static func fsync(_ fd: Int32) throws(SystemCallError) {
-        while Glibc.fsync(fd) != 0 {
-            if errno != EINTR { throw SystemCallError(call: "fsync", code: errno) }
-        }
+        _ = try SystemCall.retrying("fsync") { Glibc.fsync(fd) }
     }
 
     static func writeAll(_ fd: Int32, _ data: Data) throws(SystemCallError) {
-        var failure: SystemCallError?
-        data.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) in
-            guard var pointer = buffer.baseAddress else { return }
-            var remaining = buffer.count
-            while remaining > 0 {
-                let written = Glibc.write(fd, pointer, remaining)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    failure = SystemCallError(call: "write", code: errno)
-                    return
-                }
-                pointer += written
-                remaining -= written
-            }
-        }
-        if let failure { throw failure }
+        try SystemCall.writeAll(fd, data)
     }
 
     /// Reads to the end of the file, refusing more than `limit` bytes (nil means over the limit).
@@ -249,11 +214,7 @@ enum FileOps {
         let chunk = 1 << 16
         var buffer = [UInt8](repeating: 0, count: chunk)
         while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, chunk) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw SystemCallError(call: "read", code: errno)
-            }
+            let count = try SystemCall.read(fd, into: &buffer)
             if count == 0 { return data }
             if data.count + count > limit { return nil }
             data.append(contentsOf: buffer[0..<count])

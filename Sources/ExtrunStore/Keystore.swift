@@ -1,5 +1,6 @@
 import Crypto
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -138,7 +139,7 @@ struct Keystore: Sendable {
         }
         var info = stat()
         guard stat(directory, &info) == 0 else {
-            throw StoreError(.ioError, "cannot read the keys folder \(directory): \(String(cString: strerror(errno)))", details: ["file": .string(directory)])
+            throw StoreError(.ioError, "cannot read the keys folder \(directory): \(SystemCall.lastReason)", details: ["file": .string(directory)])
         }
         if info.st_uid != geteuid() || info.st_mode & 0o077 != 0 {
             throw StoreError(

@@ -1,5 +1,6 @@
 import Crypto
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import Synchronization
 
@@ -153,7 +154,7 @@ public enum PluginFiles {
         func walk(_ relative: String) throws(PluginSignatureProblem) {
             let absolute = relative.isEmpty ? directory : directory + "/" + relative
             guard let dir = opendir(absolute) else {
-                throw .unsupported("cannot read the folder \(absolute): \(String(cString: strerror(errno)))")
+                throw .unsupported("cannot read the folder \(absolute): \(SystemCall.lastReason)")
             }
             defer { closedir(dir) }
             var names: [String] = []
@@ -246,15 +247,16 @@ public enum PluginFiles {
             return (known.1, identity.size, false)
         }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw .fileChanged(path: path, reason: "it cannot be read (\(String(cString: strerror(errno))))") }
+        guard fd >= 0 else { throw .fileChanged(path: path, reason: "it cannot be read (\(SystemCall.lastReason))") }
         defer { close(fd) }
         var hasher = SHA256()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw .fileChanged(path: path, reason: "it cannot be read (\(String(cString: strerror(errno))))")
+            let count: Int
+            do throws(SystemCallError) {
+                count = try SystemCall.read(fd, into: &buffer)
+            } catch {
+                throw .fileChanged(path: path, reason: "it cannot be read (\(error.reason))")
             }
             if count == 0 { break }
             hasher.update(data: buffer[0..<count])
@@ -417,7 +419,7 @@ extension PluginSignature {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         if fd < 0 {
             if errno == ENOENT { return .unsigned }
-            throw .malformed("cannot open \(path): \(String(cString: strerror(errno)))")
+            throw .malformed("cannot open \(path): \(SystemCall.lastReason)")
         }
         let data: Data
         do {

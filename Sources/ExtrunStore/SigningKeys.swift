@@ -1,5 +1,6 @@
 import Crypto
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)

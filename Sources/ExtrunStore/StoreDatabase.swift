@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import CExtrunStoreShims
 import GRDB
@@ -48,7 +49,7 @@ final class StoreDatabase: Sendable {
         if stat(path, &info) != 0 {
             let code = errno
             guard code == ENOENT else {
-                throw StoreError(.ioError, "cannot open \(path): \(String(cString: strerror(code)))", details: ["file": .string(path)])
+                throw StoreError(.ioError, "cannot open \(path): \(SystemCall.reason(code))", details: ["file": .string(path)])
             }
             if FileManager.default.fileExists(atPath: path + "-wal") || keystore.hasAnyKey() {
                 throw StoreError(

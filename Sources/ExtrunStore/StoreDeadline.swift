@@ -1,3 +1,4 @@
+import ExtrunSystem
 import Foundation
 import GRDB
 
@@ -44,9 +45,7 @@ public enum StoreDeadline {
             guard now < deadline else { return false }
             delayNs = min(delayNs, deadline - now)
         }
-        var request = timespec(tv_sec: Int(delayNs / 1_000_000_000), tv_nsec: Int(delayNs % 1_000_000_000))
-        var left = timespec()
-        while nanosleep(&request, &left) != 0 && errno == EINTR { request = left }
+        SystemCall.sleep(nanoseconds: Int(delayNs))
         return true
     }
 }

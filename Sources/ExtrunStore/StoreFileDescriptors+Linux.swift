@@ -1,3 +1,4 @@
+import ExtrunSystem
 import Foundation
 import Synchronization
 

@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import GRDB
 
@@ -162,7 +163,7 @@ public enum StoreMaintenance {
         }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            throw StoreError(.ioError, "cannot open \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            throw StoreError(.ioError, "cannot open \(path): \(SystemCall.lastReason)", details: ["file": .string(path)])
         }
         defer { close(fd) }
         do {

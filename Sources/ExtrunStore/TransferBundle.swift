@@ -1,5 +1,6 @@
 import Crypto
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import GRDB
 
@@ -487,13 +488,11 @@ final class TransferReader {
         if buffer.count < count { buffer += [UInt8](repeating: 0, count: count - buffer.count) }
         while end < count {
             let filled = end
-            let read = buffer.withUnsafeMutableBytes { pointer -> Int in
-                guard let base = pointer.baseAddress else { return 0 }
-                return Glibc.read(fd, base + filled, pointer.count - filled)
-            }
-            if read < 0 {
-                if errno == EINTR { continue }
-                throw StoreError(.ioError, "cannot read \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            let read: Int
+            do throws(SystemCallError) {
+                read = try SystemCall.read(fd, into: &buffer, at: filled)
+            } catch {
+                throw StoreError(.ioError, "cannot read \(path): \(error.reason)", details: ["file": .string(path)])
             }
             if read == 0 { return false }
             end += read
@@ -512,13 +511,11 @@ private struct PreambleReader {
         var done = 0
         while done < count {
             let offset = done
-            let got = data.withUnsafeMutableBytes { pointer -> Int in
-                guard let base = pointer.baseAddress else { return 0 }
-                return Glibc.read(fd, base + offset, count - offset)
-            }
-            if got < 0 {
-                if errno == EINTR { continue }
-                throw StoreError(.ioError, "cannot read \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            let got: Int
+            do throws(SystemCallError) {
+                got = try SystemCall.read(fd, into: &data, at: offset)
+            } catch {
+                throw StoreError(.ioError, "cannot read \(path): \(error.reason)", details: ["file": .string(path)])
             }
             if got == 0 {
                 throw StoreError(.invalidDocument, "the transfer bundle \(path) is truncated (it ends inside its header); nothing was imported", details: ["file": .string(path)])

@@ -2,6 +2,7 @@ import ArgumentParser
 import ExtrunHost
 import ExtrunProtocol
 import ExtrunStore
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -150,20 +151,14 @@ struct GlobalsExport: ParsableCommand {
                 return
             }
             let fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw ValidationError("cannot write \(output): \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else { throw ValidationError("cannot write \(output): \(SystemCall.lastReason)") }
             defer { close(fd) }
             do {
                 try globals.export { piece in
-                    var left = piece.count
-                    try piece.withUnsafeBytes { raw in
-                        guard var pointer = raw.baseAddress else { return }
-                        while left > 0 {
-                            let written = write(fd, pointer, left)
-                            if written < 0 && errno == EINTR { continue }
-                            guard written > 0 else { throw ValidationError("cannot write \(output): \(String(cString: strerror(errno)))") }
-                            left -= written
-                            pointer += written
-                        }
+                    do throws(SystemCallError) {
+                        try SystemCall.writeAll(fd, piece)
+                    } catch {
+                        throw ValidationError("cannot write \(output): \(error.reason)")
                     }
                 }
             } catch {
@@ -196,7 +191,7 @@ struct GlobalsImport: ParsableCommand {
         // Streamed: read 64 KiB at a time, one global held at once (memory stays flat in the
         // document's size); a file is read twice, checked through before anything is written.
         let fd = file == "-" ? STDIN_FILENO : open(file, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw ValidationError("cannot read \(file): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw ValidationError("cannot read \(file): \(SystemCall.lastReason)") }
         defer { if fd != STDIN_FILENO { close(fd) } }
         try StoreExit.run { store in
             let summary = try store.globals(of: owner.owner).import(

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -42,18 +43,7 @@ enum Output {
 
     static func write(_ data: some ContiguousBytes, to fd: Int32) {
         _ = ignoreSIGPIPE
-        data.withUnsafeBytes { buffer in
-            guard var pointer = buffer.baseAddress else { return }
-            var left = buffer.count
-            while left > 0 {
-                let written = Glibc.write(fd, pointer, left)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    return
-                }
-                left -= written
-                pointer += written
-            }
-        }
+        // What could not be written (a reader gone) is dropped.
+        try? SystemCall.writeAll(fd, data)
     }
 }

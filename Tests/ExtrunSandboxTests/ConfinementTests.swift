@@ -287,7 +287,7 @@ struct ConfinementTests {
         let intent = plugin.root.appendingPathComponent("who.json")
         try Data(#"{"intent": "WhoAmI"}"#.utf8).write(to: intent)
         let host = Process()
-        host.executableURL = ExamplePlugins.extrunBinary
+        host.executableURL = try ExtrunBinary.url()
         host.arguments = ["handle", intent.path, "--verbose"]
         host.environment = [
             "EXTRUN_PLUGIN_PATH": plugin.pluginPath.path, "EXTRUN_HOME": plugin.home.path, "TMPDIR": base.path, "PATH": "/usr/bin:/bin",

@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import GRDB
 
@@ -95,7 +96,7 @@ extension Store {
             for index in 0..<fill.containerFiles {
                 let file = folder + "/f" + BulkFill.padded(index) + ".txt"
                 let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-                guard fd >= 0 else { throw StoreError(.ioError, "cannot write \(file): \(String(cString: strerror(errno)))") }
+                guard fd >= 0 else { throw StoreError(.ioError, "cannot write \(file): \(SystemCall.lastReason)") }
                 defer { close(fd) }
                 do { try FileOps.writeAll(fd, Data("contents of file \(index)\n".utf8)) } catch {
                     throw StoreError(.ioError, "cannot write \(file): \(error.reason)")

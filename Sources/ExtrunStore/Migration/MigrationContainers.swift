@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -142,7 +143,7 @@ struct ContainerCopier {
         guard lstat(source, &info) == 0 else {
             let code = errno
             if code == ENOENT { return }  // Vanished meanwhile: nothing to copy.
-            throw StoreError(.ioError, "cannot read \(source): \(String(cString: strerror(code)))", details: ["file": .string(source)])
+            throw StoreError(.ioError, "cannot read \(source): \(SystemCall.reason(code))", details: ["file": .string(source)])
         }
         switch info.st_mode & S_IFMT {
         case S_IFDIR: try copyFolder(source, destination, mode: info.st_mode & 0o777)
@@ -219,11 +220,7 @@ struct ContainerCopier {
         do throws(SystemCallError) {
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             while true {
-                let count = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    throw SystemCallError(call: "read", code: errno)
-                }
+                let count = try SystemCall.read(input, into: &buffer)
                 if count == 0 { break }
                 try FileOps.writeAll(output, Data(buffer[0..<count]))
                 copied += Int64(count)

@@ -1,5 +1,6 @@
 import Crypto
 import Dispatch
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -52,11 +53,7 @@ struct BatchSealing: Sendable {
             defer { close(fd) }
             while filled < bytes.count {
                 let offset = filled
-                let got = bytes.withUnsafeMutableBytes { buffer -> Int in
-                    guard let base = buffer.baseAddress else { return -1 }
-                    return read(fd, base + offset, buffer.count - offset)
-                }
-                if got < 0, errno == EINTR { continue }
+                let got = (try? SystemCall.read(fd, into: &bytes, at: offset)) ?? -1
                 if got <= 0 { break }
                 filled += got
             }

@@ -1,5 +1,6 @@
 import Crypto
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -29,16 +30,15 @@ final class MigrationLock {
         }
         let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else {
-            throw StoreError(.ioError, "cannot open the migration lock \(path): \(String(cString: strerror(errno)))", details: details)
+            throw StoreError(.ioError, "cannot open the migration lock \(path): \(SystemCall.lastReason)", details: details)
         }
-        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+        if SystemCall.retryingInterrupts({ flock(fd, LOCK_EX | LOCK_NB) }) != 0 {
             let code = errno
-            if code == EINTR { continue }
             var holder = [UInt8](repeating: 0, count: 32)
             let count = holder.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 31, 0) }
             close(fd)
             guard code == EWOULDBLOCK else {
-                throw StoreError(.ioError, "cannot lock \(path): \(String(cString: strerror(code)))", details: details)
+                throw StoreError(.ioError, "cannot lock \(path): \(SystemCall.reason(code))", details: details)
             }
             let pid = count > 0 ? String(decoding: holder[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : "unknown"
             throw StoreError(
