@@ -15,6 +15,10 @@ struct LineReader {
     let maxLineBytes: Int
     private var buffer: [UInt8] = []
     private var start = 0
+    /// How far the buffer has been searched for a newline: each byte is looked at once,
+    /// however many reads a long line takes (a rescan per read made an 8 MiB line cost
+    /// seconds of CPU while nothing else was read).
+    private var scanned = 0
     private var skipping = false
     private var chunk = [UInt8](repeating: 0, count: 64 << 10)
 
@@ -33,9 +37,10 @@ struct LineReader {
     /// The next non-empty line (without its newline and a trailing carriage return), or the end of input.
     mutating func next() -> Line {
         while true {
-            if let newline = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
+            if let newline = buffer[max(start, scanned)...].firstIndex(of: UInt8(ascii: "\n")) {
                 var line = buffer[start..<newline]
                 start = newline + 1
+                scanned = start
                 if skipping {
                     skipping = false
                     continue
@@ -44,14 +49,17 @@ struct LineReader {
                 if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
                 return .message(line)
             }
+            scanned = buffer.count
             // Keep only the unfinished line.
             if start > 0 {
                 buffer.removeFirst(start)
+                scanned -= start
                 start = 0
             }
             if buffer.count > maxLineBytes {
                 let size = buffer.count
                 buffer.removeAll(keepingCapacity: false)
+                scanned = 0
                 if !skipping {
                     skipping = true
                     return .tooLong(size)
@@ -64,6 +72,7 @@ struct LineReader {
                 if !skipping && !buffer.isEmpty {
                     let line = buffer[...]
                     buffer = []
+                    scanned = 0
                     return .message(line)
                 }
                 return .end
@@ -80,37 +89,119 @@ struct LineReader {
     }
 }
 
-/// Writes one message per line to a file descriptor; safe from any thread. A write
-/// that fails (the client went away) is remembered, and later messages are dropped.
+/// Writes one message per line to a file descriptor, from any thread, without ever
+/// blocking the caller: messages are queued and a thread of the writer's own writes
+/// them. A client that stops reading stdout therefore stalls neither the reader of
+/// stdin nor a call's thread (whose plugin keeps its deadline): progress
+/// notifications are dropped once `maxPendingBytes / 8` wait, and past
+/// `maxPendingBytes` the client is taken as gone (`broken`), as when a write fails.
 final class LineWriter: Sendable {
     private let fd: Int32
-    private let state = Mutex(false)
+    let maxPendingBytes: Int
 
-    init(fd: Int32) {
+    private struct State {
+        var queue: [[UInt8]] = []
+        var head = 0
+        var pendingBytes = 0
+        var failed = false
+        var closed = false
+        var dropped = 0
+    }
+    private let state = Mutex(State())
+    private let ready = DispatchSemaphore(value: 0)
+    private let drained = DispatchSemaphore(value: 0)
+
+    init(fd: Int32, maxPendingBytes: Int = 64 << 20) {
         self.fd = fd
+        self.maxPendingBytes = maxPendingBytes
+        let thread = Thread { [self] in self.run() }
+        thread.name = "extrun-mcp-writer"
+        thread.start()
     }
 
-    /// Whether a write failed (the client closed its end).
-    var broken: Bool { state.withLock { $0 } }
+    /// Whether a write failed (the client closed its end) or the client left too much unread.
+    var broken: Bool { state.withLock { $0.failed } }
+    /// Progress notifications dropped because the client was not reading.
+    var droppedNotifications: Int { state.withLock { $0.dropped } }
 
-    func send(_ message: JSONValue) {
+    /// Queues one message. `droppable`: a notification that may be lost when the client
+    /// is behind (progress).
+    func send(_ message: JSONValue, droppable: Bool = false) {
         var bytes = JSONWriter.bytes(message)
         bytes.append(UInt8(ascii: "\n"))
-        state.withLock { failed in
-            guard !failed else { return }
-            var offset = 0
-            while offset < bytes.count {
-                let written = bytes.withUnsafeBytes { raw -> Int in
-                    guard let base = raw.baseAddress else { return 0 }
-                    return write(fd, base + offset, raw.count - offset)
+        let queued = state.withLock { state -> Bool in
+            guard !state.failed, !state.closed else { return false }
+            if droppable && state.pendingBytes > maxPendingBytes / 8 {
+                state.dropped += 1
+                return false
+            }
+            if state.pendingBytes + bytes.count > maxPendingBytes {
+                state.failed = true
+                return false
+            }
+            state.queue.append(bytes)
+            state.pendingBytes += bytes.count
+            return true
+        }
+        if queued { ready.signal() }
+    }
+
+    /// Writes what is queued (within `timeout` seconds) and stops the thread.
+    func finish(timeout: Double = 2) {
+        let wait = state.withLock { state -> Bool in
+            guard !state.closed else { return false }
+            state.closed = true
+            return true
+        }
+        guard wait else { return }
+        ready.signal()
+        _ = drained.wait(timeout: .now() + timeout)
+    }
+
+    private func run() {
+        while true {
+            ready.wait()
+            while true {
+                let next = state.withLock { state -> [UInt8]? in
+                    guard state.head < state.queue.count, !state.failed else { return nil }
+                    let bytes = state.queue[state.head]
+                    state.head += 1
+                    if state.head > 64 && state.head * 2 > state.queue.count {
+                        state.queue.removeFirst(state.head)
+                        state.head = 0
+                    }
+                    return bytes
                 }
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    failed = true
-                    return
+                guard let bytes = next else { break }
+                let ok = write(bytes)
+                state.withLock { state in
+                    state.pendingBytes -= bytes.count
+                    if !ok { state.failed = true }
                 }
-                offset += written
+            }
+            let done = state.withLock { state -> Bool in
+                state.closed && (state.head >= state.queue.count || state.failed)
+            }
+            if done {
+                drained.signal()
+                return
             }
         }
+    }
+
+    private func write(_ bytes: [UInt8]) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return Glibc.write(fd, base + offset, raw.count - offset)
+            }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            offset += written
+        }
+        return true
     }
 }

@@ -311,8 +311,19 @@ public final class MCPServer: Sendable {
 
     // MARK: - Messages out
 
-    func send(_ message: JSONValue) {
-        writer.send(message)
+    /// Queues a message for the client (never blocks: LineWriter). `droppable`: progress,
+    /// which a client that is behind may miss. A client that left `LineWriter.maxPendingBytes`
+    /// unread is taken as gone: the calls in flight are cancelled, as at the end of input.
+    func send(_ message: JSONValue, droppable: Bool = false) {
+        writer.send(message, droppable: droppable)
+        if writer.broken {
+            let (calls, pending) = state.withLock { state in (Array(state.calls.values), Array(state.pending.values)) }
+            if !calls.isEmpty || !pending.isEmpty {
+                configuration.log?("[extrun mcp] the client is not reading (or closed) its input: the calls in flight are cancelled")
+            }
+            for call in calls { call.cancellation.cancel("the client stopped reading the server's output") }
+            for answer in pending { answer.fulfil(nil) }
+        }
     }
 
     func sendError(id: JSONValue, code: Int, _ message: String) {
@@ -337,6 +348,7 @@ public final class MCPServer: Sendable {
         while state.withLock({ $0.running }) > 0 { callsDone.wait() }
         callsDone.unlock()
         pool.close()
+        writer.finish()
     }
 }
 
@@ -389,7 +401,7 @@ final class Call: Sendable {
         guard let value else { return }
         var fields: [String: JSONValue] = ["progressToken": token, "progress": .double(value), "total": .double(1)]
         if let message = params.message { fields["message"] = .string(message) }
-        server.send(["jsonrpc": "2.0", "method": "notifications/progress", "params": .object(fields)])
+        server.send(["jsonrpc": "2.0", "method": "notifications/progress", "params": .object(fields)], droppable: true)
     }
 }
 

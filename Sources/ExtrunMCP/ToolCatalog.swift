@@ -38,17 +38,10 @@ struct ToolCatalog: Sendable {
                 claimants[intent.name, default: []].append(plugin)
             }
         }
-        var used = Set<String>()
         var tools: [Tool] = []
         for intent in order {
             guard let plugins = claimants[intent], let plugin = plugins.first, let definition = plugin.manifest.intent(named: intent) else { continue }
-            var name = Self.toolName(intent)
-            var suffix = 2
-            while used.contains(name) {
-                name = "\(Self.toolName(intent))_\(suffix)"
-                suffix += 1
-            }
-            used.insert(name)
+            let name = Self.stableToolName(intent)
             let conflict =
                 plugins.count > 1
                 ? "claimed by \(plugins.count) plugins (\(plugins.map { "\($0.manifest.id) in \($0.directory.path)" }.joined(separator: ", "))): calls fail until only one of them is on the plugin path"
@@ -71,6 +64,26 @@ struct ToolCatalog: Sendable {
         let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
         let mapped = String(intent.map { allowed.contains($0) ? $0 : "_" }.prefix(120))
         return mapped.isEmpty ? "_" : mapped
+    }
+
+    /// An intent's tool name: its own name when that is a valid tool name; otherwise
+    /// (`Pay Bob`, a name over 120 characters) the mapped name and 8 hex digits of a hash
+    /// (FNV-1a) of the exact name, `Pay_Bob_1a2b3c4d`. So an intent keeps its tool name
+    /// whatever else is installed and in whatever order plugins are found, and `Pay Bob`
+    /// never takes the name of an intent called `Pay_Bob`.
+    static func stableToolName(_ intent: String) -> String {
+        let mapped = toolName(intent)
+        return mapped == intent ? mapped : qualifiedToolName(intent)
+    }
+
+    static func qualifiedToolName(_ intent: String) -> String {
+        var hash: UInt32 = 0x811c_9dc5
+        for byte in intent.utf8 {
+            hash ^= UInt32(byte)
+            hash = hash &* 0x0100_0193
+        }
+        let hex = String(hash, radix: 16)
+        return "\(String(toolName(intent).prefix(119)))_\(String(repeating: "0", count: 8 - hex.count))\(hex)"
     }
 
     static func description(of intent: IntentDefinition, plugin: DiscoveredPlugin, conflict: String?) -> String {

@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import ExtrunTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -162,5 +163,108 @@ import Glibc
         let files = ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
         #expect(files.isEmpty, "scratch folders left: \(files)")
         try? input.fileHandleForWriting.close()
+    }
+
+    @Test func toolNamesStayWithTheirIntentsWhateverElseIsInstalled() throws {
+        // "Pay Bob" maps to the characters of "Pay_Bob": it must never take that intent's name,
+        // whichever plugin is found first, and must keep its own name when the other goes.
+        let extra = try TempDirectory("mcp-names")
+        func plugin(_ folder: String, id: String, intent: String) throws -> URL {
+            let directory = try extra.directory("\(folder)/plugin")
+            let manifest = """
+                {"id": "\(id)", "version": "1.0.0", "owner": "EXAMPLETEAM", "protocolVersion": 1,
+                 "executable": "plugin", "intents": [{"name": "\(intent)", "parameters": []}]}
+                """
+            try Data(manifest.utf8).write(to: directory.appendingPathComponent("manifest.json"))
+            try Data("#!/bin/sh\nexit 1\n".utf8).write(to: directory.appendingPathComponent("plugin"))
+            chmod(directory.appendingPathComponent("plugin").path, 0o755)
+            // The folder on the plugin path that holds this one plugin.
+            return directory.deletingLastPathComponent()
+        }
+        let spaced = try plugin("a-spaced", id: "com.example.spaced", intent: "Pay Bob")
+        let plain = try plugin("b-plain", id: "com.example.plain", intent: "Pay_Bob")
+        let list = [
+            #"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}"#,
+            #"{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}"#,
+        ]
+        func names(_ path: [URL]) throws -> [String: String] {
+            let tools = Self.answer(2, in: try Self.serve(list, pluginPath: path).messages)?["result"]?["tools"]?.arrayValue ?? []
+            var byIntent: [String: String] = [:]
+            for tool in tools {
+                guard let name = tool["name"]?.stringValue, let description = tool["description"]?.stringValue else { continue }
+                byIntent[description.contains("com.example.spaced") ? "Pay Bob" : "Pay_Bob"] = name
+            }
+            return byIntent
+        }
+        let both = try names([spaced, plain])
+        let reversed = try names([plain, spaced])
+        let alone = try names([spaced])
+        #expect(both["Pay_Bob"] == "Pay_Bob", "\(both)")
+        let spacedName = try #require(both["Pay Bob"])
+        #expect(spacedName.hasPrefix("Pay_Bob_") && spacedName.count == "Pay_Bob_".count + 8, "\(both)")
+        #expect(reversed == both)
+        #expect(alone["Pay Bob"] == spacedName)
+    }
+
+    @Test func aClientThatStopsReadingStallsNeitherTheServerNorADeadline() throws {
+        // The client writes 3,000 pings and a long call, and reads nothing: the answers
+        // overflow the pipe. The server must still read the call, start it, and end it at
+        // its deadline (1 s here), not when the client reads again.
+        let home = try TempDirectory("mcp-noread")
+        let scratch = try TempDirectory("mcp-noread-tmp")
+        try StagedPlugins.trust(home: home.url)
+        let process = Process()
+        process.executableURL = try ExtrunBinary.url()
+        process.arguments = ["mcp", "--timeout", "1s"]
+        process.environment = [
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path, "EXTRUN_HOME": home.url.path, "TMPDIR": scratch.url.path,
+            "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
+        ]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var lines = [#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}"#]
+        for n in 0..<3000 { lines.append(#"{"jsonrpc": "2.0", "id": "ping-\#(n)", "method": "ping"}"#) }
+        lines.append(#"{"jsonrpc": "2.0", "id": "sleep", "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}"#)
+        input.fileHandleForWriting.write(Data(lines.map { $0 + "\n" }.joined().utf8))
+        var running: [Int32] = []
+        for _ in 0..<1000 where running.count < 2 {
+            usleep(20_000)
+            running = Self.descendants(of: process.processIdentifier)
+        }
+        #expect(running.count >= 2, "the call was never started: the server stopped reading its input")
+        // The deadline (1 s) and the cancel grace end the plugin while nobody reads.
+        var left = running
+        for _ in 0..<1000 where !left.isEmpty {
+            usleep(20_000)
+            left = Self.descendants(of: process.processIdentifier)
+        }
+        #expect(left.isEmpty, "the plugin outlived its deadline while the client did not read: \(left)")
+        #expect(process.isRunning)
+        // Now the client reads: every answer is there, the call's a timeout.
+        let collected = Mutex(Data())
+        let reader = Thread {
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            collected.withLock { $0 = data }
+        }
+        reader.start()
+        try input.fileHandleForWriting.close()
+        let deadline = Date().addingTimeInterval(30)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        for _ in 0..<500 where collected.withLock({ $0.isEmpty }) { usleep(20_000) }
+        let text = String(decoding: collected.withLock { $0 }, as: UTF8.self)
+        let messages = text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
+        #expect(messages.filter { $0["id"]?.stringValue?.hasPrefix("ping-") == true }.count == 3000)
+        let call = messages.first { $0["id"] == "sleep" }
+        #expect(call?["result"]?["isError"] == true)
+        #expect(call?["result"]?["structuredContent"]?["error"]?["kind"] == "timeout", "\(String(describing: call))")
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
+        #expect(files.isEmpty, "scratch folders left: \(files)")
     }
 }
