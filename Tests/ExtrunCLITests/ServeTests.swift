@@ -402,3 +402,52 @@ struct ServeFaultTests {
         #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
     }
 }
+
+/// A Python plugin that answers `Echo` with its text (installed while the service runs).
+private let echoPlugin = #"""
+    #!/usr/bin/env python3
+    import sys
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
+
+
+    class Echo(extrun.Intent):
+        name = "Echo"
+
+        def handle(self, values, context):
+            return extrun.Response.success({"result": values["text"]})
+
+
+    extrun.run("test.echo", "1.0.0", [Echo()])
+    """#
+
+private let echoManifest = #"""
+    {"id": "test.echo", "version": "1.0.0", "owner": "TESTTEAM", "protocolVersion": 1, "executable": "plugin.py",
+     "intents": [{"name": "Echo", "parameters": [{"name": "text", "type": "string", "required": true}],
+                  "outputs": [{"name": "result", "type": "string"}]}]}
+    """#
+
+extension ServeLimitTests {
+    @Test("A plugin installed, then removed, while the service runs is noticed without a restart (the catalog is re-read at most once a second)")
+    func pluginInstalledWhileServing() throws {
+        let plugins = try TempDirectory("serve-later")
+        let cli = try CLI(extraPluginDirectories: [plugins.url])
+        let service = try Service(cli: cli)
+        defer { service.stop() }
+        let dir = try TempDirectory("echo-intent")
+        let intent = try dir.write("echo.json", #"{"intent": "Echo", "parameters": {"text": "later"}}"#)
+        let before = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(before.status == 5, "\(before)")
+        try plugins.write("echo/manifest.json", echoManifest)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("echo/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
+        try plugins.write("echo/plugin.py", echoPlugin, mode: 0o755)
+        usleep(1_200_000)
+        let after = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(after.status == 0 && (try? after.json()["response"]?["properties"]?["result"]) == "later", "\(after)")
+        try FileManager.default.removeItem(at: plugins.url.appendingPathComponent("echo"))
+        usleep(1_200_000)
+        let removed = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(removed.status == 5, "\(removed)")
+    }
+}

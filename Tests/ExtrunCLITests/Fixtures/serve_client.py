@@ -366,9 +366,16 @@ def check_never_reads(path):
     sock.connect(path)
     body = json.dumps({"intent": "MakeUppercase", "parameters": {"text": "x" * (2 << 20)}}).encode()
     sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    # The run ends (the service goes on meanwhile), then its answer waits for writeTimeoutSeconds (1 s).
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        status, health, _ = call(path, "GET", "/v1/health")
+        expect(status == 200, "the service while a caller does not read: %s" % health)
+        if health["running"] == 0:
+            break
+        time.sleep(0.1)
+    expect(health["running"] == 0, "the intent did not end: %s" % health)
     time.sleep(3)
-    status, health, _ = call(path, "GET", "/v1/health")
-    expect(status == 200 and health["running"] == 0, "the service while a caller does not read: %s" % health)
     # Then its connection was closed: reading drains what the kernel held, then the end.
     sock.settimeout(10)
     total = 0
