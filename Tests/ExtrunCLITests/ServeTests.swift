@@ -451,3 +451,22 @@ extension ServeLimitTests {
         #expect(removed.status == 5, "\(removed)")
     }
 }
+
+extension ServeTests {
+    @Test("docs/serve-openapi.json is an OpenAPI 3 document with every endpoint of the decoder")
+    func openAPIDocument() throws {
+        let file = StagedPlugins.packageRoot.appendingPathComponent("docs/serve-openapi.json")
+        let document = try JSONParser.parse(Array(try Data(contentsOf: file)))
+        #expect(document["openapi"]?.stringValue?.hasPrefix("3.") == true)
+        let paths = Set(document["paths"]?.objectValue?.keys.map { $0 } ?? [])
+        let expected: Set<String> = [
+            "/v1/health", "/v1/intents", "/v1/intents/{name}", "/v1/handle", "/v1/options", "/v1/continue", "/v1/phrase",
+            "/v1/runs/{run}/answers", "/metrics",
+        ]
+        #expect(paths == expected)
+        let kinds = Set(document["components"]?["schemas"]?["Error"]?["properties"]?["kind"]?["enum"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        #expect(kinds == Set(["invalidIntent", "noHandler", "parameterUnresolved", "confirmationDeclined", "pluginCrashed", "protocolError",
+            "pluginError", "timeout", "memoryLimitExceeded", "sandboxViolation", "diskLimitExceeded", "configurationError",
+            "signatureInvalid", "overloaded", "cancelled", "internalError"]))
+    }
+}
