@@ -41,6 +41,10 @@ struct ServeTests {
             let local = try cli.run(["handle", "--no-input", file])
             let remote = try service.client(["handle", "--no-input", "--server", service.socket, file])
             let fastPath = try service.client(["handle", file], environment: ["EXTRUN_SERVER": service.socket])
+            // `handle --server SOCKET FILE` alone skips ArgumentParser too (HandleFastPath.servedIntent).
+            let servedFastPath = try service.client(["handle", "--server", service.socket, file])
+            #expect(servedFastPath.status == expected, "\(servedFastPath)")
+            #expect(try essentials(servedFastPath) == essentials(local), "\(servedFastPath)")
             #expect(local.status == expected, "\(local)")
             #expect(remote.status == expected, "\(remote)")
             #expect(fastPath.status == expected, "\(fastPath)")
