@@ -357,6 +357,9 @@ def main():
             print(f"  extrun handle --server (warm plugin)   p50 {served_p50:.2f} ms")
             print(f"  C driver, plugin started cold          p50 {driver_p50:.2f} ms")
             print(f"  extrun handle (cold, same rounds)      p50 {cold_p50:.2f} ms")
+            for other, label in [("served-env", "EXTRUN_SERVER=... extrun handle FILE"), ("served-parsed", "handle --server ... --format json (ArgumentParser)")]:
+                if served[other]:
+                    print(f"  {label:<38} p50 {statistics.median(served[other].values()):.2f} ms")
             print(f"  served / driver (paired rounds)        {statistics.median(ratios):.2f}x over {len(rounds)} rounds")
             verdicts.append(("extrun handle --server p50 <= 0.4x the C driver cold", statistics.median(ratios) <= 0.4,
                              f"{statistics.median(ratios):.2f}x ({served_p50:.2f} vs {driver_p50:.2f} ms)"))

@@ -2,6 +2,7 @@ import ExtrunHost
 import ExtrunProtocol
 import Foundation
 import Logging
+import NIOPosix
 import Synchronization
 
 /// The host's `Host` (Foundation has a `Host` too).
@@ -27,6 +28,8 @@ final class ServeEngine: Sendable {
     let metrics: ServeMetrics
     let logger: Logger
     let crashes: CrashTracker
+    /// One thread for catalog lookups (`GET /v1/intents`): off the event loop, never a thread per request.
+    let lookups: NIOThreadPool
     private let policyState: Mutex<ServePolicy>
     /// The runs in flight (SIGTERM cancels them after the grace).
     private let inFlight = Mutex<[UInt64: RunControl]>([:])
@@ -41,6 +44,8 @@ final class ServeEngine: Sendable {
         metrics = ServeMetrics()
         crashes = CrashTracker()
         admission = Admission(limits: Self.admissionLimits(policy))
+        lookups = NIOThreadPool(numberOfThreads: 1)
+        lookups.start()
     }
 
     var policy: ServePolicy { policyState.withLock { $0 } }

@@ -155,7 +155,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let engine = self.engine
             let eventLoop = context.eventLoop
-            Thread.detachNewThread {
+            engine.lookups.submit { _ in
                 let outcome = engine.describe(intent: intent)
                 eventLoop.execute {
                     let (handler, context) = bound.value

@@ -87,6 +87,8 @@ public enum ServeService {
         }
 
         let stop = StopSignal()
+        // Kept alive to the end (withExtendedLifetime below): in an optimized build a source no
+        // longer used is released at once, and SIGTERM, ignored in favour of the source, would do nothing.
         let sources = installSignals(stop: stop, engine: engine, policyPath: policyPath, required: options.config != nil, logger: logger)
         startIdleReaper(engine: engine, stop: stop)
         stop.wait()
@@ -109,7 +111,7 @@ public enum ServeService {
         // Let the last answers reach their callers.
         usleep(50_000)
         try? group.syncShutdownGracefully()
-        _ = sources
+        withExtendedLifetime(sources) {}
         logger.info("stopped")
         return 0
     }

@@ -34,8 +34,12 @@ struct Extrun: ParsableCommand {
 
     /// `extrun handle FILE` skips ArgumentParser (HandleFastPath); everything else is parsed.
     static func main() {
-        if let file = HandleFastPath.intentFile(in: Array(CommandLine.arguments.dropFirst())) {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let file = HandleFastPath.intentFile(in: arguments) {
             Glibc.exit(HandleFastPath.run(intentFile: file))
+        }
+        if let (server, file) = HandleFastPath.servedIntent(in: arguments) {
+            Glibc.exit(ServerClient.handle(server: server, intentFile: file, query: [], prompter: TerminalPrompter(), text: false))
         }
         main(nil)
     }

@@ -24,6 +24,15 @@ enum HandleFastPath {
         return file
     }
 
+    /// The socket and the intent file when `arguments` is `handle --server SOCKET FILE`
+    /// (the service's client: its whole command is a bench row, docs/serve.md); nil otherwise.
+    static func servedIntent(in arguments: [String]) -> (server: String, file: String)? {
+        guard arguments.count == 4, arguments[0] == "handle", arguments[1] == "--server", !arguments[2].hasPrefix("-") else { return nil }
+        let file = arguments[3]
+        if file.isEmpty || (file.hasPrefix("-") && file != "-") { return nil }
+        return (arguments[2], file)
+    }
+
     /// Handles the intent, prints the report as JSON and returns the exit status.
     static func run(intentFile: String) -> Int32 {
         if let server = ServerClient.environmentServer {

@@ -10,7 +10,7 @@ import Glibc
 /// CLI's test home and plugins, its own TMPDIR (where plugins' scratch directories go),
 /// and its log in a file. `stop()` sends SIGTERM and checks that no process it started
 /// and no file of it is left.
-final class Service {
+final class RunningService {
     let cli: CLI
     let directory: TempDirectory
     let socket: String
@@ -19,7 +19,7 @@ final class Service {
     let process: Process
 
     /// `sharing`: the socket, TMPDIR and log of an earlier service (one that was killed, say).
-    init(cli: CLI, policy: String? = nil, arguments: [String] = [], sharing earlier: Service? = nil) throws {
+    init(cli: CLI, policy: String? = nil, arguments: [String] = [], sharing earlier: RunningService? = nil) throws {
         self.cli = cli
         directory = try earlier?.directory ?? TempDirectory("serve")
         socket = directory.url.appendingPathComponent("s.sock").path
@@ -116,11 +116,11 @@ final class Service {
         let script = StagedPlugins.packageRoot.appendingPathComponent("Tests/ExtrunCLITests/Fixtures/serve_client.py").path
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { _, new in new }
-        return try Run.program(python, [script, socket, check], environment: env)
+        return try ProgramRun.program(python, [script, socket, check], environment: env)
     }
 
     /// Every process whose parent chain leads to the service (its plugins' supervisors, the plugins).
-    var descendants: [Int32] { Processes.descendants(of: process.processIdentifier) }
+    var descendants: [Int32] { ServeProcesses.descendants(of: process.processIdentifier) }
 
     /// SIGTERM, the exit, then: no process it started, no socket, no scratch left.
     func stop(sourceLocation: SourceLocation = #_sourceLocation) {
@@ -132,7 +132,7 @@ final class Service {
     }
 
     func expectNothingLeft(_ started: [Int32], sourceLocation: SourceLocation = #_sourceLocation) {
-        let left = Processes.waitGone(started, seconds: 5)
+        let left = ServeProcesses.waitGone(started, seconds: 5)
         #expect(left.isEmpty, "processes left after the service ended: \(left)", sourceLocation: sourceLocation)
         #expect(!FileManager.default.fileExists(atPath: socket), "the socket file is left", sourceLocation: sourceLocation)
         let scratch = (try? FileManager.default.contentsOfDirectory(atPath: tmp.path)) ?? []
@@ -147,7 +147,7 @@ final class Service {
     }
 }
 
-enum Processes {
+enum ServeProcesses {
     /// The parent of each process now (from /proc/PID/stat).
     static func parents() -> [Int32: Int32] {
         var result: [Int32: Int32] = [:]
@@ -191,7 +191,7 @@ enum Processes {
     }
 }
 
-enum Run {
+enum ProgramRun {
     /// Runs a program to its end; its output in the result.
     static func program(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> CLIResult {
         let process = Process()

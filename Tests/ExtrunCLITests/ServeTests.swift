@@ -31,7 +31,7 @@ struct ServeTests {
 
     @Test("handle --server and EXTRUN_SERVER print the report extrun handle prints, with its exit status")
     func cliClientMatchesLocalRun() throws {
-        let service = try Service(cli: cli)
+        let service = try RunningService(cli: cli)
         defer { service.stop() }
         let dir = try TempDirectory("intents")
         let unknown = try dir.write("unknown.json", #"{"intent": "MakeUppercase", "parameters": {"text": "x", "nope": 1}}"#)
@@ -41,6 +41,10 @@ struct ServeTests {
             let local = try cli.run(["handle", "--no-input", file])
             let remote = try service.client(["handle", "--no-input", "--server", service.socket, file])
             let fastPath = try service.client(["handle", file], environment: ["EXTRUN_SERVER": service.socket])
+            // `handle --server SOCKET FILE` alone skips ArgumentParser too (HandleFastPath.servedIntent).
+            let servedFastPath = try service.client(["handle", "--server", service.socket, file])
+            #expect(servedFastPath.status == expected, "\(servedFastPath)")
+            #expect(try essentials(servedFastPath) == essentials(local), "\(servedFastPath)")
             #expect(local.status == expected, "\(local)")
             #expect(remote.status == expected, "\(remote)")
             #expect(fastPath.status == expected, "\(fastPath)")
@@ -55,7 +59,7 @@ struct ServeTests {
 
     @Test("A file parameter is read by the client, never by the service (sent inline)")
     func filesGoInline() throws {
-        let service = try Service(cli: cli)
+        let service = try RunningService(cli: cli)
         defer { service.stop() }
         let local = try cli.run(["handle", "--no-input", "Examples/intents/rename-files.json"])
         let remote = try service.client(["handle", "--no-input", "--server", service.socket, "Examples/intents/rename-files.json"])
@@ -74,7 +78,7 @@ struct ServeTests {
 
     @Test("Python client: health, intents, handle (warm), typed errors with HTTP statuses, options, metrics")
     func pythonClient() throws {
-        let service = try Service(cli: cli)
+        let service = try RunningService(cli: cli)
         defer { service.stop() }
         let result = try service.python("basic")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -82,7 +86,7 @@ struct ServeTests {
 
     @Test("Prompts over the connection: a prompt event, answered by POST .../answers; a declined one ends parameterUnresolved")
     func prompts() throws {
-        let service = try Service(cli: cli)
+        let service = try RunningService(cli: cli)
         defer { service.stop() }
         let result = try service.python("prompt")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -90,7 +94,7 @@ struct ServeTests {
 
     @Test("A request over maxRequestBytes is refused from its Content-Length, 413 with the numbers")
     func tooLarge() throws {
-        let service = try Service(cli: cli, policy: #"{"maxRequestBytes": 65536}"#)
+        let service = try RunningService(cli: cli, policy: #"{"maxRequestBytes": 65536}"#)
         defer { service.stop() }
         let result = try service.python("too-large")
         #expect(result.status == 0, "\(result)")
@@ -98,7 +102,7 @@ struct ServeTests {
 
     @Test("Queue full: overloaded, HTTP 503, exit 21, with the limits; the running intent is not disturbed")
     func overloaded() throws {
-        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        let service = try RunningService(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
         defer { service.stop() }
         let result = try service.python("overloaded")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -106,18 +110,18 @@ struct ServeTests {
 
     @Test("SIGKILL of the service: every plugin it started dies with it (the supervisor's lifeline)")
     func killedServiceLeavesNoPlugin() throws {
-        let service = try Service(cli: cli)
+        let service = try RunningService(cli: cli)
         let warm = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
         #expect(warm.status == 0, "\(warm)")
         let started = service.descendants
         #expect(!started.isEmpty, "a warm process should be kept after a reusable plugin's intent")
         kill(service.process.processIdentifier, SIGKILL)
         service.process.waitUntilExit()
-        let left = Processes.waitGone(started, seconds: 5)
+        let left = ServeProcesses.waitGone(started, seconds: 5)
         #expect(left.isEmpty, "plugin processes left after the service was killed: \(left)")
         // The next service takes over the stale socket, and its first plugin's launch sweeps
         // the scratch directory the killed one left behind.
-        let next = try Service(cli: cli, sharing: service)
+        let next = try RunningService(cli: cli, sharing: service)
         let again = try next.client(["handle", "--server", next.socket, "Examples/intents/make-uppercase.json"])
         #expect(again.status == 0, "\(again)")
         next.stop()
@@ -167,7 +171,7 @@ struct ServeLimitTests {
 
     @Test("An idle warm process is ended after idleTimeoutSeconds")
     func idleTimeout() throws {
-        let service = try Service(cli: cli, policy: #"{"idleTimeoutSeconds": 0.3}"#)
+        let service = try RunningService(cli: cli, policy: #"{"idleTimeoutSeconds": 0.3}"#)
         defer { service.stop() }
         let result = try service.client(["handle", "--server", service.socket, "Examples/intents/make-uppercase.json"])
         #expect(result.status == 0, "\(result)")
@@ -179,7 +183,7 @@ struct ServeLimitTests {
 
     @Test("maxWarmPerPlugin: three processes ran at once, one is kept")
     func warmLimit() throws {
-        let service = try Service(cli: cli, policy: #"{"maxWarmPerPlugin": 1}"#)
+        let service = try RunningService(cli: cli, policy: #"{"maxWarmPerPlugin": 1}"#)
         defer { service.stop() }
         let result = try service.python("warm-limit")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -187,7 +191,7 @@ struct ServeLimitTests {
 
     @Test("The per-caller limit (callers.UID.maxConcurrent) refuses a second intent of the same uid: overloaded with callerLimit")
     func callerLimit() throws {
-        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 0, "callers": {"\#(getuid())": {"maxConcurrent": 1}}}"#)
+        let service = try RunningService(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 0, "callers": {"\#(getuid())": {"maxConcurrent": 1}}}"#)
         defer { service.stop() }
         let result = try service.python("caller-limit")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -195,7 +199,7 @@ struct ServeLimitTests {
 
     @Test("SIGHUP re-reads serve.json; a bad file is logged and the running policy kept")
     func sighup() throws {
-        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        let service = try RunningService(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
         defer { service.stop() }
         let file = service.directory.url.appendingPathComponent("serve.json")
         func limits() throws -> JSONValue { try JSONParser.parse(Array(try service.python("limits").stdout.utf8)) }
@@ -221,7 +225,7 @@ struct ServeLimitTests {
         let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
         try plugins.write("crash/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
         let cli = try CLI(extraPluginDirectories: [plugins.url])
-        let service = try Service(cli: cli, policy: #"{"crashLimit": 2, "crashBackoffSeconds": 60}"#)
+        let service = try RunningService(cli: cli, policy: #"{"crashLimit": 2, "crashBackoffSeconds": 60}"#)
         defer { service.stop() }
         let dir = try TempDirectory("crash-intent")
         let intent = try dir.write("crash.json", #"{"intent": "Crash"}"#)
@@ -243,7 +247,7 @@ struct ServeLimitTests {
 extension ServeTests {
     @Test("The per-caller queue check, as overloaded, with the caller's uid in the details")
     func overloadedNamesTheCaller() throws {
-        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
+        let service = try RunningService(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)
         defer { service.stop() }
         let result = try service.python("overloaded")
         #expect(result.status == 0, "\(result)")
@@ -267,19 +271,19 @@ struct ServeShutdownTests {
 
     @Test("A caller that disconnects mid-intent cancels it: the plugin is ended, nothing keeps running")
     func disconnectCancels() throws {
-        let service = try Service(cli: cli)
+        let service = try RunningService(cli: cli)
         defer { service.stop() }
         let result = try service.python("disconnect")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
         #expect(service.logText.contains("\"outcome\":\"cancelled\""), "\(service.logText)")
         // Its plugin process is gone (a cancelled warm process is never kept).
-        let left = Processes.waitGone(service.descendants, seconds: 5)
+        let left = ServeProcesses.waitGone(service.descendants, seconds: 5)
         #expect(left.isEmpty, "\(left)")
     }
 
     @Test("A caller that disconnects while its prompt waits: the prompt is declined, the run cancelled")
     func disconnectDuringPrompt() throws {
-        let service = try Service(cli: cli)
+        let service = try RunningService(cli: cli)
         defer { service.stop() }
         let result = try service.python("disconnect-prompt")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -288,7 +292,7 @@ struct ServeShutdownTests {
 
     @Test("SIGTERM: an intent in flight finishes within the grace, and its caller gets its report")
     func sigtermGrace() throws {
-        let service = try Service(cli: cli, policy: #"{"shutdownGraceSeconds": 20}"#)
+        let service = try RunningService(cli: cli, policy: #"{"shutdownGraceSeconds": 20}"#)
         let (dir, intent) = try sleepIntent(1)
         defer { withExtendedLifetime(dir) {} }
         let (client, out) = try service.background(["handle", "--server", service.socket, intent])
@@ -300,7 +304,7 @@ struct ServeShutdownTests {
 
     @Test("SIGTERM: an intent still running after the grace is cancelled (exit 20); every plugin is ended")
     func sigtermCancels() throws {
-        let service = try Service(cli: cli, policy: #"{"shutdownGraceSeconds": 0.2}"#)
+        let service = try RunningService(cli: cli, policy: #"{"shutdownGraceSeconds": 0.2}"#)
         let (dir, intent) = try sleepIntent(30)
         defer { withExtendedLifetime(dir) {} }
         let (client, out) = try service.background(["handle", "--server", service.socket, intent])
@@ -332,7 +336,7 @@ struct ServeListenerTests {
         let socket = dir.url.appendingPathComponent("a.sock").path
         var environment = cli.environmentForRun(["TMPDIR": tmp.path])
         environment["EXTRUN_BIN"] = try ExtrunBinary.url().path
-        let result = try Service.python("activation", socket: socket, environment: environment)
+        let result = try RunningService.python("activation", socket: socket, environment: environment)
         #expect(result.status == 0, "\(result)")
         #expect((try? FileManager.default.contentsOfDirectory(atPath: tmp.path))?.isEmpty == true, "scratch left in TMPDIR")
     }
@@ -345,7 +349,7 @@ struct ServeListenerTests {
         let token = "s3cret-token-\(UUID().uuidString)"
         let file = try dir.write("token", token, mode: 0o600)
         let port = try Self.freePort()
-        let service = try Service(cli: cli, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
+        let service = try RunningService(cli: cli, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
         defer { service.stop() }
         let result = try service.python("tcp", environment: ["EXTRUN_TCP_PORT": String(port), "EXTRUN_TOKEN": token])
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -380,7 +384,7 @@ struct ServeFaultTests {
 
     @Test("Malformed requests (garbage, bad headers, a lying length, huge targets and headers): 400 or closed; the service goes on")
     func malformed() throws {
-        let service = try Service(cli: cli, policy: #"{"requestTimeoutSeconds": 1}"#)
+        let service = try RunningService(cli: cli, policy: #"{"requestTimeoutSeconds": 1}"#)
         defer { service.stop() }
         let result = try service.python("malformed")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -388,7 +392,7 @@ struct ServeFaultTests {
 
     @Test("A caller that never reads its answer is disconnected after writeTimeoutSeconds")
     func neverReads() throws {
-        let service = try Service(cli: cli, policy: #"{"writeTimeoutSeconds": 1}"#)
+        let service = try RunningService(cli: cli, policy: #"{"writeTimeoutSeconds": 1}"#)
         defer { service.stop() }
         let result = try service.python("never-reads")
         #expect(result.status == 0, "\(result)\n\(service.logText)")
@@ -396,9 +400,77 @@ struct ServeFaultTests {
 
     @Test("200 callers at once: each gets its report or overloaded at once; nothing left (Scripts/serve-load: 1,000)")
     func manyCallers() throws {
-        let service = try Service(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 32}"#)
+        let service = try RunningService(cli: cli, policy: #"{"maxConcurrent": 4, "maxQueued": 32}"#)
         defer { service.stop() }
         let result = try service.python("many", environment: ["EXTRUN_CLIENTS": "200"])
         #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+    }
+}
+
+/// A Python plugin that answers `Echo` with its text (installed while the service runs).
+private let echoPlugin = #"""
+    #!/usr/bin/env python3
+    import sys
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
+
+
+    class Echo(extrun.Intent):
+        name = "Echo"
+
+        def handle(self, values, context):
+            return extrun.Response.success({"result": values["text"]})
+
+
+    extrun.run("test.echo", "1.0.0", [Echo()])
+    """#
+
+private let echoManifest = #"""
+    {"id": "test.echo", "version": "1.0.0", "owner": "TESTTEAM", "protocolVersion": 1, "executable": "plugin.py",
+     "intents": [{"name": "Echo", "parameters": [{"name": "text", "type": "string", "required": true}],
+                  "outputs": [{"name": "result", "type": "string"}]}]}
+    """#
+
+extension ServeLimitTests {
+    @Test("A plugin installed, then removed, while the service runs is noticed without a restart (the catalog is re-read at most once a second)")
+    func pluginInstalledWhileServing() throws {
+        let plugins = try TempDirectory("serve-later")
+        let cli = try CLI(extraPluginDirectories: [plugins.url])
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let dir = try TempDirectory("echo-intent")
+        let intent = try dir.write("echo.json", #"{"intent": "Echo", "parameters": {"text": "later"}}"#)
+        let before = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(before.status == 5, "\(before)")
+        try plugins.write("echo/manifest.json", echoManifest)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("echo/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
+        try plugins.write("echo/plugin.py", echoPlugin, mode: 0o755)
+        usleep(1_200_000)
+        let after = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(after.status == 0 && (try? after.json()["response"]?["properties"]?["result"]) == "later", "\(after)")
+        try FileManager.default.removeItem(at: plugins.url.appendingPathComponent("echo"))
+        usleep(1_200_000)
+        let removed = try service.client(["handle", "--server", service.socket, intent.path])
+        #expect(removed.status == 5, "\(removed)")
+    }
+}
+
+extension ServeTests {
+    @Test("docs/serve-openapi.json is an OpenAPI 3 document with every endpoint of the decoder")
+    func openAPIDocument() throws {
+        let file = StagedPlugins.packageRoot.appendingPathComponent("docs/serve-openapi.json")
+        let document = try JSONParser.parse(Array(try Data(contentsOf: file)))
+        #expect(document["openapi"]?.stringValue?.hasPrefix("3.") == true)
+        let paths = Set(document["paths"]?.objectValue?.keys.map { $0 } ?? [])
+        let expected: Set<String> = [
+            "/v1/health", "/v1/intents", "/v1/intents/{name}", "/v1/handle", "/v1/options", "/v1/continue", "/v1/phrase",
+            "/v1/runs/{run}/answers", "/metrics",
+        ]
+        #expect(paths == expected)
+        let kinds = Set(document["components"]?["schemas"]?["Error"]?["properties"]?["kind"]?["enum"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        #expect(kinds == Set(["invalidIntent", "noHandler", "parameterUnresolved", "confirmationDeclined", "pluginCrashed", "protocolError",
+            "pluginError", "timeout", "memoryLimitExceeded", "sandboxViolation", "diskLimitExceeded", "configurationError",
+            "signatureInvalid", "overloaded", "cancelled", "internalError"]))
     }
 }

@@ -37,6 +37,25 @@ def call(path, method, target, body=None, headers=None):
         return response.status, raw.decode(errors="replace"), response
 
 
+def wait_running(path, count, seconds):
+    """Waits until the service's health says `count` intents run; returns the last health."""
+    deadline = time.time() + seconds
+    while True:
+        _, health, _ = call(path, "GET", "/v1/health")
+        if health["running"] == count or time.time() > deadline:
+            return health
+        time.sleep(0.05)
+
+
+def send_raw_intent(path, intent, query=""):
+    """Sends POST /v1/handle on a socket of its own and returns the socket (the caller reads or closes it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps(intent).encode()
+    sock.sendall(b"POST /v1/handle%s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (query.encode(), len(body)) + body)
+    return sock
+
+
 def expect(condition, message):
     if not condition:
         print("FAILED: " + message, file=sys.stderr)
@@ -146,34 +165,18 @@ def check_too_large(path):
 
 def check_disconnect(path):
     """A caller that goes away mid-intent cancels it: nothing keeps running."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(path)
-    body = json.dumps({"intent": "Sleep", "parameters": {"seconds": 30}}).encode()
-    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        _, health, _ = call(path, "GET", "/v1/health")
-        if health["running"] == 1:
-            break
-        time.sleep(0.05)
+    sock = send_raw_intent(path, {"intent": "Sleep", "parameters": {"seconds": 30}})
+    health = wait_running(path, 1, 10)
     expect(health["running"] == 1, "the intent did not start: %s" % health)
     time.sleep(0.3)
     sock.close()
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        _, health, _ = call(path, "GET", "/v1/health")
-        if health["running"] == 0:
-            return
-        time.sleep(0.05)
-    expect(False, "the intent still runs 5 s after its caller went away: %s" % health)
+    health = wait_running(path, 0, 5)
+    expect(health["running"] == 0, "the intent still runs 5 s after its caller went away: %s" % health)
 
 
 def check_disconnect_prompt(path):
     """A caller that goes away while its prompt waits: the prompt is declined, the run cancelled, nothing keeps running."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(path)
-    body = json.dumps({"intent": "MakeUppercase", "parameters": {}}).encode()
-    sock.sendall(b"POST /v1/handle?interactive=true HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    sock = send_raw_intent(path, {"intent": "MakeUppercase", "parameters": {}}, "?interactive=true")
     received = b""
     deadline = time.time() + 10
     while b'"prompt"' not in received and time.time() < deadline:
@@ -183,31 +186,18 @@ def check_disconnect_prompt(path):
         received += chunk
     expect(b'"event":"prompt"' in received, "no prompt event: %s" % received[:300])
     sock.close()
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        _, health, _ = call(path, "GET", "/v1/health")
-        if health["running"] == 0:
-            return
-        time.sleep(0.05)
-    expect(False, "the run still waits 5 s after its caller went away: %s" % health)
+    health = wait_running(path, 0, 5)
+    expect(health["running"] == 0, "the run still waits 5 s after its caller went away: %s" % health)
 
 
 def check_overloaded(path, field="maxConcurrent"):
     """maxConcurrent 1 (or the caller's limit 1), maxQueued 0: a second intent while one runs is refused at once."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(path)
-    body = json.dumps({"intent": "Sleep", "parameters": {"seconds": 2}}).encode()
-    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        _, health, _ = call(path, "GET", "/v1/health")
-        if health["running"] == 1:
-            break
-        time.sleep(0.05)
+    sock = send_raw_intent(path, {"intent": "Sleep", "parameters": {"seconds": 2}})
+    wait_running(path, 1, 10)
     status, answer, response = call(path, "POST", "/v1/handle", {"intent": "MakeUppercase", "parameters": {"text": "x"}})
     expect(status == 503 and answer["exitStatus"] == 21, "overloaded: %s %s" % (status, answer))
     error = answer["report"]["error"]
-    expect(error["kind"] == "overloaded" and error[field if field != "maxConcurrent" else "maxConcurrent"] == 1 and error["maxQueued"] == 0, "numbers: %s" % error)
+    expect(error["kind"] == "overloaded" and error[field] == 1 and error["maxQueued"] == 0, "numbers: %s" % error)
     expect(response.getheader("retry-after") is not None, "Retry-After")
     reply = b""
     while b"exitStatus" not in reply:
@@ -366,9 +356,10 @@ def check_never_reads(path):
     sock.connect(path)
     body = json.dumps({"intent": "MakeUppercase", "parameters": {"text": "x" * (2 << 20)}}).encode()
     sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    # The run ends (the service goes on meanwhile), then its answer waits for writeTimeoutSeconds (1 s).
+    health = wait_running(path, 0, 60)
+    expect(health["running"] == 0, "the intent did not end: %s" % health)
     time.sleep(3)
-    status, health, _ = call(path, "GET", "/v1/health")
-    expect(status == 200 and health["running"] == 0, "the service while a caller does not read: %s" % health)
     # Then its connection was closed: reading drains what the kernel held, then the end.
     sock.settimeout(10)
     total = 0
