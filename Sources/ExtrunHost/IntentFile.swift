@@ -134,6 +134,15 @@ extension IntentFileParser {
         return try loadFile(value, parameter: parameter, field: field, invocation: invocation)
     }
 
+    /// Set (with the reason) while a front end runs intents for callers who must not
+    /// make the host read a path with its rights (`extrun serve`: the service may be
+    /// root, its caller not). Every way a file parameter's path reaches the host — an
+    /// intent's parameters, a prompt's answer, a phrase's slot, an activity's
+    /// interaction — goes through `readFile`, which then refuses the path: such a caller
+    /// sends files inline (`{"filename", "data"|"text"}`). Bound on the run's thread with
+    /// `$pathsRefused.withValue(reason) { ... }`.
+    @TaskLocal public static var pathsRefused: String?
+
     /// The largest file the host passes to a plugin.
     public static let maxFileBytes = 32 << 20
     /// The most file bytes in one intent (base64 on the wire stays under the 64 MiB frame limit).
@@ -182,6 +191,11 @@ extension IntentFileParser {
     }
 
     static func readFile(_ path: String, invocation: IntentInvocation, fail: (String) -> HostError) throws(HostError) -> (String, Data) {
+        if let reason = pathsRefused {
+            var error = fail("'\(path)' is a path, and \(reason); send the file inline, as {\"filename\": NAME, \"data\": BASE64} or {\"filename\": NAME, \"text\": TEXT}")
+            error.details["reason"] = "path"
+            throw error
+        }
         let url = path.hasPrefix("/") ? URL(fileURLWithPath: path) : invocation.baseDirectory.appendingPathComponent(path)
         let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
         if let size = attributes?[.size] as? Int, size > maxFileBytes {

@@ -208,6 +208,27 @@ struct WireParameterTests {
         #expect(renamed["doc"]?["data"] == .string(Data("minutes".utf8).base64EncodedString()))
     }
 
+    @Test("while paths are refused (extrun serve), no path is read: not in an intent, an object, a prompt's answer; inline files still are")
+    func pathsRefusedForACaller() throws {
+        let tmp = try TempDirectory("files")
+        try tmp.write("secret.txt", "root's secret")
+        let secret = tmp.url.appendingPathComponent("secret.txt").path
+        let d = definition([ParameterDefinition(name: "doc", type: .file)])
+        let reason = "a caller of extrun serve gives files inline"
+        IntentFileParser.$pathsRefused.withValue(reason) {
+            for value: JSONValue in [.string(secret), .string("secret.txt"), ["path": .string(secret)], .array([.string(secret)])] {
+                let error = failure { try wire(["doc": value], d, baseDirectory: tmp.url) }
+                #expect(error?.kind == .invalidIntent, "\(value)")
+                #expect(error?.details["reason"] == "path", "\(value)")
+                #expect(error?.message.contains(reason) == true && error?.message.contains("root's secret") == false)
+            }
+            let inline = try? wire(["doc": ["filename": "a.txt", "text": "fine"]], d)
+            #expect(inline?["doc"]?["filename"] == "a.txt")
+        }
+        // Outside, the same path is read as before.
+        #expect((try wire(["doc": .string(secret)], d))["doc"]?["filename"] == "secret.txt")
+    }
+
     @Test("a file parameter takes inline text or base64 data with a filename")
     func inlineFiles() throws {
         let d = definition([ParameterDefinition(name: "doc", type: .file)])
@@ -286,5 +307,35 @@ struct WireParameterTests {
         #expect(TypeIdentifiers.conforms("public.png", to: "public.image"))
         #expect(!TypeIdentifiers.conforms("public.png", to: "public.text"))
         #expect(TypeIdentifiers.conforms("anything", to: "public.item"))
+    }
+}
+
+@Suite("Intent files: paths refused for a server's callers")
+struct PathsRefusedTests {
+    @Test("a prompt answered with a path while paths are refused: refused, told why, never read; nothing left")
+    func promptedPathRefused() throws {
+        let intents = #"[{"name":"Echo","parameters":[{"name":"doc","type":"file","required":true,"prompt":"Which file?"}]}]"#
+        let f = try HostilePluginTests.Fixture("paths-refused", intents: intents, script: #"""
+            def resolve(msg):
+                p = msg["params"]
+                value = p["parameters"].get("doc")
+                if value is None:
+                    reply(msg, {"result": "needsValue", "prompt": "Which file?"})
+                else:
+                    note("got", json.dumps(value))
+                    reply(msg, {"result": "success", "value": value})
+            serve({"resolve": resolve})
+            """#)
+        try f.tmp.write("secret.txt", "root's secret")
+        let secret = f.tmp.url.appendingPathComponent("secret.txt").path
+        let prompter = ScriptedPrompter([.text(secret), .text(secret), .text(secret)])
+        let reason = "a caller of extrun serve gives files inline"
+        let report = IntentFileParser.$pathsRefused.withValue(reason) {
+            f.run(["doc": .null], options: .with { $0.prompter = prompter })
+        }
+        #expect(report.error?.kind == .parameterUnresolved, "\(String(describing: report.error))")
+        #expect(prompter.told.contains { $0.contains(reason) }, "\(prompter.told)")
+        #expect(f.plugin.note("got") == nil, "the plugin received the file")
+        try f.expectNoProcessLeft()
     }
 }
