@@ -151,6 +151,38 @@ final class ServeEngine: Sendable {
             }
         }
 
+        // The service never reads a path for a caller: every file parameter's path (the
+        // intent, a prompt's answer, a phrase's slot, an activity's interaction) is refused
+        // on this thread, whoever the caller (docs/serve.md, "Files").
+        let (reportMade, pluginFound) = IntentFileParser.$pathsRefused.withValue(Self.pathsRefusedReason) {
+            runOnHost(call, options: options)
+        }
+        var report = reportMade
+        let pluginID = pluginFound ?? report.plugin
+        if let pluginID { crashes.record(plugin: pluginID, report: report, policy: policy, logger: log) }
+        report.updateHostPeakRSS()
+        let elapsed = MonotonicClock.now() &- started
+        let outcome = report.error?.kind.rawValue ?? report.response?.code ?? (report.options != nil ? "options" : "none")
+        metrics.intent(call: call.label, plugin: pluginID, outcome: outcome, durationNs: elapsed)
+        if let kind = report.error?.kind, [.timeout, .memoryLimitExceeded, .diskLimitExceeded, .sandboxViolation].contains(kind) {
+            metrics.breach(kind.rawValue)
+        }
+        log.info(
+            "intent",
+            metadata: [
+                "call": "\(call.label)", "plugin": "\(pluginID ?? "")", "outcome": "\(outcome)", "exitStatus": "\(report.exitCode)",
+                "id": "\(report.id ?? "")", "ms": "\(Double(elapsed / 1000) / 1000)",
+            ])
+        return Outcome(
+            status: ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind),
+            body: ServeResponse.envelope(report, text: callOptions.text))
+    }
+
+    static let pathsRefusedReason =
+        "the service does not read files for its callers (it would read them with its own rights, not yours): a file prompt cannot be answered over the service; put the file in the intent's parameters instead, which `extrun handle --server` sends inline"
+
+    /// The host's part of a run (on the run's thread, with paths refused): the report and the plugin.
+    private func runOnHost(_ call: ServeCall, options: HandleOptions) -> (HandleReport, String?) {
         var report: HandleReport
         var pluginID: String?
         switch call {
@@ -178,24 +210,7 @@ final class ServeEngine: Sendable {
         default:
             report = ServeResponse.refusal(HostError(.internalError, "\(call.label) is not a run"))
         }
-        pluginID = pluginID ?? report.plugin
-        if let pluginID { crashes.record(plugin: pluginID, report: report, policy: policy, logger: log) }
-        report.updateHostPeakRSS()
-        let elapsed = MonotonicClock.now() &- started
-        let outcome = report.error?.kind.rawValue ?? report.response?.code ?? (report.options != nil ? "options" : "none")
-        metrics.intent(call: call.label, plugin: pluginID, outcome: outcome, durationNs: elapsed)
-        if let kind = report.error?.kind, [.timeout, .memoryLimitExceeded, .diskLimitExceeded, .sandboxViolation].contains(kind) {
-            metrics.breach(kind.rawValue)
-        }
-        log.info(
-            "intent",
-            metadata: [
-                "call": "\(call.label)", "plugin": "\(pluginID ?? "")", "outcome": "\(outcome)", "exitStatus": "\(report.exitCode)",
-                "id": "\(report.id ?? "")", "ms": "\(Double(elapsed / 1000) / 1000)",
-            ])
-        return Outcome(
-            status: ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind),
-            body: ServeResponse.envelope(report, text: callOptions.text))
+        return (report, pluginID)
     }
 
     /// The plugin of an intent, and the check that its file parameters are inline: a path

@@ -474,3 +474,70 @@ extension ServeTests {
             "signatureInvalid", "overloaded", "cancelled", "internalError"]))
     }
 }
+
+/// A Python plugin with a file parameter that it echoes back, a phrase with a file slot and
+/// an activity type: the three ways a caller tried to make the service read a path (S1).
+private let fileEchoPlugin = #"""
+    #!/usr/bin/env python3
+    import base64, sys
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
+
+
+    class FileEcho(extrun.Intent):
+        name = "FileEcho"
+
+        def handle(self, values, context):
+            f = values["f"]
+            f = f[0] if isinstance(f, list) else f
+            return extrun.Response.success({"head": base64.b64decode(f["data"]).decode("latin1")})
+
+
+    class Continue(extrun.Activity):
+        activity_type = "test.fileecho.activity"
+
+        def continue_activity(self, activity, interaction, context):
+            return FileEcho().handle((interaction or {}).get("parameters") or {}, context)
+
+
+    extrun.run("test.fileecho", "1.0.0", [FileEcho()], [Continue()])
+    """#
+
+private let fileEchoManifest = #"""
+    {"id": "test.fileecho", "version": "1.0.0", "owner": "TESTTEAM", "protocolVersion": 1, "executable": "plugin.py",
+     "modes": ["extension", "in-app"], "activityTypes": ["test.fileecho.activity"],
+     "intents": [{"name": "FileEcho", "parameters": [{"name": "f", "type": "file", "required": true, "prompt": "Which file?"}],
+                  "phrases": ["Echo ${f} now"], "outputs": [{"name": "head", "type": "string"}]}]}
+    """#
+
+extension ServeTests {
+    @Test("A caller cannot make the service read a path: not by a prompt's answer, POST /v1/continue or a phrase (as extrun-test against a root service, socket mode 666)")
+    func pathsNeverRead() throws {
+        let plugins = try TempDirectory("serve-fileecho")
+        try plugins.write("fileecho/manifest.json", fileEchoManifest)
+        try plugins.write("fileecho/plugin.py", fileEchoPlugin, mode: 0o755)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("fileecho/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
+        chmod(plugins.url.path, 0o755)
+        let secrets = try TempDirectory("serve-secret")
+        let text = "SECRET-\(UUID().uuidString)-only-the-service-may-read-this"
+        let secret = try secrets.write("shadow", text, mode: 0o600)
+        chmod(secrets.url.path, 0o711)
+        let cli = try CLI(extraPluginDirectories: [plugins.url])
+        let service = try RunningService(cli: cli, arguments: ["--socket-mode", "666"])
+        defer { service.stop() }
+        chmod(service.directory.url.path, 0o711)
+        let script = StagedPlugins.packageRoot.appendingPathComponent("Tests/ExtrunCLITests/Fixtures/serve_client.py").path
+        let env = ["SECRET_PATH=\(secret.path)", "SECRET_TEXT=\(text)"]
+        let result: CLIResult
+        if getuid() == 0 {
+            // The caller is the ordinary user, who cannot read the file; the service is root, who can.
+            result = try ProgramRun.program(
+                "/usr/sbin/runuser", ["-u", "extrun-test", "--", "/usr/bin/env"] + env + ["python3", "-B", script, service.socket, "file-paths"])
+        } else {
+            result = try ProgramRun.program("/usr/bin/env", env + ["python3", "-B", script, service.socket, "file-paths"])
+        }
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(3000))")
+        #expect(!result.stdout.contains(text) && !result.stderr.contains(text))
+    }
+}

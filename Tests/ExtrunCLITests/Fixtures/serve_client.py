@@ -419,12 +419,51 @@ def check_many(path, count=None):
     print(json.dumps({"clients": count, "ok": ok, "overloaded": busy, "seconds": round(time.time() - started, 2), "residentBytes": health["residentBytes"]}))
 
 
+def check_file_paths(path):
+    """A caller cannot make the service read a path (finding S1): not through a prompt's
+    answer (the stock RenameFiles and FileEcho), nor POST /v1/continue's interaction, nor
+    a phrase's file slot. Each is refused (reason path) and the file's bytes appear nowhere."""
+    secret, text = os.environ["SECRET_PATH"], os.environ["SECRET_TEXT"]
+    everything = []
+    for intent in ("RenameFiles", "FileEcho"):
+        connection = UnixConnection(path)
+        connection.request("POST", "/v1/handle?interactive=true", body=json.dumps({"intent": intent, "parameters": {}}).encode())
+        response = connection.getresponse()
+        report, answered = None, 0
+        for event in read_events(response):
+            everything.append(json.dumps(event))
+            if event["event"] == "prompt":
+                answered += 1
+                status, body, _ = call(path, "POST", "/v1/runs/%s/answers" % event["run"], {"prompt": event["prompt"], "answer": secret})
+                everything.append(json.dumps(body))
+            elif event["event"] == "report":
+                report = event
+                break
+        connection.close()
+        expect(report is not None and answered >= 1, "%s: no report or no prompt: %s" % (intent, everything))
+        error = report["report"].get("error") or {}
+        expect(error.get("kind") in ("parameterUnresolved", "invalidIntent"), "%s: the prompted path was not refused: %s" % (intent, report))
+        expect(any("is a path" in e for e in everything), "%s: the caller was not told why: %s" % (intent, everything))
+    status, body, _ = call(path, "POST", "/v1/continue", {"activityType": "test.fileecho.activity", "interaction": {"intent": "FileEcho", "parameters": {"f": secret}}})
+    everything.append(json.dumps(body))
+    error = body["report"]["error"] if isinstance(body, dict) and "report" in body else body.get("error", {})
+    expect(status == 422 and (error.get("reason") == "path" or "is a path" in error.get("message", "")), "continue: %s %s" % (status, body))
+    status, body, _ = call(path, "POST", "/v1/phrase", {"phrase": "Echo %s now" % secret})
+    everything.append(json.dumps(body))
+    error = body["report"]["error"] if isinstance(body, dict) and "report" in body else body.get("error", {})
+    expect(status == 422 and (error.get("reason") == "path" or "is a path" in error.get("message", "")), "phrase: %s %s" % (status, body))
+    for answer in everything:
+        expect(text not in answer and text.encode().hex() not in answer, "the file's bytes came back: %s" % answer[:300])
+        import base64
+        expect(base64.b64encode(text.encode()).decode()[:16] not in answer, "the file's bytes came back (base64): %s" % answer[:300])
+
+
 checks = {
     "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
     "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
     "disconnect-prompt": check_disconnect_prompt, "health": check_health,
     "activation": check_activation, "tcp": check_tcp,
-    "malformed": check_malformed, "never-reads": check_never_reads, "many": check_many,
+    "malformed": check_malformed, "file-paths": check_file_paths, "never-reads": check_never_reads, "many": check_many,
 }
 
 if __name__ == "__main__":
