@@ -8,6 +8,8 @@ protocol EventSink: Sendable {
     /// Sends one event line; false when the caller is gone.
     @discardableResult
     func send(_ event: JSONValue) -> Bool
+    /// Sends a progress event, which may be dropped when the caller does not keep up.
+    func sendProgress(_ event: JSONValue)
 }
 
 /// An interactive run's questions to the person at the caller's end (docs/serve.md,

@@ -34,6 +34,12 @@ final class ServeEngine: Sendable {
     /// The runs in flight (SIGTERM cancels them after the grace).
     private let inFlight = Mutex<[UInt64: RunControl]>([:])
     private let counter = Atomic<UInt64>(0)
+    /// Request bytes reserved by the connections now reading a body (maxBufferedRequestBytes).
+    let bufferedRequestBytes = Atomic<Int>(0)
+    /// Answer bytes written and not yet taken by their callers (maxPendingResponseBytes).
+    let pendingResponseBytes = Atomic<Int>(0)
+    /// Connections open now (maxConnections).
+    let openConnections = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
 
     init(host: Host, policy: ServePolicy, logger: Logger) {
@@ -139,7 +145,7 @@ final class ServeEngine: Sendable {
                 var event: [String: JSONValue] = ["event": "progress", "run": .string(runID)]
                 if let fraction = progress.fraction { event["fraction"] = .double(fraction) }
                 if let message = progress.message { event["message"] = .string(message) }
-                sink.send(.object(event))
+                sink.sendProgress(.object(event))
             }
             control.attach(prompter)
             sink.send(.object(["event": "started", "run": .string(runID)]))
@@ -230,6 +236,50 @@ final class ServeEngine: Sendable {
                 details: ["field": .string("parameters.\(byPath[0])"), "fileParameters": .array(byPath.map(JSONValue.string)), "reason": "path"])
         }
         return plugin.manifest.id
+    }
+
+    /// Reserves `bytes` of the shared request budget; nil when it fits, else the refusal with its numbers.
+    func reserveRequestBytes(_ bytes: Int) -> HostError? {
+        let budget = policy.maxBufferedRequestBytes
+        while true {
+            let used = bufferedRequestBytes.load(ordering: .relaxed)
+            if used + bytes > budget {
+                return HostError(
+                    .overloaded,
+                    "the service buffers \(ByteCount.format(Int64(used))) of requests now and this one needs \(ByteCount.format(Int64(bytes))) more, over its budget of \(ByteCount.format(Int64(budget))) (serve.json maxBufferedRequestBytes); try again later",
+                    details: [
+                        "reason": "requestBudget", "limit": "maxBufferedRequestBytes", "limitValue": .int(Int64(budget)),
+                        "buffered": .int(Int64(used)), "measured": .int(Int64(bytes)), "retryAfterMs": 1000,
+                    ])
+            }
+            if bufferedRequestBytes.compareExchange(expected: used, desired: used + bytes, ordering: .relaxed).exchanged { return nil }
+        }
+    }
+
+    /// Reserves `bytes` of the answers' budget; nil when it fits, else the refusal with its numbers.
+    func reserveResponseBytes(_ bytes: Int) -> HostError? {
+        let budget = policy.maxPendingResponseBytes
+        while true {
+            let used = pendingResponseBytes.load(ordering: .relaxed)
+            if used + bytes > budget {
+                return HostError(
+                    .overloaded,
+                    "the service holds \(ByteCount.format(Int64(used))) of answers its callers have not read yet and this one is \(ByteCount.format(Int64(bytes))), over its budget of \(ByteCount.format(Int64(budget))) (serve.json maxPendingResponseBytes); the answer was dropped, try again later",
+                    details: [
+                        "reason": "responseBudget", "limit": "maxPendingResponseBytes", "limitValue": .int(Int64(budget)),
+                        "pending": .int(Int64(used)), "measured": .int(Int64(bytes)), "retryAfterMs": 1000,
+                    ])
+            }
+            if pendingResponseBytes.compareExchange(expected: used, desired: used + bytes, ordering: .relaxed).exchanged { return nil }
+        }
+    }
+
+    func releaseResponseBytes(_ bytes: Int) {
+        if bytes > 0 { pendingResponseBytes.subtract(bytes, ordering: .relaxed) }
+    }
+
+    func releaseRequestBytes(_ bytes: Int) {
+        if bytes > 0 { bufferedRequestBytes.subtract(bytes, ordering: .relaxed) }
     }
 
     // MARK: Answers, describe

@@ -35,6 +35,17 @@ public struct ServePolicy: Sendable, Equatable {
     public var shutdownGraceSeconds = 10.0
     /// The largest request body (an intent with its inline files).
     public var maxRequestBytes = 48 << 20
+    /// The most request bytes buffered at once across all connections (a request is
+    /// reserved its whole Content-Length from its head): over it, a request is refused
+    /// `overloaded` (503, reason `requestBudget`) before its body is read.
+    public var maxBufferedRequestBytes = 128 << 20
+    /// The most connections open at once; a connection over it is answered 503 and closed.
+    public var maxConnections = 1024
+    /// The most answer bytes written but not yet taken by their callers, across all
+    /// connections: an answer over it is replaced by a 503 `overloaded` (reason
+    /// `responseBudget`) with the numbers. With writeTimeoutSeconds it bounds what callers
+    /// who never read can make the service hold.
+    public var maxPendingResponseBytes = 256 << 20
 
     public init() {}
 
@@ -96,7 +107,7 @@ public struct ServePolicy: Sendable, Equatable {
         let known: Set<String> = [
             "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
-            "shutdownGraceSeconds", "maxRequestBytes",
+            "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
             throw fail(unknown, "unknown field (the fields: \(known.sorted().joined(separator: ", ")); docs/serve.md)")
@@ -115,6 +126,9 @@ public struct ServePolicy: Sendable, Equatable {
         policy.writeTimeoutSeconds = try seconds("writeTimeoutSeconds", 0.001...3600) ?? policy.writeTimeoutSeconds
         policy.shutdownGraceSeconds = try seconds("shutdownGraceSeconds", 0...3600) ?? policy.shutdownGraceSeconds
         policy.maxRequestBytes = try count("maxRequestBytes", 1024...(1 << 30)) ?? policy.maxRequestBytes
+        policy.maxBufferedRequestBytes = try count("maxBufferedRequestBytes", 1024...(1 << 34)) ?? policy.maxBufferedRequestBytes
+        policy.maxConnections = try count("maxConnections", 1...1_000_000) ?? policy.maxConnections
+        policy.maxPendingResponseBytes = try count("maxPendingResponseBytes", 1024...(1 << 34)) ?? policy.maxPendingResponseBytes
         if let callers = object["callers"] {
             guard case .object(let entries) = callers else { throw fail("callers", "expected an object of uid: {\"maxConcurrent\": N}") }
             for (key, entry) in entries {

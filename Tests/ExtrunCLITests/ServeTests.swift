@@ -353,6 +353,9 @@ struct ServeListenerTests {
         defer { service.stop() }
         let result = try service.python("tcp", environment: ["EXTRUN_TCP_PORT": String(port), "EXTRUN_TOKEN": token])
         #expect(result.status == 0, "\(result)\n\(service.logText)")
+        // The token is checked at the head: no body of an unauthenticated peer is read (S8b).
+        let head = try service.python("tcp-head", environment: ["EXTRUN_TCP_PORT": String(port)])
+        #expect(head.status == 0, "\(head)\n\(service.logText)")
         // A token file others can read is refused.
         let open = try dir.write("open-token", token, mode: 0o644)
         let insecure = try cli.run(["serve", "--socket", dir.url.appendingPathComponent("x.sock").path, "--listen", "127.0.0.1:\(port)", "--token-file", open.path])
@@ -539,5 +542,27 @@ extension ServeTests {
         }
         #expect(result.status == 0, "\(result)\n\(service.logText.suffix(3000))")
         #expect(!result.stdout.contains(text) && !result.stderr.contains(text))
+    }
+}
+
+extension ServeTests {
+    @Test("Request bodies share one budget (maxBufferedRequestBytes): 8 connections holding 40 MiB bodies stay within 64 MiB; the rest 503 overloaded with the numbers")
+    func requestBudget() throws {
+        let budget = 64 << 20
+        let service = try RunningService(cli: cli, policy: #"{"maxBufferedRequestBytes": \#(budget), "requestTimeoutSeconds": 30}"#)
+        defer { service.stop() }
+        let result = try service.python(
+            "body-budget",
+            environment: ["SERVICE_PID": String(service.process.processIdentifier), "EXTRUN_BUDGET": String(budget), "EXTRUN_CONNECTIONS": "8"])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+    }
+
+    @Test("A connection over maxConnections is closed at once, logged with the numbers; the others are served")
+    func connectionCap() throws {
+        let service = try RunningService(cli: cli, policy: #"{"maxConnections": 4}"#)
+        defer { service.stop() }
+        let result = try service.python("connection-cap")
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+        #expect(service.logText.contains("too many open") && service.logText.contains(#""maxConnections":4"#), "\(service.logText)")
     }
 }

@@ -458,12 +458,112 @@ def check_file_paths(path):
         expect(base64.b64encode(text.encode()).decode()[:16] not in answer, "the file's bytes came back (base64): %s" % answer[:300])
 
 
+def status_kb(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def check_body_budget(path):
+    """Many connections each send most of a big body and hold its last byte (finding S4):
+    the service buffers no more than maxBufferedRequestBytes across them; the others are
+    refused 503 overloaded (reason requestBudget) with the numbers, from their heads."""
+    import threading
+    pid = int(os.environ["SERVICE_PID"])
+    count, size = int(os.environ.get("EXTRUN_CONNECTIONS", "8")), int(os.environ.get("EXTRUN_BODY_BYTES", str(40 << 20)))
+    before = status_kb(pid, "VmRSS")
+    replies, sockets = {}, []
+    chunk = b"x" * (1 << 20)
+    def send(index):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(30)
+        sock.connect(path)
+        sockets.append(sock)
+        try:
+            sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size)
+            left = size - 1
+            while left > 0:
+                sock.sendall(chunk[:min(left, len(chunk))])
+                left -= min(left, len(chunk))
+        except OSError:
+            pass
+        try:
+            sock.settimeout(0.5)
+            replies[index] = sock.recv(65536)
+        except OSError:
+            replies[index] = b""
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    peak = status_kb(pid, "VmHWM")
+    held = status_kb(pid, "VmRSS")
+    refused = [r for r in replies.values() if r.startswith(b"HTTP/1.1 503")]
+    expect(len(refused) >= count - 2, "refused: %d of %d: %s" % (len(refused), count, [r[:120] for r in replies.values()]))
+    body = json.loads(refused[0].split(b"\r\n\r\n", 1)[1])
+    error = body["report"]["error"]
+    expect(error["kind"] == "overloaded" and error["reason"] == "requestBudget" and error["limitValue"] == int(os.environ["EXTRUN_BUDGET"]) and error["measured"] == size, "refusal: %s" % error)
+    budget_kb = int(os.environ["EXTRUN_BUDGET"]) >> 10
+    print(json.dumps({"rssBeforeKB": before, "peakKB": peak, "heldKB": held, "refused": len(refused)}))
+    expect(held - before < budget_kb + (48 << 10), "held %d kB, before %d kB, budget %d kB" % (held, before, budget_kb))
+    expect(peak < before + budget_kb + (96 << 10), "peak %d kB, before %d kB, budget %d kB" % (peak, before, budget_kb))
+    for sock in sockets:
+        sock.close()
+    # The budget is given back: a small request goes through.
+    time.sleep(0.3)
+    status, body, _ = call(path, "GET", "/v1/health")
+    expect(status == 200, "health after: %s" % status)
+
+
+def check_tcp_head(path):
+    """Over TCP the token is checked at the head: a caller without it is refused 401 before it sends any body."""
+    port = int(os.environ["EXTRUN_TCP_PORT"])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (40 << 20))
+    reply = b""
+    try:
+        reply = sock.recv(65536)
+    except OSError as error:
+        expect(False, "no answer to the head without a token: %s" % error)
+    sock.close()
+    expect(reply.startswith(b"HTTP/1.1 401"), "head without a token: %r" % reply[:200])
+
+
+def check_connection_cap(path):
+    """With maxConnections 4, four idle connections are held; the fifth is closed at once (logged with the numbers)."""
+    held = []
+    for _ in range(4):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        held.append(sock)
+    time.sleep(0.3)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    sock.connect(path)
+    reply = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            break
+        reply += data
+    sock.close()
+    expect(reply == b"", "the fifth connection was answered: %r" % reply[:200])
+    for sock in held:
+        sock.close()
+    time.sleep(0.3)
+    status, _, _ = call(path, "GET", "/v1/health")
+    expect(status == 200, "health after the others closed: %s" % status)
+
+
 checks = {
     "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
     "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
     "disconnect-prompt": check_disconnect_prompt, "health": check_health,
     "activation": check_activation, "tcp": check_tcp,
-    "malformed": check_malformed, "file-paths": check_file_paths, "never-reads": check_never_reads, "many": check_many,
+    "malformed": check_malformed, "file-paths": check_file_paths, "body-budget": check_body_budget, "tcp-head": check_tcp_head, "connection-cap": check_connection_cap, "never-reads": check_never_reads, "many": check_many,
 }
 
 if __name__ == "__main__":
