@@ -57,7 +57,9 @@ final class ServeEngine: Sendable {
     var policy: ServePolicy { policyState.withLock { $0 } }
 
     static func admissionLimits(_ policy: ServePolicy) -> Admission.Limits {
-        Admission.Limits(maxConcurrent: policy.maxConcurrent, maxQueued: policy.maxQueued) { uid in policy.maxConcurrent(forCaller: uid) }
+        Admission.Limits(maxConcurrent: policy.maxConcurrent, maxQueued: policy.maxQueued, maxQueuedPerCaller: policy.maxQueuedPerCaller) { uid in
+            policy.maxConcurrent(forCaller: uid)
+        }
     }
 
     /// A new policy (SIGHUP): the limits apply to the next intents; warm processes over them end now.
@@ -137,7 +139,7 @@ final class ServeEngine: Sendable {
             options.log = { line in lineLog.debug("\(line)") }
         }
         if callOptions.interactive, let sink {
-            let prompter = InteractiveRun(id: runID, uid: caller.uid, sink: sink, timeoutSeconds: policy.promptTimeoutSeconds)
+            let prompter = InteractiveRun(id: runID, uid: caller.uid, tcp: caller.tcp, sink: sink, timeoutSeconds: policy.promptTimeoutSeconds)
             interactive = prompter
             runs.add(prompter)
             options.prompter = prompter
@@ -165,6 +167,12 @@ final class ServeEngine: Sendable {
         }
         var report = reportMade
         let pluginID = pluginFound ?? report.plugin
+        if var error = report.error, error.kind == .noHandler {
+            // The service's plugin path is its own business: in the log, not in the answer.
+            log.info("no handler", metadata: ["detail": "\(error.message)"])
+            error.message = Self.withoutPluginPath(error.message)
+            report.error = error
+        }
         if let pluginID { crashes.record(plugin: pluginID, report: report, policy: policy, logger: log) }
         report.updateHostPeakRSS()
         let elapsed = MonotonicClock.now() &- started
@@ -182,6 +190,12 @@ final class ServeEngine: Sendable {
         return Outcome(
             status: ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind),
             body: ServeResponse.envelope(report, text: callOptions.text))
+    }
+
+    /// A noHandler message without the service's plugin path (docs/serve.md, "Callers").
+    static func withoutPluginPath(_ message: String) -> String {
+        guard let range = message.range(of: " (plugin path: ") else { return message }
+        return String(message[..<range.lowerBound]) + String(message[range.lowerBound...].drop { $0 != ")" }.dropFirst())
     }
 
     static let pathsRefusedReason =
@@ -290,9 +304,11 @@ final class ServeEngine: Sendable {
                 status: 404,
                 body: .object(["error": HostError(.invalidIntent, "no interactive run '\(id.prefix(64))' is in flight (it ended, or never asked)").json]))
         }
-        guard caller.tcp || caller.uid == run.uid else {
+        // Only the caller that started the run: the same uid over the Unix socket; over TCP
+        // (whose callers hold the token) only a run started over TCP.
+        guard caller.tcp == run.tcp, caller.tcp || caller.uid == run.uid else {
             return Outcome(
-                status: 403, body: .object(["error": HostError(.invalidIntent, "run \(id) belongs to another caller (uid \(run.uid))").json]))
+                status: 403, body: .object(["error": HostError(.invalidIntent, "run \(id) belongs to another caller").json]))
         }
         do throws(InteractiveRun.Refusal) {
             try run.answer(prompt, value)
@@ -320,6 +336,11 @@ final class ServeEngine: Sendable {
                         "owner": .string(plugin.manifest.owner), "directory": .string(plugin.directory.path), "intent": entry,
                     ]))
             } catch {
+                var error = error
+                if error.kind == .noHandler {
+                    logger.info("no handler", metadata: ["detail": "\(error.message)"])
+                    error.message = Self.withoutPluginPath(error.message)
+                }
                 return Outcome(status: error.kind == .noHandler ? 404 : 500, body: .object(["error": error.json]))
             }
         }
@@ -339,6 +360,8 @@ final class ServeEngine: Sendable {
         return .object([
             "limits": .object([
                 "maxConcurrent": .int(Int64(policy.maxConcurrent)), "maxQueued": .int(Int64(policy.maxQueued)),
+                "maxConcurrentPerCaller": .int(Int64(policy.maxConcurrentPerCaller)), "maxQueuedPerCaller": .int(Int64(policy.maxQueuedPerCaller)),
+                "promptTimeoutSeconds": .double(policy.promptTimeoutSeconds),
                 "maxWarmPerPlugin": .int(Int64(policy.maxWarmPerPlugin)), "maxWarm": .int(Int64(policy.maxWarm)),
                 "idleTimeoutSeconds": .double(policy.idleTimeoutSeconds),
             ]),

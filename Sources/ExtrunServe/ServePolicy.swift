@@ -11,7 +11,9 @@ public struct ServePolicy: Sendable, Equatable {
     /// Intents waiting for a place beyond `maxConcurrent`; one more is refused `overloaded`.
     public var maxQueued = 64
     /// Intents one caller (peer uid) may have running at once; more wait in the queue.
-    public var maxConcurrentPerCaller = 8
+    public var maxConcurrentPerCaller = 6
+    /// The most intents one caller may have waiting (its share of `maxQueued`).
+    public var maxQueuedPerCaller = 16
     /// Per uid: `{"1000": {"maxConcurrent": 2}}` overrides `maxConcurrentPerCaller`.
     public var callers: [UInt32: Int] = [:]
     /// Warm processes kept per plugin, and overall.
@@ -26,7 +28,7 @@ public struct ServePolicy: Sendable, Equatable {
     public var crashWindowSeconds = 10.0
     public var crashBackoffSeconds = 5.0
     /// How long a prompt waits for its answer before it counts as declined.
-    public var promptTimeoutSeconds = 300.0
+    public var promptTimeoutSeconds = 60.0
     /// How long a caller has to send its whole request once connected.
     public var requestTimeoutSeconds = 10.0
     /// How long an answer may take to be written: a caller that does not read it is disconnected after this.
@@ -105,7 +107,7 @@ public struct ServePolicy: Sendable, Equatable {
             return number
         }
         let known: Set<String> = [
-            "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
+            "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "maxQueuedPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
             "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
         ]
@@ -115,6 +117,7 @@ public struct ServePolicy: Sendable, Equatable {
         policy.maxConcurrent = try count("maxConcurrent", 1...1024) ?? policy.maxConcurrent
         policy.maxQueued = try count("maxQueued", 0...100_000) ?? policy.maxQueued
         policy.maxConcurrentPerCaller = try count("maxConcurrentPerCaller", 1...1024) ?? policy.maxConcurrentPerCaller
+        policy.maxQueuedPerCaller = try count("maxQueuedPerCaller", 0...100_000) ?? policy.maxQueuedPerCaller
         policy.maxWarmPerPlugin = try count("maxWarmPerPlugin", 0...1024) ?? policy.maxWarmPerPlugin
         policy.maxWarm = try count("maxWarm", 0...4096) ?? policy.maxWarm
         policy.idleTimeoutSeconds = try seconds("idleTimeoutSeconds", 0...86_400) ?? policy.idleTimeoutSeconds
