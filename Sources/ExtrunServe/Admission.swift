@@ -11,6 +11,8 @@ final class Admission: Sendable {
     struct Limits: Sendable {
         var maxConcurrent: Int
         var maxQueued: Int
+        /// The most intents one caller may have waiting: its share of the queue.
+        var maxQueuedPerCaller: Int = .max
         var perCaller: @Sendable (UInt32) -> Int
     }
 
@@ -72,10 +74,26 @@ final class Admission: Sendable {
             }
             let callerLimit = state.limits.perCaller(uid)
             let callerRunning = state.runningByCaller[uid, default: 0]
-            if state.running < state.limits.maxConcurrent, callerRunning < callerLimit, state.queue.isEmpty || callerRunning == 0 {
+            // Everything still waiting while a place is free is held by its own caller's
+            // limit (startable runs whenever a place frees): only this caller's earlier
+            // intents go first, never another caller's that cannot start.
+            let callerQueued = state.queue.reduce(0) { $0 + ($1.ticket.uid == uid ? 1 : 0) }
+            if state.running < state.limits.maxConcurrent, callerRunning < callerLimit, callerQueued == 0 {
                 state.running += 1
                 state.runningByCaller[uid, default: 0] += 1
                 return .success((ticket, true))
+            }
+            guard callerQueued < state.limits.maxQueuedPerCaller else {
+                state.refused += 1
+                return .failure(
+                    HostError(
+                        .overloaded,
+                        "uid \(uid) has \(callerQueued) intents waiting already, its share of the queue (maxQueuedPerCaller \(state.limits.maxQueuedPerCaller)), and \(callerRunning) running (its limit \(callerLimit)); try again shortly",
+                        details: [
+                            "reason": "callerQueueFull", "running": .int(Int64(state.running)), "queued": .int(Int64(state.queue.count)),
+                            "callerQueued": .int(Int64(callerQueued)), "maxQueuedPerCaller": .int(Int64(state.limits.maxQueuedPerCaller)),
+                            "callerRunning": .int(Int64(callerRunning)), "callerLimit": .int(Int64(callerLimit)), "uid": .int(Int64(uid)),
+                        ]))
             }
             guard state.queue.count < state.limits.maxQueued else {
                 state.refused += 1

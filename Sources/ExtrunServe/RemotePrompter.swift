@@ -8,6 +8,8 @@ protocol EventSink: Sendable {
     /// Sends one event line; false when the caller is gone.
     @discardableResult
     func send(_ event: JSONValue) -> Bool
+    /// Sends a progress event, which may be dropped when the caller does not keep up.
+    func sendProgress(_ event: JSONValue)
 }
 
 /// An interactive run's questions to the person at the caller's end (docs/serve.md,
@@ -35,9 +37,13 @@ final class InteractiveRun: Prompter, @unchecked Sendable {
     private var counter = 0
     private var closed = false
 
-    init(id: String, uid: UInt32, sink: any EventSink, timeoutSeconds: Double) {
+    /// Started over TCP (then only a TCP caller with the token may answer), else over the Unix socket.
+    let tcp: Bool
+
+    init(id: String, uid: UInt32, tcp: Bool = false, sink: any EventSink, timeoutSeconds: Double) {
         self.id = id
         self.uid = uid
+        self.tcp = tcp
         self.sink = sink
         self.timeoutSeconds = timeoutSeconds
     }

@@ -34,6 +34,12 @@ final class ServeEngine: Sendable {
     /// The runs in flight (SIGTERM cancels them after the grace).
     private let inFlight = Mutex<[UInt64: RunControl]>([:])
     private let counter = Atomic<UInt64>(0)
+    /// Request bytes reserved by the connections now reading a body (maxBufferedRequestBytes).
+    let bufferedRequestBytes = Atomic<Int>(0)
+    /// Answer bytes written and not yet taken by their callers (maxPendingResponseBytes).
+    let pendingResponseBytes = Atomic<Int>(0)
+    /// Connections open now (maxConnections).
+    let openConnections = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
 
     init(host: Host, policy: ServePolicy, logger: Logger) {
@@ -51,7 +57,9 @@ final class ServeEngine: Sendable {
     var policy: ServePolicy { policyState.withLock { $0 } }
 
     static func admissionLimits(_ policy: ServePolicy) -> Admission.Limits {
-        Admission.Limits(maxConcurrent: policy.maxConcurrent, maxQueued: policy.maxQueued) { uid in policy.maxConcurrent(forCaller: uid) }
+        Admission.Limits(maxConcurrent: policy.maxConcurrent, maxQueued: policy.maxQueued, maxQueuedPerCaller: policy.maxQueuedPerCaller) { uid in
+            policy.maxConcurrent(forCaller: uid)
+        }
     }
 
     /// A new policy (SIGHUP): the limits apply to the next intents; warm processes over them end now.
@@ -131,7 +139,7 @@ final class ServeEngine: Sendable {
             options.log = { line in lineLog.debug("\(line)") }
         }
         if callOptions.interactive, let sink {
-            let prompter = InteractiveRun(id: runID, uid: caller.uid, sink: sink, timeoutSeconds: policy.promptTimeoutSeconds)
+            let prompter = InteractiveRun(id: runID, uid: caller.uid, tcp: caller.tcp, sink: sink, timeoutSeconds: policy.promptTimeoutSeconds)
             interactive = prompter
             runs.add(prompter)
             options.prompter = prompter
@@ -139,7 +147,7 @@ final class ServeEngine: Sendable {
                 var event: [String: JSONValue] = ["event": "progress", "run": .string(runID)]
                 if let fraction = progress.fraction { event["fraction"] = .double(fraction) }
                 if let message = progress.message { event["message"] = .string(message) }
-                sink.send(.object(event))
+                sink.sendProgress(.object(event))
             }
             control.attach(prompter)
             sink.send(.object(["event": "started", "run": .string(runID)]))
@@ -151,6 +159,50 @@ final class ServeEngine: Sendable {
             }
         }
 
+        // The service never reads a path for a caller: every file parameter's path (the
+        // intent, a prompt's answer, a phrase's slot, an activity's interaction) is refused
+        // on this thread, whoever the caller (docs/serve.md, "Files").
+        let (reportMade, pluginFound) = IntentFileParser.$pathsRefused.withValue(Self.pathsRefusedReason) {
+            runOnHost(call, options: options)
+        }
+        var report = reportMade
+        let pluginID = pluginFound ?? report.plugin
+        if var error = report.error, error.kind == .noHandler {
+            // The service's plugin path is its own business: in the log, not in the answer.
+            log.info("no handler", metadata: ["detail": "\(error.message)"])
+            error.message = Self.withoutPluginPath(error.message)
+            report.error = error
+        }
+        if let pluginID { crashes.record(plugin: pluginID, report: report, policy: policy, logger: log) }
+        report.updateHostPeakRSS()
+        let elapsed = MonotonicClock.now() &- started
+        let outcome = report.error?.kind.rawValue ?? report.response?.code ?? (report.options != nil ? "options" : "none")
+        metrics.intent(call: call.label, plugin: pluginID, outcome: outcome, durationNs: elapsed)
+        if let kind = report.error?.kind, [.timeout, .memoryLimitExceeded, .diskLimitExceeded, .sandboxViolation].contains(kind) {
+            metrics.breach(kind.rawValue)
+        }
+        log.info(
+            "intent",
+            metadata: [
+                "call": "\(call.label)", "plugin": "\(pluginID ?? "")", "outcome": "\(outcome)", "exitStatus": "\(report.exitCode)",
+                "id": "\(report.id ?? "")", "ms": "\(Double(elapsed / 1000) / 1000)",
+            ])
+        return Outcome(
+            status: ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind),
+            body: ServeResponse.envelope(report, text: callOptions.text))
+    }
+
+    /// A noHandler message without the service's plugin path (docs/serve.md, "Callers").
+    static func withoutPluginPath(_ message: String) -> String {
+        guard let range = message.range(of: " (plugin path: ") else { return message }
+        return String(message[..<range.lowerBound]) + String(message[range.lowerBound...].drop { $0 != ")" }.dropFirst())
+    }
+
+    static let pathsRefusedReason =
+        "the service does not read files for its callers (it would read them with its own rights, not yours): a file prompt cannot be answered over the service; put the file in the intent's parameters instead, which `extrun handle --server` sends inline"
+
+    /// The host's part of a run (on the run's thread, with paths refused): the report and the plugin.
+    private func runOnHost(_ call: ServeCall, options: HandleOptions) -> (HandleReport, String?) {
         var report: HandleReport
         var pluginID: String?
         switch call {
@@ -178,24 +230,7 @@ final class ServeEngine: Sendable {
         default:
             report = ServeResponse.refusal(HostError(.internalError, "\(call.label) is not a run"))
         }
-        pluginID = pluginID ?? report.plugin
-        if let pluginID { crashes.record(plugin: pluginID, report: report, policy: policy, logger: log) }
-        report.updateHostPeakRSS()
-        let elapsed = MonotonicClock.now() &- started
-        let outcome = report.error?.kind.rawValue ?? report.response?.code ?? (report.options != nil ? "options" : "none")
-        metrics.intent(call: call.label, plugin: pluginID, outcome: outcome, durationNs: elapsed)
-        if let kind = report.error?.kind, [.timeout, .memoryLimitExceeded, .diskLimitExceeded, .sandboxViolation].contains(kind) {
-            metrics.breach(kind.rawValue)
-        }
-        log.info(
-            "intent",
-            metadata: [
-                "call": "\(call.label)", "plugin": "\(pluginID ?? "")", "outcome": "\(outcome)", "exitStatus": "\(report.exitCode)",
-                "id": "\(report.id ?? "")", "ms": "\(Double(elapsed / 1000) / 1000)",
-            ])
-        return Outcome(
-            status: ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind),
-            body: ServeResponse.envelope(report, text: callOptions.text))
+        return (report, pluginID)
     }
 
     /// The plugin of an intent, and the check that its file parameters are inline: a path
@@ -217,6 +252,50 @@ final class ServeEngine: Sendable {
         return plugin.manifest.id
     }
 
+    /// Reserves `bytes` of the shared request budget; nil when it fits, else the refusal with its numbers.
+    func reserveRequestBytes(_ bytes: Int) -> HostError? {
+        let budget = policy.maxBufferedRequestBytes
+        while true {
+            let used = bufferedRequestBytes.load(ordering: .relaxed)
+            if used + bytes > budget {
+                return HostError(
+                    .overloaded,
+                    "the service buffers \(ByteCount.format(Int64(used))) of requests now and this one needs \(ByteCount.format(Int64(bytes))) more, over its budget of \(ByteCount.format(Int64(budget))) (serve.json maxBufferedRequestBytes); try again later",
+                    details: [
+                        "reason": "requestBudget", "limit": "maxBufferedRequestBytes", "limitValue": .int(Int64(budget)),
+                        "buffered": .int(Int64(used)), "measured": .int(Int64(bytes)), "retryAfterMs": 1000,
+                    ])
+            }
+            if bufferedRequestBytes.compareExchange(expected: used, desired: used + bytes, ordering: .relaxed).exchanged { return nil }
+        }
+    }
+
+    /// Reserves `bytes` of the answers' budget; nil when it fits, else the refusal with its numbers.
+    func reserveResponseBytes(_ bytes: Int) -> HostError? {
+        let budget = policy.maxPendingResponseBytes
+        while true {
+            let used = pendingResponseBytes.load(ordering: .relaxed)
+            if used + bytes > budget {
+                return HostError(
+                    .overloaded,
+                    "the service holds \(ByteCount.format(Int64(used))) of answers its callers have not read yet and this one is \(ByteCount.format(Int64(bytes))), over its budget of \(ByteCount.format(Int64(budget))) (serve.json maxPendingResponseBytes); the answer was dropped, try again later",
+                    details: [
+                        "reason": "responseBudget", "limit": "maxPendingResponseBytes", "limitValue": .int(Int64(budget)),
+                        "pending": .int(Int64(used)), "measured": .int(Int64(bytes)), "retryAfterMs": 1000,
+                    ])
+            }
+            if pendingResponseBytes.compareExchange(expected: used, desired: used + bytes, ordering: .relaxed).exchanged { return nil }
+        }
+    }
+
+    func releaseResponseBytes(_ bytes: Int) {
+        if bytes > 0 { pendingResponseBytes.subtract(bytes, ordering: .relaxed) }
+    }
+
+    func releaseRequestBytes(_ bytes: Int) {
+        if bytes > 0 { bufferedRequestBytes.subtract(bytes, ordering: .relaxed) }
+    }
+
     // MARK: Answers, describe
 
     func answer(run id: String, prompt: String, value: JSONValue, caller: Caller) -> Outcome {
@@ -225,9 +304,11 @@ final class ServeEngine: Sendable {
                 status: 404,
                 body: .object(["error": HostError(.invalidIntent, "no interactive run '\(id.prefix(64))' is in flight (it ended, or never asked)").json]))
         }
-        guard caller.tcp || caller.uid == run.uid else {
+        // Only the caller that started the run: the same uid over the Unix socket; over TCP
+        // (whose callers hold the token) only a run started over TCP.
+        guard caller.tcp == run.tcp, caller.tcp || caller.uid == run.uid else {
             return Outcome(
-                status: 403, body: .object(["error": HostError(.invalidIntent, "run \(id) belongs to another caller (uid \(run.uid))").json]))
+                status: 403, body: .object(["error": HostError(.invalidIntent, "run \(id) belongs to another caller").json]))
         }
         do throws(InteractiveRun.Refusal) {
             try run.answer(prompt, value)
@@ -255,6 +336,11 @@ final class ServeEngine: Sendable {
                         "owner": .string(plugin.manifest.owner), "directory": .string(plugin.directory.path), "intent": entry,
                     ]))
             } catch {
+                var error = error
+                if error.kind == .noHandler {
+                    logger.info("no handler", metadata: ["detail": "\(error.message)"])
+                    error.message = Self.withoutPluginPath(error.message)
+                }
                 return Outcome(status: error.kind == .noHandler ? 404 : 500, body: .object(["error": error.json]))
             }
         }
@@ -274,6 +360,8 @@ final class ServeEngine: Sendable {
         return .object([
             "limits": .object([
                 "maxConcurrent": .int(Int64(policy.maxConcurrent)), "maxQueued": .int(Int64(policy.maxQueued)),
+                "maxConcurrentPerCaller": .int(Int64(policy.maxConcurrentPerCaller)), "maxQueuedPerCaller": .int(Int64(policy.maxQueuedPerCaller)),
+                "promptTimeoutSeconds": .double(policy.promptTimeoutSeconds),
                 "maxWarmPerPlugin": .int(Int64(policy.maxWarmPerPlugin)), "maxWarm": .int(Int64(policy.maxWarm)),
                 "idleTimeoutSeconds": .double(policy.idleTimeoutSeconds),
             ]),

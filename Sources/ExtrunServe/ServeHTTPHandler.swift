@@ -23,6 +23,18 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var caller = Caller(uid: UInt32.max, pid: nil, tcp: false)
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
+    /// Bytes of the service's request budget (maxBufferedRequestBytes) this connection holds.
+    private var reserved = 0
+    /// Whether this connection counts in `openConnections` (maxConnections).
+    private var counted = false
+    /// Refused at once for maxConnections: whatever it sends is ignored until it is closed.
+    private var overCap = false
+    /// An interactive stream's bytes written and not yet taken by the caller, and the
+    /// progress events dropped because of them (progress is lossy; prompts and the report are not).
+    private var streamPending = 0
+    private var droppedProgress = 0
+    /// The most a stream may hold unread before its progress events are dropped.
+    static let progressBudgetBytes = 256 << 10
     private var refused = false
     private var requestTimer: Scheduled<Void>?
     /// The run this connection waits for, and its stream when interactive.
@@ -37,6 +49,22 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        counted = true
+        let open = engine.openConnections.add(1, ordering: .relaxed).newValue
+        let most = engine.policy.maxConnections
+        if open > most {
+            // Closed at once, before a byte is read (HTTP has no answer before a request);
+            // the log and the metric have the numbers.
+            engine.metrics.breach("connections")
+            engine.logger.warning(
+                "connection refused: too many open (serve.json maxConnections)",
+                metadata: ["open": "\(open - 1)", "maxConnections": "\(most)"])
+            refused = true
+            overCap = true
+            context.close(promise: nil)
+            context.fireChannelActive()
+            return
+        }
         if token != nil {
             caller = Caller(uid: ServeService.tcpCallerUID, pid: nil, tcp: true)
         } else if let provider = context.channel as? any SocketOptionProvider {
@@ -63,6 +91,11 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         active = false
+        dropBody()
+        if counted {
+            counted = false
+            engine.openConnections.subtract(1, ordering: .relaxed)
+        }
         requestTimer?.cancel()
         stream?.close()
         if let control {
@@ -78,19 +111,46 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let request):
+            guard active, !overCap else { return }
             head = request
-            body = []
+            dropBody()
             refused = false
+            // Over TCP the token is checked at the head, before any byte of the body is read.
+            if let token {
+                let sent = request.headers.first(name: "authorization").map { Array($0.utf8) } ?? []
+                guard ServeService.constantTimeEqual(sent, Array("Bearer ".utf8) + token) else {
+                    refused = true
+                    let error = HostError(.invalidIntent, "this TCP listener needs 'Authorization: Bearer TOKEN' with the token of the service's --token-file")
+                    respond(context: context, status: 401, body: .object(["error": error.json]), close: true)
+                    return
+                }
+            }
             let limit = engine.policy.maxRequestBytes
-            if let length = request.headers.first(name: "content-length").flatMap(Int.init), length > limit {
-                refuseTooLarge(context: context, size: length, exact: true)
+            if let length = request.headers.first(name: "content-length").flatMap(Int.init), length > 0 {
+                if length > limit {
+                    refuseTooLarge(context: context, size: length, exact: true)
+                } else if let error = engine.reserveRequestBytes(length) {
+                    refuseBudget(error, context: context)
+                } else {
+                    reserved = length
+                    body.reserveCapacity(length)
+                }
             }
         case .body(var buffer):
             guard !refused else { return }
             let limit = engine.policy.maxRequestBytes
-            if body.count + buffer.readableBytes > limit {
-                refuseTooLarge(context: context, size: body.count + buffer.readableBytes, exact: false)
+            let needed = body.count + buffer.readableBytes
+            if needed > limit {
+                refuseTooLarge(context: context, size: needed, exact: false)
                 return
+            }
+            if needed > reserved {
+                // A body without a Content-Length (chunked): reserved as it comes.
+                if let error = engine.reserveRequestBytes(needed - reserved) {
+                    refuseBudget(error, context: context)
+                    return
+                }
+                reserved = needed
             }
             body += buffer.readBytes(length: buffer.readableBytes) ?? []
         case .end:
@@ -105,9 +165,31 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// The body's bytes and their share of the service's request budget, given back.
+    private func dropBody() {
+        body = []
+        engine.releaseRequestBytes(reserved)
+        reserved = 0
+    }
+
+    /// The service's request budget is spent: 503 overloaded with the numbers, the body not read.
+    private func refuseBudget(_ error: HostError, context: ChannelHandlerContext) {
+        refused = true
+        dropBody()
+        engine.metrics.breach("requestBudget")
+        var headers = HTTPHeaders()
+        headers.add(name: "retry-after", value: "1")
+        respond(
+            context: context, status: 503, body: ServeResponse.envelope(ServeResponse.refusal(error), text: false), close: false, lingering: true,
+            extraHeaders: headers)
+        requestTimer?.cancel()
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        requestTimer = context.eventLoop.scheduleTask(in: .seconds(1)) { bound.value.close(promise: nil) }
+    }
+
     private func refuseTooLarge(context: ChannelHandlerContext, size: Int, exact: Bool) {
         refused = true
-        body = []
+        dropBody()
         let limit = engine.policy.maxRequestBytes
         let error = HostError(
             .invalidIntent,
@@ -123,25 +205,17 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private func dispatch(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
         let keepAlive = head.isKeepAlive
-        if let token {
-            let sent = head.headers.first(name: "authorization").map { Array($0.utf8) } ?? []
-            let expected = Array("Bearer ".utf8) + token
-            guard ServeService.constantTimeEqual(sent, expected) else {
-                let error = HostError(.invalidIntent, "this TCP listener needs 'Authorization: Bearer TOKEN' with the token of the service's --token-file")
-                respond(context: context, status: 401, body: .object(["error": error.json]), close: true)
-                return
-            }
-        }
         let call: ServeCall
         do throws(ServeRequestError) {
             call = try ServeRequestDecoder.decode(method: head.method.rawValue, target: head.uri, body: body)
+            dropBody()
         } catch {
+            dropBody()
             respond(
                 context: context, status: error.status, body: ServeResponse.envelope(ServeResponse.refusal(error.error), text: false),
                 close: !keepAlive)
             return
         }
-        body = []
         switch call {
         case .health:
             respond(context: context, status: 200, body: engine.health(), close: !keepAlive)
@@ -200,7 +274,14 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             var line = JSONWriter.bytes(.object(event))
             line.append(0x0A)
             context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: line)))), promise: nil)
-            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            let timeout = context.eventLoop.scheduleTask(in: .milliseconds(Int64(engine.policy.writeTimeoutSeconds * 1000))) {
+                bound.value.close(promise: nil)
+            }
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+                timeout.cancel()
+                context.close(promise: nil)
+            }
             return
         }
         var headers = HTTPHeaders()
@@ -209,9 +290,39 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// Writes an event line of an interactive run (on the event loop).
-    fileprivate func writeEvent(_ line: [UInt8], context: ChannelHandlerContext) {
+    /// Progress (`lossy`) is dropped while the stream holds more than progressBudgetBytes
+    /// the caller has not read; any other event (a prompt, a tell) not taken within
+    /// writeTimeoutSeconds closes the connection, which cancels the run.
+    fileprivate func writeEvent(_ line: [UInt8], lossy: Bool, context: ChannelHandlerContext) {
         guard active, stream != nil else { return }
-        context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: line)))), promise: nil)
+        if lossy, streamPending + line.count > Self.progressBudgetBytes {
+            droppedProgress += 1
+            if droppedProgress == 1 {
+                engine.logger.notice(
+                    "progress dropped: the caller does not read its stream",
+                    metadata: ["pendingBytes": "\(streamPending)", "budgetBytes": "\(Self.progressBudgetBytes)"])
+            }
+            return
+        }
+        streamPending += line.count
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: line)))), promise: promise)
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let timeout: Scheduled<Void>? =
+            lossy
+            ? nil
+            : context.eventLoop.scheduleTask(in: .milliseconds(Int64(engine.policy.writeTimeoutSeconds * 1000))) {
+                let (handler, context) = bound.value
+                handler.engine.logger.warning(
+                    "the caller did not take a prompt within writeTimeoutSeconds: disconnected, the run is cancelled",
+                    metadata: ["pendingBytes": "\(handler.streamPending)"])
+                context.close(promise: nil)
+            }
+        let size = line.count
+        promise.futureResult.whenComplete { _ in
+            timeout?.cancel()
+            bound.value.0.streamPending -= size
+        }
     }
 
     private func respond(
@@ -229,6 +340,21 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         extraHeaders: HTTPHeaders = [:]
     ) {
         guard active else { return }
+        var status = status
+        var bytes = bytes
+        var contentType = contentType
+        var reservedAnswer = bytes.count
+        if let error = engine.reserveResponseBytes(bytes.count) {
+            // Callers that do not read hold too much already: this answer is dropped for a
+            // refusal with the numbers (small, and not counted).
+            engine.metrics.breach("responseBudget")
+            engine.logger.warning("answer dropped", metadata: ["error": "\(error.message)"])
+            status = 503
+            bytes = JSONWriter.bytes(ServeResponse.envelope(ServeResponse.refusal(error), text: false))
+            bytes.append(0x0A)
+            contentType = "application/json"
+            reservedAnswer = 0
+        }
         var headers = extraHeaders
         headers.add(name: "content-type", value: contentType)
         headers.add(name: "content-length", value: String(bytes.count))
@@ -244,7 +370,11 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let timeout = context.eventLoop.scheduleTask(in: .milliseconds(Int64(engine.policy.writeTimeoutSeconds * 1000))) {
             bound.value.close(promise: nil)
         }
-        done.whenComplete { _ in timeout.cancel() }
+        let engine = self.engine
+        done.whenComplete { _ in
+            timeout.cancel()
+            engine.releaseResponseBytes(reservedAnswer)
+        }
         if close {
             done.whenComplete { _ in context.close(promise: nil) }
         } else if !lingering {
@@ -278,14 +408,19 @@ final class StreamSink: EventSink, Sendable {
     func close() { closed.store(true, ordering: .relaxed) }
 
     @discardableResult
-    func send(_ event: JSONValue) -> Bool {
+    func send(_ event: JSONValue) -> Bool { send(event, lossy: false) }
+
+    func sendProgress(_ event: JSONValue) { send(event, lossy: true) }
+
+    @discardableResult
+    private func send(_ event: JSONValue, lossy: Bool) -> Bool {
         guard !closed.load(ordering: .relaxed) else { return false }
         var line = JSONWriter.bytes(event)
         line.append(0x0A)
         let bound = self.bound
         eventLoop.execute {
             let (handler, context) = bound.value
-            handler.writeEvent(line, context: context)
+            handler.writeEvent(line, lossy: lossy, context: context)
         }
         return true
     }

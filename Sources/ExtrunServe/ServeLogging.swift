@@ -36,8 +36,9 @@ public struct ServeLogHandler: LogHandler {
             for (key, value) in merged { object[key] = Self.json(value) }
             line = JSONWriter.bytes(.object(object))
         } else {
-            let fields = merged.keys.sorted().map { "\($0)=\(merged[$0].map { "\($0)" } ?? "")" }.joined(separator: " ")
-            line = Array("\(time) \(event.level.rawValue) \(event.message)\(fields.isEmpty ? "" : " " + fields)".utf8)
+            // Callers' words (intent names, ids) are escaped: a control character cannot forge a line.
+            let fields = merged.keys.sorted().map { "\(Self.escaped($0))=\(Self.escaped(merged[$0].map { "\($0)" } ?? ""))" }.joined(separator: " ")
+            line = Array("\(time) \(event.level.rawValue) \(Self.escaped(event.message.description))\(fields.isEmpty ? "" : " " + fields)".utf8)
         }
         line.append(0x0A)
         line.withUnsafeBytes { buffer in
@@ -49,6 +50,23 @@ public struct ServeLogHandler: LogHandler {
                 offset += written
             }
         }
+    }
+
+    /// Text for `--log-format text`: control characters (newlines, escapes) as \n, \t, \u{1b}.
+    static func escaped(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || $0 == "\\" }) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F: out += "\\u{\(String(scalar.value, radix: 16))}"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 
     /// Now, as `2026-11-25T16:29:07.374Z` (gmtime_r: a formatter per line costs more than the line).

@@ -11,7 +11,9 @@ public struct ServePolicy: Sendable, Equatable {
     /// Intents waiting for a place beyond `maxConcurrent`; one more is refused `overloaded`.
     public var maxQueued = 64
     /// Intents one caller (peer uid) may have running at once; more wait in the queue.
-    public var maxConcurrentPerCaller = 8
+    public var maxConcurrentPerCaller = 6
+    /// The most intents one caller may have waiting (its share of `maxQueued`).
+    public var maxQueuedPerCaller = 16
     /// Per uid: `{"1000": {"maxConcurrent": 2}}` overrides `maxConcurrentPerCaller`.
     public var callers: [UInt32: Int] = [:]
     /// Warm processes kept per plugin, and overall.
@@ -26,7 +28,7 @@ public struct ServePolicy: Sendable, Equatable {
     public var crashWindowSeconds = 10.0
     public var crashBackoffSeconds = 5.0
     /// How long a prompt waits for its answer before it counts as declined.
-    public var promptTimeoutSeconds = 300.0
+    public var promptTimeoutSeconds = 60.0
     /// How long a caller has to send its whole request once connected.
     public var requestTimeoutSeconds = 10.0
     /// How long an answer may take to be written: a caller that does not read it is disconnected after this.
@@ -35,6 +37,17 @@ public struct ServePolicy: Sendable, Equatable {
     public var shutdownGraceSeconds = 10.0
     /// The largest request body (an intent with its inline files).
     public var maxRequestBytes = 48 << 20
+    /// The most request bytes buffered at once across all connections (a request is
+    /// reserved its whole Content-Length from its head): over it, a request is refused
+    /// `overloaded` (503, reason `requestBudget`) before its body is read.
+    public var maxBufferedRequestBytes = 128 << 20
+    /// The most connections open at once; a connection over it is answered 503 and closed.
+    public var maxConnections = 1024
+    /// The most answer bytes written but not yet taken by their callers, across all
+    /// connections: an answer over it is replaced by a 503 `overloaded` (reason
+    /// `responseBudget`) with the numbers. With writeTimeoutSeconds it bounds what callers
+    /// who never read can make the service hold.
+    public var maxPendingResponseBytes = 256 << 20
 
     public init() {}
 
@@ -94,9 +107,9 @@ public struct ServePolicy: Sendable, Equatable {
             return number
         }
         let known: Set<String> = [
-            "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
+            "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "maxQueuedPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
-            "shutdownGraceSeconds", "maxRequestBytes",
+            "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
             throw fail(unknown, "unknown field (the fields: \(known.sorted().joined(separator: ", ")); docs/serve.md)")
@@ -104,6 +117,7 @@ public struct ServePolicy: Sendable, Equatable {
         policy.maxConcurrent = try count("maxConcurrent", 1...1024) ?? policy.maxConcurrent
         policy.maxQueued = try count("maxQueued", 0...100_000) ?? policy.maxQueued
         policy.maxConcurrentPerCaller = try count("maxConcurrentPerCaller", 1...1024) ?? policy.maxConcurrentPerCaller
+        policy.maxQueuedPerCaller = try count("maxQueuedPerCaller", 0...100_000) ?? policy.maxQueuedPerCaller
         policy.maxWarmPerPlugin = try count("maxWarmPerPlugin", 0...1024) ?? policy.maxWarmPerPlugin
         policy.maxWarm = try count("maxWarm", 0...4096) ?? policy.maxWarm
         policy.idleTimeoutSeconds = try seconds("idleTimeoutSeconds", 0...86_400) ?? policy.idleTimeoutSeconds
@@ -115,6 +129,9 @@ public struct ServePolicy: Sendable, Equatable {
         policy.writeTimeoutSeconds = try seconds("writeTimeoutSeconds", 0.001...3600) ?? policy.writeTimeoutSeconds
         policy.shutdownGraceSeconds = try seconds("shutdownGraceSeconds", 0...3600) ?? policy.shutdownGraceSeconds
         policy.maxRequestBytes = try count("maxRequestBytes", 1024...(1 << 30)) ?? policy.maxRequestBytes
+        policy.maxBufferedRequestBytes = try count("maxBufferedRequestBytes", 1024...(1 << 34)) ?? policy.maxBufferedRequestBytes
+        policy.maxConnections = try count("maxConnections", 1...1_000_000) ?? policy.maxConnections
+        policy.maxPendingResponseBytes = try count("maxPendingResponseBytes", 1024...(1 << 34)) ?? policy.maxPendingResponseBytes
         if let callers = object["callers"] {
             guard case .object(let entries) = callers else { throw fail("callers", "expected an object of uid: {\"maxConcurrent\": N}") }
             for (key, entry) in entries {

@@ -54,6 +54,12 @@ public enum ServeService {
         do throws(HostError) {
             let token = try options.tokenFile.map(readToken)
             if let inherited = try activationDescriptor() {
+                var type: Int32 = 0
+                var typeLength = socklen_t(MemoryLayout<Int32>.size)
+                if getsockopt(inherited, SOL_SOCKET, SO_TYPE, &type, &typeLength) == 0, type != Int32(SOCK_STREAM.rawValue) {
+                    let name = type == Int32(SOCK_DGRAM.rawValue) ? (isInetSocket(inherited) ? "a UDP socket" : "a datagram socket") : "not a stream socket (type \(type))"
+                    throw HostError(.configurationError, "the descriptor passed by LISTEN_FDS is \(name): the service listens on a stream socket (TCP or Unix)")
+                }
                 let tcp = isInetSocket(inherited)
                 if tcp, token == nil {
                     throw HostError(.configurationError, "the descriptor passed by LISTEN_FDS is a TCP socket: start the service with --token-file")

@@ -90,9 +90,10 @@ public struct ServeOptions: ParsableArguments, Sendable {
         each uid's concurrent intents. TCP (--listen) is refused without --token-file.
 
         The policy ($EXTRUN_HOME/serve.json, or --config): maxConcurrent, maxQueued, \
-        maxConcurrentPerCaller, callers.UID.maxConcurrent, maxWarmPerPlugin, maxWarm, \
+        maxConcurrentPerCaller, maxQueuedPerCaller, callers.UID.maxConcurrent, maxWarmPerPlugin, maxWarm, \
         idleTimeoutSeconds, crashLimit, crashWindowSeconds, crashBackoffSeconds, \
-        promptTimeoutSeconds, requestTimeoutSeconds, writeTimeoutSeconds, shutdownGraceSeconds, maxRequestBytes \
+        promptTimeoutSeconds, requestTimeoutSeconds, writeTimeoutSeconds, shutdownGraceSeconds, maxRequestBytes, \
+        maxBufferedRequestBytes, maxConnections, maxPendingResponseBytes \
         (docs/serve.md lists each with its default). A request beyond the queue is refused \
         at once with the error kind overloaded (HTTP 503, exit status 21). SIGHUP re-reads \
         serve.json and policy.json; a bad file is reported and the old one kept.

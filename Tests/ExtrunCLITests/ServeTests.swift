@@ -353,6 +353,12 @@ struct ServeListenerTests {
         defer { service.stop() }
         let result = try service.python("tcp", environment: ["EXTRUN_TCP_PORT": String(port), "EXTRUN_TOKEN": token])
         #expect(result.status == 0, "\(result)\n\(service.logText)")
+        // The token is checked at the head: no body of an unauthenticated peer is read (S8b).
+        let head = try service.python("tcp-head", environment: ["EXTRUN_TCP_PORT": String(port)])
+        #expect(head.status == 0, "\(head)\n\(service.logText)")
+        // A token holder cannot answer a Unix-socket caller's prompt (S8c).
+        let answer = try service.python("tcp-answer", environment: ["EXTRUN_TCP_PORT": String(port), "EXTRUN_TOKEN": token])
+        #expect(answer.status == 0, "\(answer)\n\(service.logText)")
         // A token file others can read is refused.
         let open = try dir.write("open-token", token, mode: 0o644)
         let insecure = try cli.run(["serve", "--socket", dir.url.appendingPathComponent("x.sock").path, "--listen", "127.0.0.1:\(port)", "--token-file", open.path])
@@ -472,5 +478,207 @@ extension ServeTests {
         #expect(kinds == Set(["invalidIntent", "noHandler", "parameterUnresolved", "confirmationDeclined", "pluginCrashed", "protocolError",
             "pluginError", "timeout", "memoryLimitExceeded", "sandboxViolation", "diskLimitExceeded", "configurationError",
             "signatureInvalid", "overloaded", "cancelled", "internalError"]))
+    }
+}
+
+/// A Python plugin with a file parameter that it echoes back, a phrase with a file slot and
+/// an activity type: the three ways a caller tried to make the service read a path (S1).
+private let fileEchoPlugin = #"""
+    #!/usr/bin/env python3
+    import base64, sys
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
+
+
+    class FileEcho(extrun.Intent):
+        name = "FileEcho"
+
+        def handle(self, values, context):
+            f = values["f"]
+            f = f[0] if isinstance(f, list) else f
+            return extrun.Response.success({"head": base64.b64decode(f["data"]).decode("latin1")})
+
+
+    class Continue(extrun.Activity):
+        activity_type = "test.fileecho.activity"
+
+        def continue_activity(self, activity, interaction, context):
+            return FileEcho().handle((interaction or {}).get("parameters") or {}, context)
+
+
+    extrun.run("test.fileecho", "1.0.0", [FileEcho()], [Continue()])
+    """#
+
+private let fileEchoManifest = #"""
+    {"id": "test.fileecho", "version": "1.0.0", "owner": "TESTTEAM", "protocolVersion": 1, "executable": "plugin.py",
+     "modes": ["extension", "in-app"], "activityTypes": ["test.fileecho.activity"],
+     "intents": [{"name": "FileEcho", "parameters": [{"name": "f", "type": "file", "required": true, "prompt": "Which file?"}],
+                  "phrases": ["Echo ${f} now"], "outputs": [{"name": "head", "type": "string"}]}]}
+    """#
+
+extension ServeTests {
+    @Test("A caller cannot make the service read a path: not by a prompt's answer, POST /v1/continue or a phrase (as extrun-test against a root service, socket mode 666)")
+    func pathsNeverRead() throws {
+        let plugins = try TempDirectory("serve-fileecho")
+        try plugins.write("fileecho/manifest.json", fileEchoManifest)
+        try plugins.write("fileecho/plugin.py", fileEchoPlugin, mode: 0o755)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("fileecho/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
+        chmod(plugins.url.path, 0o755)
+        let secrets = try TempDirectory("serve-secret")
+        let text = "SECRET-\(UUID().uuidString)-only-the-service-may-read-this"
+        let secret = try secrets.write("shadow", text, mode: 0o600)
+        chmod(secrets.url.path, 0o711)
+        let cli = try CLI(extraPluginDirectories: [plugins.url])
+        let service = try RunningService(cli: cli, arguments: ["--socket-mode", "666"])
+        defer { service.stop() }
+        chmod(service.directory.url.path, 0o711)
+        let script = StagedPlugins.packageRoot.appendingPathComponent("Tests/ExtrunCLITests/Fixtures/serve_client.py").path
+        let env = ["SECRET_PATH=\(secret.path)", "SECRET_TEXT=\(text)"]
+        let result: CLIResult
+        if getuid() == 0 {
+            // The caller is the ordinary user, who cannot read the file; the service is root, who can.
+            result = try ProgramRun.program(
+                "/usr/sbin/runuser", ["-u", "extrun-test", "--", "/usr/bin/env"] + env + ["python3", "-B", script, service.socket, "file-paths"])
+        } else {
+            result = try ProgramRun.program("/usr/bin/env", env + ["python3", "-B", script, service.socket, "file-paths"])
+        }
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(3000))")
+        #expect(!result.stdout.contains(text) && !result.stderr.contains(text))
+    }
+}
+
+extension ServeTests {
+    @Test("Request bodies share one budget (maxBufferedRequestBytes): 8 connections holding 40 MiB bodies stay within 64 MiB; the rest 503 overloaded with the numbers")
+    func requestBudget() throws {
+        let budget = 64 << 20
+        let service = try RunningService(cli: cli, policy: #"{"maxBufferedRequestBytes": \#(budget), "requestTimeoutSeconds": 30}"#)
+        defer { service.stop() }
+        let result = try service.python(
+            "body-budget",
+            environment: ["SERVICE_PID": String(service.process.processIdentifier), "EXTRUN_BUDGET": String(budget), "EXTRUN_CONNECTIONS": "8"])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+    }
+
+    @Test("A connection over maxConnections is closed at once, logged with the numbers; the others are served")
+    func connectionCap() throws {
+        let service = try RunningService(cli: cli, policy: #"{"maxConnections": 4}"#)
+        defer { service.stop() }
+        let result = try service.python("connection-cap")
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+        #expect(service.logText.contains("too many open") && service.logText.contains(#""maxConnections":4"#), "\(service.logText)")
+    }
+}
+
+/// A Python plugin that floods progress (300 messages of 30 KB), then answers; with `ask` it
+/// floods while resolving `text`, then asks for it.
+private let floodPlugin = #"""
+    #!/usr/bin/env python3
+    import sys
+    sys.dont_write_bytecode = True
+    import extrun_plugin as extrun
+
+
+    class Flood(extrun.Intent):
+        name = "Flood"
+
+        def flood(self, values, context):
+            for index in range(values.get("n") or 0):
+                context.progress(fraction=index / 1000.0, message="p" * 30000)
+
+        def resolve(self, parameter, values, context):
+            if parameter == "text" and values.get("ask") and not values.get("text"):
+                self.flood(values, context)
+                return extrun.Resolution.needs_value()
+            return super().resolve(parameter, values, context)
+
+        def handle(self, values, context):
+            if not values.get("ask"):
+                self.flood(values, context)
+            return extrun.Response.success({})
+
+
+    extrun.run("test.flood", "1.0.0", [Flood()])
+    """#
+
+private let floodManifest = #"""
+    {"id": "test.flood", "version": "1.0.0", "owner": "TESTTEAM", "protocolVersion": 1, "executable": "plugin.py",
+     "intents": [{"name": "Flood", "parameters": [{"name": "n", "type": "integer"}, {"name": "ask", "type": "boolean"},
+                  {"name": "text", "type": "string", "prompt": "Say something"}]}]}
+    """#
+
+extension ServeTests {
+    @Test("Answers callers never read are bounded together (maxPendingResponseBytes): the ones over it are 503 overloaded with the numbers")
+    func unreadAnswers() throws {
+        let budget = 6 << 20
+        let service = try RunningService(cli: cli, policy: #"{"maxPendingResponseBytes": \#(budget), "writeTimeoutSeconds": 60}"#)
+        defer { service.stop() }
+        let result = try service.python("unread-answers", environment: ["EXTRUN_BUDGET": String(budget)])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+    }
+
+    /// The service and the plugins' folder (kept alive as long as the service).
+    func floodService(policy: String) throws -> (TempDirectory, RunningService) {
+        let plugins = try TempDirectory("serve-flood")
+        try plugins.write("flood/manifest.json", floodManifest)
+        try plugins.write("flood/plugin.py", floodPlugin, mode: 0o755)
+        let module = StagedPlugins.packageRoot.appendingPathComponent("SDKs/python/extrun_plugin.py")
+        try plugins.write("flood/extrun_plugin.py", String(decoding: try Data(contentsOf: module), as: UTF8.self))
+        return (plugins, try RunningService(cli: try CLI(extraPluginDirectories: [plugins.url]), policy: policy))
+    }
+
+    @Test("A progress flood on a stream nobody reads is dropped past the stream's budget; the report still comes")
+    func progressFlood() throws {
+        let (plugins, service) = try floodService(policy: #"{"writeTimeoutSeconds": 30}"#)
+        defer { withExtendedLifetime(plugins) { service.stop() } }
+        let result = try service.python("stream-flood")
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+        #expect(service.logText.contains("progress dropped"), "\(service.logText.suffix(2000))")
+    }
+
+    @Test("A prompt the caller does not take within writeTimeoutSeconds (behind a flood) disconnects it and cancels the run")
+    func promptNotTaken() throws {
+        let (plugins, service) = try floodService(policy: #"{"writeTimeoutSeconds": 1}"#)
+        defer { withExtendedLifetime(plugins) { service.stop() } }
+        let result = try service.python("stream-flood", environment: ["PROMPT": "1"])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+        #expect(service.logText.contains("did not take a prompt"), "\(service.logText.suffix(2000))")
+    }
+}
+
+extension ServeTests {
+    @Test("One caller cannot shut others out: its share of the queue (maxQueuedPerCaller), and another caller starts on free places instead of queueing behind it; the defaults keep per-caller limits below the totals")
+    func callerShare() throws {
+        let defaults = try RunningService(cli: cli)
+        let health = try JSONParser.parse(Array(try defaults.python("health").stdout.utf8))
+        defaults.stop()
+        let limits = health["limits"]
+        #expect(
+            (limits?["maxConcurrentPerCaller"]?.intValue ?? 99) < (limits?["maxConcurrent"]?.intValue ?? 0)
+                && (limits?["maxQueuedPerCaller"]?.intValue ?? 99) < (limits?["maxQueued"]?.intValue ?? 0)
+                && (limits?["promptTimeoutSeconds"]?.doubleValue ?? 999) <= 60, "\(health)")
+        let dir = try TempDirectory("token")
+        let token = "s3cret-token-\(UUID().uuidString)"
+        let file = try dir.write("token", token, mode: 0o600)
+        let port = try ServeListenerTests.freePort()
+        let policy = #"{"maxConcurrent": 4, "maxQueued": 8, "maxQueuedPerCaller": 2, "callers": {"\#(getuid())": {"maxConcurrent": 1}}}"#
+        let service = try RunningService(cli: cli, policy: policy, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
+        defer { service.stop() }
+        let result = try service.python("caller-share", environment: ["EXTRUN_TCP_PORT": String(port), "EXTRUN_TOKEN": token])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+    }
+}
+
+extension ServeTests {
+    @Test("--log-format text escapes callers' words (no forged lines); a 404 for an unknown intent does not name the service's plugin path (it is in the log)")
+    func saysLess() throws {
+        let service = try RunningService(cli: cli, arguments: ["--log-format", "text"])
+        defer { service.stop() }
+        let pluginDir = StagedPlugins.packageRoot.appendingPathComponent(".build/extrun-plugins").path
+        let result = try service.python("say-less", environment: ["PLUGIN_DIR": pluginDir])
+        #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
+        let lines = service.logText.split(separator: "\n")
+        #expect(!lines.contains { $0.hasPrefix("2026-01-01") || $0.contains("critical FORGED") && !$0.contains("\\n") }, "\(service.logText)")
+        #expect(service.logText.contains("plugin path"), "the detail stays in the log: \(service.logText)")
     }
 }

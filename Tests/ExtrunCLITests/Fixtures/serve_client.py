@@ -413,10 +413,293 @@ def check_many(path, count=None):
     ok = statuses.get(b"HTTP/1.1 200 OK", 0)
     busy = statuses.get(b"HTTP/1.1 503 Service Unavailable", 0)
     expect(ok + busy == count and ok > 0, "statuses: %s" % statuses)
-    _, health, _ = call(path, "GET", "/v1/health")
+    # A place frees just after its answer is written (the worker returns): waited for, briefly.
+    health = wait_running(path, 0, 5)
     expect(health["running"] == 0 and health["queued"] == 0, "after: %s" % health)
     expect(health["residentBytes"] < 512 << 20, "the service's memory: %s" % health["residentBytes"])
     print(json.dumps({"clients": count, "ok": ok, "overloaded": busy, "seconds": round(time.time() - started, 2), "residentBytes": health["residentBytes"]}))
+
+
+def check_file_paths(path):
+    """A caller cannot make the service read a path (finding S1): not through a prompt's
+    answer (the stock RenameFiles and FileEcho), nor POST /v1/continue's interaction, nor
+    a phrase's file slot. Each is refused (reason path) and the file's bytes appear nowhere."""
+    secret, text = os.environ["SECRET_PATH"], os.environ["SECRET_TEXT"]
+    everything = []
+    for intent in ("RenameFiles", "FileEcho"):
+        connection = UnixConnection(path)
+        connection.request("POST", "/v1/handle?interactive=true", body=json.dumps({"intent": intent, "parameters": {}}).encode())
+        response = connection.getresponse()
+        report, answered = None, 0
+        for event in read_events(response):
+            everything.append(json.dumps(event))
+            if event["event"] == "prompt":
+                answered += 1
+                status, body, _ = call(path, "POST", "/v1/runs/%s/answers" % event["run"], {"prompt": event["prompt"], "answer": secret})
+                everything.append(json.dumps(body))
+            elif event["event"] == "report":
+                report = event
+                break
+        connection.close()
+        expect(report is not None and answered >= 1, "%s: no report or no prompt: %s" % (intent, everything))
+        error = report["report"].get("error") or {}
+        expect(error.get("kind") in ("parameterUnresolved", "invalidIntent"), "%s: the prompted path was not refused: %s" % (intent, report))
+        expect(any("is a path" in e for e in everything), "%s: the caller was not told why: %s" % (intent, everything))
+    status, body, _ = call(path, "POST", "/v1/continue", {"activityType": "test.fileecho.activity", "interaction": {"intent": "FileEcho", "parameters": {"f": secret}}})
+    everything.append(json.dumps(body))
+    error = body["report"]["error"] if isinstance(body, dict) and "report" in body else body.get("error", {})
+    expect(status == 422 and (error.get("reason") == "path" or "is a path" in error.get("message", "")), "continue: %s %s" % (status, body))
+    status, body, _ = call(path, "POST", "/v1/phrase", {"phrase": "Echo %s now" % secret})
+    everything.append(json.dumps(body))
+    error = body["report"]["error"] if isinstance(body, dict) and "report" in body else body.get("error", {})
+    expect(status == 422 and (error.get("reason") == "path" or "is a path" in error.get("message", "")), "phrase: %s %s" % (status, body))
+    for answer in everything:
+        expect(text not in answer and text.encode().hex() not in answer, "the file's bytes came back: %s" % answer[:300])
+        import base64
+        expect(base64.b64encode(text.encode()).decode()[:16] not in answer, "the file's bytes came back (base64): %s" % answer[:300])
+
+
+def status_kb(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def check_body_budget(path):
+    """Many connections each send most of a big body and hold its last byte (finding S4):
+    the service buffers no more than maxBufferedRequestBytes across them; the others are
+    refused 503 overloaded (reason requestBudget) with the numbers, from their heads."""
+    import threading
+    pid = int(os.environ["SERVICE_PID"])
+    count, size = int(os.environ.get("EXTRUN_CONNECTIONS", "8")), int(os.environ.get("EXTRUN_BODY_BYTES", str(40 << 20)))
+    before = status_kb(pid, "VmRSS")
+    replies, sockets = {}, []
+    chunk = b"x" * (1 << 20)
+    def send(index):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(30)
+        sock.connect(path)
+        sockets.append(sock)
+        try:
+            sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size)
+            left = size - 1
+            while left > 0:
+                sock.sendall(chunk[:min(left, len(chunk))])
+                left -= min(left, len(chunk))
+        except OSError:
+            pass
+        try:
+            sock.settimeout(0.5)
+            replies[index] = sock.recv(65536)
+        except OSError:
+            replies[index] = b""
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    peak = status_kb(pid, "VmHWM")
+    held = status_kb(pid, "VmRSS")
+    refused = [r for r in replies.values() if r.startswith(b"HTTP/1.1 503")]
+    expect(len(refused) >= count - 2, "refused: %d of %d: %s" % (len(refused), count, [r[:120] for r in replies.values()]))
+    body = json.loads(refused[0].split(b"\r\n\r\n", 1)[1])
+    error = body["report"]["error"]
+    expect(error["kind"] == "overloaded" and error["reason"] == "requestBudget" and error["limitValue"] == int(os.environ["EXTRUN_BUDGET"]) and error["measured"] == size, "refusal: %s" % error)
+    budget_kb = int(os.environ["EXTRUN_BUDGET"]) >> 10
+    print(json.dumps({"rssBeforeKB": before, "peakKB": peak, "heldKB": held, "refused": len(refused)}))
+    expect(held - before < budget_kb + (48 << 10), "held %d kB, before %d kB, budget %d kB" % (held, before, budget_kb))
+    expect(peak < before + budget_kb + (96 << 10), "peak %d kB, before %d kB, budget %d kB" % (peak, before, budget_kb))
+    for sock in sockets:
+        sock.close()
+    # The budget is given back: a small request goes through.
+    time.sleep(0.3)
+    status, body, _ = call(path, "GET", "/v1/health")
+    expect(status == 200, "health after: %s" % status)
+
+
+def check_tcp_head(path):
+    """Over TCP the token is checked at the head: a caller without it is refused 401 before it sends any body."""
+    port = int(os.environ["EXTRUN_TCP_PORT"])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (40 << 20))
+    reply = b""
+    try:
+        reply = sock.recv(65536)
+    except OSError as error:
+        expect(False, "no answer to the head without a token: %s" % error)
+    sock.close()
+    expect(reply.startswith(b"HTTP/1.1 401"), "head without a token: %r" % reply[:200])
+
+
+def check_connection_cap(path):
+    """With maxConnections 4, four idle connections are held; the fifth is closed at once (logged with the numbers)."""
+    held = []
+    for _ in range(4):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        held.append(sock)
+    time.sleep(0.3)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    sock.connect(path)
+    reply = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            break
+        reply += data
+    sock.close()
+    expect(reply == b"", "the fifth connection was answered: %r" % reply[:200])
+    for sock in held:
+        sock.close()
+    time.sleep(0.3)
+    status, _, _ = call(path, "GET", "/v1/health")
+    expect(status == 200, "health after the others closed: %s" % status)
+
+
+def check_unread_answers(path):
+    """Callers that ask for large answers and never read them (finding S17): what the service
+    holds for them is bounded by maxPendingResponseBytes; the answers over it are replaced by
+    503 overloaded (reason responseBudget) with the numbers."""
+    budget, count = int(os.environ["EXTRUN_BUDGET"]), 5
+    body = json.dumps({"intent": "MakeUppercase", "parameters": {"text": "x" * (2 << 20)}}).encode()
+    sockets = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(path)
+        sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        sockets.append(sock)
+        time.sleep(0.2)
+    health = wait_running(path, 0, 60)
+    expect(health["running"] == 0 and health["queued"] == 0, "the intents did not end: %s" % health)
+    time.sleep(0.5)
+    replies = []
+    for sock in sockets:
+        sock.settimeout(20)
+        data = b""
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+            if length and len(rest) >= length[0]:
+                break
+        sock.close()
+        replies.append(data)
+    refused = [r for r in replies if r.startswith(b"HTTP/1.1 503")]
+    served = [r for r in replies if r.startswith(b"HTTP/1.1 200")]
+    expect(len(refused) >= 2 and len(served) >= 1, "served %d, refused %d: %s" % (len(served), len(refused), [r[:100] for r in replies]))
+    error = json.loads(refused[0].partition(b"\r\n\r\n")[2])["report"]["error"]
+    expect(error["kind"] == "overloaded" and error["reason"] == "responseBudget" and error["limitValue"] == budget and error["measured"] > 2 << 20, "refusal: %s" % error)
+
+
+def check_stream_flood(path):
+    """A plugin floods progress on an interactive stream its caller does not read (finding S5):
+    progress past the stream's budget is dropped, the report still comes. With PROMPT set, the
+    plugin then asks: a prompt the caller does not take within writeTimeoutSeconds ends the run."""
+    prompt = os.environ.get("PROMPT") == "1"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(path)
+    params = {"n": 300} if not prompt else {"n": 300, "ask": True}
+    body = json.dumps({"intent": "Flood", "parameters": params}).encode()
+    sock.sendall(b"POST /v1/handle?interactive=true HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    time.sleep(1)
+    health = wait_running(path, 0, 30)
+    expect(health["running"] == 0, "the run did not end: %s" % health)
+    sock.settimeout(10)
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    except (ConnectionResetError, socket.timeout):
+        pass
+    sock.close()
+    progress = data.count(b'"event":"progress"')
+    if prompt:
+        expect(b'"event":"report"' not in data, "a report reached a caller that never read: %r" % data[-300:])
+    else:
+        expect(b'"event":"report"' in data and b'"exitStatus":0' in data, "no report: %r" % data[-300:])
+    expect(progress < 100, "%d of 300 progress events were kept for a caller that did not read" % progress)
+
+
+def check_caller_share(path):
+    """One caller (this uid, on the Unix socket) limited to 1 running and 2 queued sends 5
+    long intents: 1 runs, 2 wait, 2 are refused callerQueueFull with the numbers. Another
+    caller (over TCP) is not shut out: its 3 intents start at once on the free places
+    (before: they queued behind intents that could not start, or were refused queueFull)."""
+    port, token = int(os.environ["EXTRUN_TCP_PORT"]), os.environ["EXTRUN_TOKEN"]
+    intent = {"intent": "Sleep", "parameters": {"seconds": 3}}
+    hog = [send_raw_intent(path, intent) for _ in range(3)]
+    wait_running(path, 1, 10)
+    refusals = []
+    for _ in range(2):
+        status, answer, _ = call(path, "POST", "/v1/handle", intent)
+        refusals.append((status, answer))
+    for status, answer in refusals:
+        error = answer["report"]["error"]
+        expect(status == 503 and error["reason"] == "callerQueueFull" and error["callerQueued"] == 2 and error["maxQueuedPerCaller"] == 2, "the hog's extra intent: %s %s" % (status, answer))
+    others = []
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        body = json.dumps(intent).encode()
+        sock.sendall(b"POST /v1/handle HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (token.encode(), len(body)) + body)
+        others.append(sock)
+    health = wait_running(path, 4, 10)
+    expect(health["running"] == 4 and health["queued"] == 2, "the other caller did not get the free places: %s" % health)
+    for sock in hog + others:
+        sock.settimeout(30)
+        reply = b""
+        while b"exitStatus" not in reply:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        sock.close()
+        expect(b'"exitStatus":0' in reply, "an intent: %r" % reply[:300])
+
+
+def check_tcp_answer(path):
+    """A TCP token holder cannot answer the prompt of a run started on the Unix socket (403);
+    the caller that started it can."""
+    port, token = int(os.environ["EXTRUN_TCP_PORT"]), os.environ["EXTRUN_TOKEN"]
+    connection = UnixConnection(path)
+    connection.request("POST", "/v1/handle?interactive=true", body=json.dumps({"intent": "MakeUppercase", "parameters": {}}).encode())
+    response = connection.getresponse()
+    for event in read_events(response):
+        if event["event"] == "prompt":
+            body = json.dumps({"prompt": event["prompt"], "answer": "stolen"}).encode()
+            tcp = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            tcp.request("POST", "/v1/runs/%s/answers" % event["run"], body=body, headers={"Authorization": "Bearer " + token})
+            reply = tcp.getresponse()
+            answer = reply.read()
+            tcp.close()
+            expect(reply.status == 403, "a TCP caller answered a Unix caller's prompt: %s %s" % (reply.status, answer))
+            status, answer, _ = call(path, "POST", "/v1/runs/%s/answers" % event["run"], {"prompt": event["prompt"], "answer": "mine"})
+            expect(status == 200, "the run's own caller: %s %s" % (status, answer))
+        elif event["event"] == "report":
+            expect(event["report"]["response"]["properties"]["result"] == "MINE", "report: %s" % event)
+            break
+    connection.close()
+
+
+def check_say_less(path):
+    """Callers' intent names cannot forge text log lines; a 404 does not name the plugin path."""
+    status, answer, _ = call(path, "POST", "/v1/handle", {"intent": "Nope\n2026-01-01T00:00:00.000Z critical FORGED by the caller", "parameters": {}})
+    expect(status == 404, "unknown intent: %s %s" % (status, answer))
+    text = json.dumps(answer)
+    expect("plugin path" not in text and os.environ["PLUGIN_DIR"] not in text, "the 404 names the plugin path: %s" % text)
+    status, answer, _ = call(path, "GET", "/v1/intents/Nope")
+    text = json.dumps(answer)
+    expect(status == 404 and "plugin path" not in text and os.environ["PLUGIN_DIR"] not in text, "describe: %s %s" % (status, text))
 
 
 checks = {
@@ -424,7 +707,7 @@ checks = {
     "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
     "disconnect-prompt": check_disconnect_prompt, "health": check_health,
     "activation": check_activation, "tcp": check_tcp,
-    "malformed": check_malformed, "never-reads": check_never_reads, "many": check_many,
+    "malformed": check_malformed, "file-paths": check_file_paths, "body-budget": check_body_budget, "tcp-head": check_tcp_head, "connection-cap": check_connection_cap, "unread-answers": check_unread_answers, "stream-flood": check_stream_flood, "caller-share": check_caller_share, "tcp-answer": check_tcp_answer, "say-less": check_say_less, "never-reads": check_never_reads, "many": check_many,
 }
 
 if __name__ == "__main__":
