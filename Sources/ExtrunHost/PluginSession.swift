@@ -274,6 +274,13 @@ final class PluginSession {
             report.error = runMemoryBreach(run, during: phase)
         } else if report.error?.kind == .pluginCrashed, let exit = process.exit, let breach = memoryBreach(exit: exit, during: phase) {
             report.error = breach
+        } else if report.error?.kind == .protocolError, let exit = process.exit, refusedMemory,
+            let breach = memoryBreach(exit: exit, during: phase)
+        {
+            // A plugin dying of its cap closes its channels first; on a busy machine its exit
+            // can come after the closed-channel grace, which reads as "closed its channel and
+            // kept running". With the kernel's refusal on record, it is the cap.
+            report.error = breach
         }
         // An error answer (the Python module prints the handler's traceback first): the end of stderr, as for a crash.
         if let kind = report.error?.kind, kind == .pluginError || kind == .protocolError, report.error?.details["stderr"] == nil {
@@ -338,6 +345,13 @@ final class PluginSession {
     /// Whether the plugin's death is the memory cap's doing, from the evidence the
     /// host has: the cgroup's OOM kills, an allocation failure the plugin's runtime
     /// printed, or memory sampled close to the cap.
+    /// Whether an allocation of the plugin's was refused at its cap (seen by the supervisor,
+    /// or said by its runtime on stderr).
+    var refusedMemory: Bool {
+        process.refusedAllocation != nil
+            || connection.stderr.lastLines(40).contains(where: { line in MemoryFailureText.matches(line) })
+    }
+
     func memoryBreach(exit: ProcessExit, during phase: Phase) -> HostError? {
         guard !exit.isClean else { return nil }
         var evidence: [String] = []
