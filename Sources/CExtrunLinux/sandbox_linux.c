@@ -108,6 +108,20 @@ static int receive_fd(int socket_fd) {
     return fd;
 }
 
+/// Tells the host that a call naming another process was refused (EPERM): `target` the
+/// pid it named (negative: a process group), `signal_number` the signal, or -1.
+static void report_denied(int status_fd, const struct seccomp_notif *request, int64_t target, int64_t signal_number) {
+    struct extrun_event event;
+    memset(&event, 0, sizeof event);
+    event.type = EXTRUN_EVENT_DENIED;
+    event.pid = (int32_t)request->pid;
+    event.syscall_nr = request->data.nr;
+    event.arch = request->data.arch;
+    event.arg0 = (uint64_t)target;
+    event.arg1 = (uint64_t)signal_number;
+    extrun_send_event(status_fd, &event);
+}
+
 static uint64_t monotonic_ms(void) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -346,14 +360,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                             response.error = 0;
                             response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
                         } else if (!killed) {
-                            memset(&event, 0, sizeof event);
-                            event.type = EXTRUN_EVENT_DENIED;
-                            event.pid = (int32_t)request_buffer.pid;
-                            event.syscall_nr = request_buffer.data.nr;
-                            event.arch = request_buffer.data.arch;
-                            event.arg0 = (uint64_t)(int64_t)(group ? -target : target);
-                            event.arg1 = (uint64_t)signal_number;
-                            extrun_send_event(status_fd, &event);
+                            report_denied(status_fd, &request_buffer, (int64_t)(group ? -target : target), (int64_t)signal_number);
                         }
                         ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
                         continue;
@@ -366,14 +373,7 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                             response.error = 0;
                             response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
                         } else if (!killed) {
-                            memset(&event, 0, sizeof event);
-                            event.type = EXTRUN_EVENT_DENIED;
-                            event.pid = (int32_t)request_buffer.pid;
-                            event.syscall_nr = request_buffer.data.nr;
-                            event.arch = request_buffer.data.arch;
-                            event.arg0 = (uint64_t)(int64_t)target;
-                            event.arg1 = (uint64_t)(int64_t)-1;  // not a signal
-                            extrun_send_event(status_fd, &event);
+                            report_denied(status_fd, &request_buffer, (int64_t)target, -1);  // -1: not a signal
                         }
                         ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
                         continue;
