@@ -319,9 +319,12 @@ func policyVariants() -> [String: HandleOptions] {
     let count = option("count", 20_000)
     let warmup = option("warmup", 200)
     let name = options["variant"] ?? "sandboxed"
-    let (host, home, invocation) = benchHost(pluginDirectory: pluginDirectory, intentPath: intentPath)
-    defer { try? FileManager.default.removeItem(at: home) }
-    guard let handleOptions = policyVariants()[name] else { fail("--variant: unknown variant \(name)") }
+    let (host, home, invocation) = benchHost(pluginDirectory: pluginDirectory, intentPath: intentPath, home: options["home"])
+    defer { if options["home"] == nil { try? FileManager.default.removeItem(at: home) } }
+    guard var variantOptions = policyVariants()[name] else { fail("--variant: unknown variant \(name)") }
+    // --donate 1: each successful intent donated, as `extrun serve` and the CLI do by default.
+    if options["donate"] != nil { variantOptions.donate = true }
+    let handleOptions = variantOptions
     let pool = PluginPool(host: host, maxIdleProcesses: callers)
     /// Runs `n` intents on this thread; their latencies in ns.
     @Sendable func run(_ n: Int) -> [UInt64] {
@@ -673,10 +676,15 @@ default: fail("unknown command \(command) (dispatch, warm, parallel, store, exch
 
 /// A host over a fresh temporary home (remove it afterwards) and the plugins in
 /// `pluginDirectory`, and the intent to send it.
-func benchHost(pluginDirectory: String, intentPath: String) -> (ExtrunHost.Host, URL, IntentInvocation) {
+func benchHost(pluginDirectory: String, intentPath: String, home given: String? = nil) -> (ExtrunHost.Host, URL, IntentInvocation) {
     var template = Array("/tmp/extrun-bench-home-XXXXXX".utf8CString)
     guard let made = mkdtemp(&template) else { fail("mkdtemp failed") }
-    let home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    var home = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    // --home: an existing home (with the owners' keys the staged plugins are signed for), kept.
+    if let given {
+        rmdir(made)
+        home = URL(fileURLWithPath: given, isDirectory: true)
+    }
     let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
     do {
         return (host, home, try IntentFileParser.read(path: intentPath))

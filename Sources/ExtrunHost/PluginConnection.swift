@@ -1,6 +1,7 @@
 import CExtrunLinux
 import ExtrunProtocol
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -211,6 +212,9 @@ final class PluginConnection {
     /// microseconds, and going to sleep and being woken costs as much again on a VM
     /// (docs/benchmarks.md); the reads yield the CPU between tries.
     var spinNs: UInt64 = 0
+    /// The waits spinning now, in this process, and the most that may (the CPUs but one).
+    static let spinners = Atomic<Int>(0)
+    static let maxSpinners = max(0, ProcessInfo.processInfo.activeProcessorCount - 1)
 
     private func pump(deadline: () -> UInt64, until done: () -> Bool) -> PumpResult {
         var spun = spinNs == 0
@@ -223,8 +227,14 @@ final class PluginConnection {
             }
             if !spun, readsPlugin, process.fromPlugin >= 0 {
                 spun = true
-                let until = MonotonicClock.now() &+ spinNs
-                while process.fromPlugin >= 0 && !readProtocol(deadline: deadline) && MonotonicClock.now() < until { sched_yield() }
+                // Only while fewer threads spin than there are other CPUs: with more waits
+                // at once (8 callers of a service on 2 cores) the spinning took the CPU the
+                // plugins needed to answer (docs/benchmarks.md, "extrun serve").
+                if Self.spinners.add(1, ordering: .relaxed).newValue <= Self.maxSpinners {
+                    let until = MonotonicClock.now() &+ spinNs
+                    while process.fromPlugin >= 0 && !readProtocol(deadline: deadline) && MonotonicClock.now() < until { sched_yield() }
+                }
+                Self.spinners.subtract(1, ordering: .relaxed)
                 continue
             }
             if let exit = process.exit {

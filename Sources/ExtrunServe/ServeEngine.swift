@@ -76,6 +76,15 @@ final class ServeEngine: Sendable {
         var status: Int
         var body: JSONValue
         var retryAfterSeconds: Int?
+        /// The body as written (JSON and a newline), rendered on the run's worker thread
+        /// so that the one event loop only copies it out (docs/benchmarks.md, "extrun serve").
+        var rendered: [UInt8]?
+
+        init(status: Int, body: JSONValue, retryAfterSeconds: Int? = nil) {
+            self.status = status
+            self.body = body
+            self.retryAfterSeconds = retryAfterSeconds
+        }
     }
 
     /// Admits a run: `begin` runs on a worker thread when it starts; `finish` with its outcome.
@@ -85,7 +94,12 @@ final class ServeEngine: Sendable {
         finish: @escaping @Sendable (Outcome) -> Void
     ) -> Admission.Ticket? {
         let submitted = admission.submit(uid: caller.uid) { [self] in
-            let outcome = run(call, caller: caller, control: control, sink: sink)
+            var outcome = run(call, caller: caller, control: control, sink: sink)
+            if sink == nil {
+                var bytes = JSONWriter.bytes(outcome.body)
+                bytes.append(0x0A)
+                outcome.rendered = bytes
+            }
             finish(outcome)
         }
         switch submitted {

@@ -286,7 +286,13 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         var headers = HTTPHeaders()
         if let retry = outcome.retryAfterSeconds { headers.add(name: "retry-after", value: String(retry)) }
-        respond(context: context, status: outcome.status, body: outcome.body, close: !keepAlive, extraHeaders: headers)
+        if let rendered = outcome.rendered {
+            respond(
+                context: context, status: outcome.status, bytes: rendered, contentType: "application/json", close: !keepAlive,
+                extraHeaders: headers)
+        } else {
+            respond(context: context, status: outcome.status, body: outcome.body, close: !keepAlive, extraHeaders: headers)
+        }
     }
 
     /// Writes an event line of an interactive run (on the event loop).

@@ -1,7 +1,9 @@
 import ExtrunHost
 import Foundation
+import CoreMetrics
 import Metrics
 import Prometheus
+import Synchronization
 
 /// The service's metrics (swift-metrics, rendered by swift-prometheus at `GET /metrics`;
 /// docs/serve.md, "Metrics").
@@ -20,12 +22,27 @@ final class ServeMetrics: Sendable {
         self.factory = factory
     }
 
+    /// The counters and timers of finished intents by their labels, made once: making one
+    /// looks it up in the registry (a lock, the labels hashed and compared) on every intent.
+    private let made = Mutex<(counters: [String: CoreMetrics.Counter], timers: [String: Metrics.Timer])>(([:], [:]))
+
     /// One finished intent: its plugin, its outcome's code (the response code, or the error kind), its time.
     func intent(call: String, plugin: String?, outcome: String, durationNs: UInt64) {
-        let labels = [("call", call), ("plugin", plugin ?? "none"), ("outcome", outcome)]
-        Counter(label: "extrun_intents_total", dimensions: labels, factory: factory).increment()
-        Metrics.Timer(label: "extrun_intent_duration_seconds", dimensions: [("call", call)], factory: factory)
-            .recordNanoseconds(Int64(min(durationNs, UInt64(Int64.max))))
+        let plugin = plugin ?? "none"
+        let key = "\(call)\u{0}\(plugin)\u{0}\(outcome)"
+        let (counter, timer) = made.withLock { made -> (CoreMetrics.Counter, Metrics.Timer) in
+            // Bounded: plugins and outcomes are few, but a plugin may invent response codes.
+            if made.counters.count > 4096 { made.counters.removeAll() }
+            let counter =
+                made.counters[key]
+                ?? CoreMetrics.Counter(label: "extrun_intents_total", dimensions: [("call", call), ("plugin", plugin), ("outcome", outcome)], factory: factory)
+            made.counters[key] = counter
+            let timer = made.timers[call] ?? Metrics.Timer(label: "extrun_intent_duration_seconds", dimensions: [("call", call)], factory: factory)
+            made.timers[call] = timer
+            return (counter, timer)
+        }
+        counter.increment()
+        timer.recordNanoseconds(Int64(min(durationNs, UInt64(Int64.max))))
     }
 
     /// A limit that refused or ended something: `queueFull`, `backoff`, `memoryLimitExceeded`, `timeout`...

@@ -153,13 +153,17 @@ enum Quotas {
     }()
 
     static func usage(_ db: Database, owner: String) throws -> OwnerUsage {
-        guard let row = try Row.fetchOne(db, sql: "SELECT bytes, globals, bookmarks, donations FROM ownerUsage WHERE owner = ?", arguments: [owner])
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT bytes, globals, bookmarks, donations FROM ownerUsage WHERE owner = ?"), arguments: [owner])
         else { return OwnerUsage() }
         return OwnerUsage(bytes: row["bytes"], globals: row["globals"], bookmarks: row["bookmarks"], donations: row["donations"])
     }
 
     static func overrides(_ db: Database, owner: String) throws -> [String: Int64] {
-        guard let row = try Row.fetchOne(db, sql: "SELECT bytes, globals, bookmarks, donations FROM ownerQuota WHERE owner = ?", arguments: [owner])
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT bytes, globals, bookmarks, donations FROM ownerQuota WHERE owner = ?"), arguments: [owner])
         else { return [:] }
         var found: [String: Int64] = [:]
         for field in OwnerQuota.fieldNames {

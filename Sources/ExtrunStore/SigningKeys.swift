@@ -287,12 +287,51 @@ extension Store {
     /// `untrustedSigner` (what it trusts, and how to trust this key, in the message).
     public func standing(of signer: Data, for owner: String) throws -> SignerStanding {
         try NameRules.validateOwner(owner)
-        if let own = try keystore.loadSigningKey(owner), own.publicKey == signer { return .ownKey }
+        if let own = try ownSigningPublicKey(owner), own == signer { return .ownKey }
         if let trusted = try keystore.loadTrusted(owner).first(where: { $0.publicKey == signer }) { return .trustedAuthor(trusted) }
         let fingerprint = SigningKeyFingerprint.of(signer)
         throw StoreError(
             .untrustedSigner,
             "the plugin is signed with key \(fingerprint), which owner '\(owner)' does not trust: sign it with the owner's key (extrun plugins sign DIR --owner \(owner)), or trust its author's key (extrun owners trust \(owner) --signing-key FILE)",
             details: ["owner": .string(owner), "signingKey": .string(fingerprint)])
+    }
+}
+
+/// What identifies a key file's content without reading it: a file replaced (another
+/// inode), rewritten (size, times) or whose mode or owner changed (the change time) has
+/// another stamp.
+struct KeyFileStamp: Equatable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var modified: [Int64]
+    var changed: [Int64]
+
+    init?(path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+        size = Int64(info.st_size)
+        modified = [Int64(info.st_mtim.tv_sec), Int64(info.st_mtim.tv_nsec)]
+        changed = [Int64(info.st_ctim.tv_sec), Int64(info.st_ctim.tv_nsec)]
+    }
+}
+
+extension Store {
+    /// The owner's own public signing key (nil: it has none), read and checked as
+    /// `Keystore.loadSigningKey` does, again only when its file's stamp changed: a warm
+    /// process authorizes every intent, and reading the file and deriving the key cost
+    /// ~100 µs each time (docs/benchmarks.md, "extrun serve").
+    func ownSigningPublicKey(_ owner: String) throws -> Data? {
+        let path = keystore.signingPath(for: owner)
+        guard let stamp = KeyFileStamp(path: path) else { return try keystore.loadSigningKey(owner)?.publicKey }
+        if let cached = ownSigningKeys.withLock({ $0[owner] }), cached.stamp == stamp { return cached.publicKey }
+        let key = try keystore.loadSigningKey(owner)?.publicKey
+        ownSigningKeys.withLock { keys in
+            if keys.count >= 64 { keys.removeAll() }
+            keys[owner] = (stamp, key)
+        }
+        return key
     }
 }

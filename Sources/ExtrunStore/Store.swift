@@ -32,6 +32,10 @@ public final class Store: Sendable {
     private let verifiedKeys = Mutex<[String: OwnerKey]>([:])
     /// The quota defaults from the policy, read on the first write that needs them (Quotas.swift).
     let quotaDefaults = Mutex<OwnerQuota?>(nil)
+    /// Donations of this process's threads, written together (Donations.swift).
+    let donationCommits = DonationGroupCommit()
+    /// The owners' own public signing keys by their files' stamps (SigningKeys.swift).
+    let ownSigningKeys = Mutex<[String: (stamp: KeyFileStamp, publicKey: Data?)]>([:])
 
     /// Opens the store under `home`, creating `home` (0700), `keys/` (0700) and
     /// `store.sqlite` (0600) when they do not exist. Never recreates a

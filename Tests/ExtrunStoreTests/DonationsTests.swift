@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import Foundation
 import GRDB
+import Synchronization
 import Testing
 
 @testable import ExtrunStore
@@ -29,6 +30,110 @@ import Testing
         // The parameters are sealed: the plaintext is not in the database file.
         let sealed = try test.store.database.read { db in try Data.fetchOne(db, sql: "SELECT sealed FROM donation WHERE identifier = 'c'") }
         #expect(sealed.map { String(decoding: $0, as: UTF8.self).contains("leek") } == false)
+    }
+
+    /// Group commit (DonationGroupCommit): donations from many threads at once end each in
+    /// its own outcome, and the store holds exactly those that succeeded (a quota refuses
+    /// some in the middle of batches).
+    @Test func donationsFromManyThreadsEachKeepTheirOwnOutcome() throws {
+        let test = try TestStore()
+        try test.store.setQuota(of: "TEAM", ["donations": 150])
+        let log = try test.store.donations(of: "TEAM")
+        let outcomes = Mutex<[String: StoreError?]>([:])
+        let group = DispatchGroup()
+        for t in 0..<8 {
+            group.enter()
+            Thread.detachNewThread {
+                for i in 0..<25 {
+                    let id = "t\(t)-\(i)"
+                    do {
+                        try log.donate(donation(id), durable: i % 2 == 0)
+                        outcomes.withLock { $0[id] = .some(nil) }
+                    } catch let error as StoreError {
+                        outcomes.withLock { $0[id] = .some(error) }
+                    } catch {
+                        outcomes.withLock { $0[id] = .some(StoreError(.databaseError, "\(error)")) }
+                    }
+                }
+                group.leave()
+            }
+        }
+        group.wait()
+        let all = outcomes.withLock { $0 }
+        #expect(all.count == 200)
+        let succeeded = Set(all.filter { $0.value == nil }.keys)
+        let refused = all.compactMap { $0.value }
+        #expect(succeeded.count == 150)
+        #expect(refused.count == 50 && refused.allSatisfy { $0.kind == .quotaExceeded }, "\(refused.map(\.kind))")
+        let listed = try test.reopen().donations(of: "TEAM").list()
+        #expect(Set(listed.map(\.identifier)) == succeeded)
+        #expect(try test.store.quota(of: "TEAM").usage.donations == 150)
+        #expect(test.store.donationBatchCounts.donations == 200)
+    }
+
+    /// The group commit itself: donations that arrive while a batch is being written wait,
+    /// then go together in the next batch, written by one of them; each gets its own result.
+    @Test func donationsArrivingDuringAWriteGoTogetherInTheNextBatch() throws {
+        let commits = DonationGroupCommit()
+        let firstWriteStarted = DispatchSemaphore(value: 0)
+        let releaseFirstWrite = DispatchSemaphore(value: 0)
+        let batchSizes = Mutex<[Int]>([])
+        @Sendable func entry(_ id: String) -> DonationGroupCommit.Entry {
+            DonationGroupCommit.Entry(donation: donation(id), sealed: Data(id.utf8), durable: false)
+        }
+        @Sendable func write(_ batch: [DonationGroupCommit.Entry]) {
+            let first = batchSizes.withLock { sizes in
+                sizes.append(batch.count)
+                return sizes.count == 1
+            }
+            if first {
+                firstWriteStarted.signal()
+                releaseFirstWrite.wait()
+            }
+            for item in batch {
+                item.result = item.donation.identifier == "refused" ? .failure(StoreError(.quotaExceeded, "over")) : .success(())
+            }
+        }
+        let group = DispatchGroup()
+        let failures = Mutex<[String]>([])
+        func donate(_ id: String) {
+            group.enter()
+            Thread.detachNewThread {
+                do throws(StoreError) {
+                    try commits.commit(entry(id), write: write)
+                } catch {
+                    failures.withLock { $0.append(id) }
+                }
+                group.leave()
+            }
+        }
+        donate("first")
+        firstWriteStarted.wait()
+        for id in ["b", "refused", "d"] { donate(id) }
+        // All three wait for the first write to end.
+        let deadline = Date().addingTimeInterval(10)
+        while commits.pendingCount < 3, Date() < deadline { usleep(1000) }
+        #expect(commits.pendingCount == 3)
+        releaseFirstWrite.signal()
+        group.wait()
+        #expect(batchSizes.withLock { $0 } == [1, 3])
+        #expect(failures.withLock { $0 } == ["refused"])
+        #expect(commits.counts == (batches: 2, donations: 4))
+    }
+
+    /// The owner's own signing key is read again whenever its file changes (the cache of
+    /// `standing` keys on the file's stamp): a damaged key file is refused at once.
+    @Test func theOwnKeyIsReadAgainWhenItsFileChanges() throws {
+        let test = try TestStore()
+        let key = try test.store.signingKey(of: "TEAM")
+        #expect(try test.store.standing(of: key.publicKey, for: "TEAM") == .ownKey)
+        #expect(try test.store.standing(of: key.publicKey, for: "TEAM") == .ownKey)
+        let path = test.store.keysDirectory + "/TEAM.signing"
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        text = text.replacingOccurrences(of: "\"version\" : 1", with: "\"version\" : 2")
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+        let error = #expect(throws: StoreError.self) { try test.store.standing(of: key.publicKey, for: "TEAM") }
+        #expect(error?.kind == .invalidKeyFile)
     }
 
     @Test func theSealedPlaintextIsWhatCodableReadsAndNonFiniteNumbersAreRefused() throws {
