@@ -81,13 +81,19 @@ enum ServerClient {
             if text { fields.append(("format", "text")) }
             let target = endpoint + "?" + fields.map { "\($0.0)=\(percentEncoded($0.1))" }.joined(separator: "&")
             var answer = try call(server: server, target: target, body: body, prompter: prompter)
-            // File parameters go inline (the service does not read the caller's paths): read them here and send again.
-            for _ in 0..<maxInlineRounds {
-                guard let error = answer["report"]?["error"], error["reason"] == "path", let inlined = try inline(body, error), inlined != body else { break }
-                body = inlined
-                answer = try call(server: server, target: target, body: body, prompter: prompter)
+            var rounds = 0
+            // Only an error has more to do (a success answer is printed as it came).
+            while let error = answer["report"]?["error"] {
+                // File parameters go inline (the service does not read the caller's paths): read them here and send again.
+                if error["reason"] == "path", rounds < maxInlineRounds, let inlined = try inline(body, error), inlined != body {
+                    rounds += 1
+                    body = inlined
+                    answer = try call(server: server, target: target, body: body, prompter: prompter)
+                    continue
+                }
+                if let source, error["file"] == "<request>" { answer = naming(source == "-" ? "<stdin>" : source, in: answer) }
+                break
             }
-            if let source, answer["report"]?["error"]?["file"] == "<request>" { answer = naming(source == "-" ? "<stdin>" : source, in: answer) }
             outcome = answer
         } catch let failure as Failure {
             var report = HandleReport(intent: nil)

@@ -247,6 +247,12 @@ struct ServeClientTests {
             let result = try cli.run(arguments)
             #expect(result.status == 64 && result.stderr.contains("the phrase is empty"), "\(arguments): \(result)")
         }
+        // Each command's --help says what --server does.
+        for command in ["handle", "options", "continue", "phrase"] {
+            let help = try cli.run([command, "--help"])
+            #expect(help.status == 0 && help.stdout.contains("--server <socket>") && help.stdout.contains("EXTRUN_SERVER"), "\(command): \(help)")
+            #expect(help.stdout.contains("With --server SOCKET (or EXTRUN_SERVER)"), "\(command): \(help)")
+        }
         // --verbose cannot show the service's phases: it says where they are.
         let verbose = try service.client(["options", soup, "soup", "--verbose", "--server", service.socket])
         #expect(verbose.status == 0 && verbose.stderr.contains("its phases are in its log"), "\(verbose)")
