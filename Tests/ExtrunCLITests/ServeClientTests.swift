@@ -277,6 +277,11 @@ struct ServeClientTests {
         var cli = try CLI(extraPluginDirectories: [plugins.url])
         let localTmp = try TempDirectory("client-local-tmp")
         cli.environment["TMPDIR"] = localTmp.path
+        // After the service's stop (defers run last first): no process of this plugin is left, the local runs' included.
+        defer {
+            let left = PluginCheckCLITests.processes(containing: "tagger/plugin.py")
+            #expect(left.isEmpty, "processes of the test plugin left: \(left)")
+        }
         let service = try RunningService(cli: cli)
         defer { service.stop() }
         let inputs = try TempDirectory("client-files")
