@@ -21,6 +21,12 @@ struct ContinueCommand: ParsableCommand {
             launch) and answers the protocol's `continue` request with a response, printed \
             like `extrun handle`'s output (docs/cli.md). An activity type no plugin \
             declares exits with status 5 (noHandler); the other statuses are `handle`'s.
+
+            With --server SOCKET (or EXTRUN_SERVER) the activity goes to `extrun serve` on \
+            that socket (docs/serve.md) instead of a plugin started here: the same report and \
+            exit status; file parameters of its interaction given as paths are read here \
+            (relative to the current directory, as without --server) and sent inline. A \
+            service that cannot be reached is exit 11.
             """)
 
     @Argument(help: ArgumentHelp("The activity file; - reads standard input.", valueName: "activity.json"))
@@ -47,7 +53,19 @@ struct ContinueCommand: ParsableCommand {
         try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
     }
 
+    @OptionGroup var service: ServerOptions
+
     func run() throws {
+        if let server = service.socket {
+            service.noteVerbose(verbose)
+            var query: [(String, String)] = []
+            if let memoryLimit { query.append(("memoryLimit", memoryLimit)) }
+            if let timeout { query.append(("timeout", timeout)) }
+            if noDonate { query.append(("donate", "false")) }
+            let status = ServerClient.continueActivity(server: server, activityFile: activityFile, query: query, text: format == .text)
+            if status != 0 { throw ExitCode(status) }
+            return
+        }
         var options = HandleOptions()
         options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
         options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)

@@ -96,6 +96,11 @@ struct Options: ParsableCommand {
             intent's current parameter values and the search text, and prints the options it \
             offers: identifier, title, subtitle, image, in sections. Example:
               extrun options Examples/intents/order-soup.json soup --search chow
+
+            With --server SOCKET (or EXTRUN_SERVER) the plugin is asked by `extrun serve` on \
+            that socket (docs/serve.md) instead of started here: the same report and exit \
+            status; file parameters of the intent file are read here and sent inline. A \
+            service that cannot be reached is exit 11.
             """)
 
     @Argument(help: ArgumentHelp("The intent file (its other parameters may narrow the options); - reads stdin.", valueName: "intent.json"))
@@ -105,8 +110,18 @@ struct Options: ParsableCommand {
     @Option(help: "Run the plugin in this mode.") var mode: Mode?
     @Option(help: "Output format: json or text.") var format: OutputFormat = .json
     @Flag(name: .shortAndLong, help: "Show on stderr what happens.") var verbose = false
+    @OptionGroup var service: ServerOptions
 
     func run() throws {
+        if let server = service.socket {
+            service.noteVerbose(verbose)
+            var query = [("parameter", parameter)]
+            if let search { query.append(("search", search)) }
+            if let mode { query.append(("mode", mode.rawValue)) }
+            let status = ServerClient.options(server: server, intentFile: intentFile, query: query, text: format == .text)
+            if status != 0 { throw ExitCode(status) }
+            return
+        }
         var options = HandleOptions()
         options.mode = mode
         if verbose { options.log = { Output.printError($0) } }

@@ -53,9 +53,10 @@ struct Handle: ParsableCommand {
             64 bad command line; 70 internal error.
 
             With --server SOCKET (or EXTRUN_SERVER) the intent goes to `extrun serve` on that \
-            socket (docs/serve.md): the same report and exit status, the prompts asked here; \
-            file parameters are read here and sent inline. A service that cannot be reached \
-            is exit 11.
+            socket (docs/serve.md) instead of a plugin started here: the same report and exit \
+            status (its metrics are the service's run), the prompts asked here on the terminal \
+            and answered over the connection (--no-input: none); file parameters are read here \
+            and sent inline. A service that cannot be reached is exit 11.
 
             Owners: a plugin gets its owner's globals, bookmarks and donations only when its \
             folder is signed with a key that owner trusts (extrun plugins sign, extrun owners \
@@ -113,19 +114,15 @@ struct Handle: ParsableCommand {
     @Flag(help: "Do not donate this run's interaction (nor the plugin's own donations) to the donation log.")
     var noDonate = false
 
-    @Option(
-        help: ArgumentHelp(
-            "Send the intent to `extrun serve` on this Unix socket instead of running the plugin here (default: $EXTRUN_SERVER when set); the same report and exit status.",
-            valueName: "socket"))
-    var server: String?
-
+    @OptionGroup var service: ServerOptions
 
     func validate() throws {
         try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
     }
 
     func run() throws {
-        if let server = server ?? ServerClient.environmentServer {
+        if let server = service.socket {
+            service.noteVerbose(interaction.verbose)
             var query: [(String, String)] = []
             if let mode { query.append(("mode", mode.rawValue)) }
             if let memoryLimit { query.append(("memoryLimit", memoryLimit)) }

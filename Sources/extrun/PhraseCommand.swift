@@ -14,13 +14,35 @@ struct PhraseCommand: ParsableCommand {
             the value). No match, or several, lists the closest phrases. Example:
               extrun phrase "Order clam chowder in Soup Chef"
             Exit statuses as for `handle` (no match: 5, noHandler).
+
+            With --server SOCKET (or EXTRUN_SERVER) the phrase goes to `extrun serve` on that \
+            socket (docs/serve.md), which matches it against its own plugins and runs the \
+            intent: the same report and exit status, the prompts asked here on the terminal \
+            and answered over the connection (--no-input: none). The service reads no file for \
+            a caller, so a phrase whose words fill a file parameter ends parameterUnresolved \
+            there. A service that cannot be reached is exit 11.
             """)
 
     @Argument(help: "What the person said.") var text: String
     @Option(help: "Output format: json or text.") var format: OutputFormat = .json
     @OptionGroup var interaction: InteractionOptions
+    @OptionGroup var service: ServerOptions
+
+    func validate() throws {
+        if text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+            throw ValidationError("the phrase is empty: give what the person said, e.g. extrun phrase \"Order clam chowder in Soup Chef\"")
+        }
+    }
 
     func run() throws {
+        if let server = service.socket {
+            service.noteVerbose(interaction.verbose)
+            let query: [(String, String)] = interaction.assumeYes ? [("yes", "true")] : []
+            let prompter = interaction.noInput ? nil : TerminalPrompter()
+            let status = ServerClient.phrase(server: server, said: text, query: query, prompter: prompter, text: format == .text)
+            if status != 0 { throw ExitCode(status) }
+            return
+        }
         var options = HandleOptions()
         interaction.apply(to: &options)
         try ReportOutput.printAndExit(format: format) { () throws(HostError) in Host().phrase(text, options: options) }

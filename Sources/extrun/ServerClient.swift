@@ -6,11 +6,12 @@ import Foundation
 import Glibc
 #endif
 
-/// `extrun handle --server PATH` (or `EXTRUN_SERVER`): sends the intent to `extrun serve`
-/// and prints the report it answers, with its exit status (docs/serve.md, "The CLI as a
-/// client"). Plain blocking socket code, no SwiftNIO: the client's start is most of the
-/// command's time. With a person at the terminal the call is interactive: the service's
-/// prompt events are asked here (TerminalPrompter) and answered over a second connection.
+/// `extrun handle|options|continue|phrase --server PATH` (or `EXTRUN_SERVER`): sends the
+/// request to `extrun serve` and prints the report it answers, with its exit status
+/// (docs/serve.md, "The CLI as a client"). Plain blocking socket code, no SwiftNIO: the
+/// client's start is most of the command's time. With a person at the terminal a run that
+/// may ask (handle, phrase) is interactive: the service's prompt events are asked here
+/// (TerminalPrompter) and answered over a second connection.
 enum ServerClient {
     /// `EXTRUN_SERVER`, when set and not empty.
     static var environmentServer: String? {
@@ -23,22 +24,75 @@ enum ServerClient {
         var message: String
     }
 
-    /// Query fields of the call (`mode`, `memoryLimit`, `timeout`, `yes`, `appLaunch`, `donate`, `format`).
+    /// `extrun handle`: the intent file to `POST /v1/handle`. Query fields of the call
+    /// (`mode`, `memoryLimit`, `timeout`, `yes`, `appLaunch`, `donate`); `interactive` and `format` are added here.
     static func handle(server: String, intentFile: String, query: [(String, String)], prompter: TerminalPrompter?, text: Bool) -> Int32 {
+        run(server: server, endpoint: "/v1/handle", query: query, prompter: prompter, text: text, source: intentFile) {
+            try readIntent(intentFile)
+        } inline: { body, error in
+            try inlineFiles(body, refusal: error, intentFile: intentFile)
+        }
+    }
+
+    /// `extrun options`: the intent file to `POST /v1/options` (`parameter`, `search`, `mode` in `query`).
+    static func options(server: String, intentFile: String, query: [(String, String)], text: Bool) -> Int32 {
+        run(server: server, endpoint: "/v1/options", query: query, prompter: nil, text: text, source: intentFile) {
+            try readIntent(intentFile)
+        } inline: { body, error in
+            try inlineFiles(body, refusal: error, intentFile: intentFile)
+        }
+    }
+
+    /// `extrun continue`: the activity file to `POST /v1/continue`; file parameters of its
+    /// `interaction` given as paths are read here (relative to the current directory, as
+    /// `extrun continue` reads them) and sent inline.
+    static func continueActivity(server: String, activityFile: String, query: [(String, String)], text: Bool) -> Int32 {
+        run(server: server, endpoint: "/v1/continue", query: query, prompter: nil, text: text, source: activityFile) {
+            try readIntent(activityFile, what: "activity file")
+        } inline: { body, error in
+            try inlineInteractionFile(body, refusal: error, activityFile: activityFile)
+        }
+    }
+
+    /// `extrun phrase`: what the person said to `POST /v1/phrase`.
+    static func phrase(server: String, said phrase: String, query: [(String, String)], prompter: TerminalPrompter?, text: Bool) -> Int32 {
+        run(server: server, endpoint: "/v1/phrase", query: query, prompter: prompter, text: text, source: nil) {
+            JSONWriter.bytes(.object(["phrase": .string(phrase)]))
+        } inline: { _, _ in nil }
+    }
+
+    /// How many times a request is sent again with more files inline (one parameter a time at worst).
+    static let maxInlineRounds = 16
+
+    /// Sends one request (its body from `body`), prints the report (JSON, or the text summary
+    /// with `text`) and returns its exit status. When the service refuses a file given as a
+    /// path (`reason: "path"`), `inline` makes the body with those files read here (nil:
+    /// nothing more to inline) and the request is sent again. `source` is the file the body
+    /// came from (`-`: standard input): an error naming the service's `<request>` names it instead.
+    static func run(
+        server: String, endpoint: String, query: [(String, String)], prompter: TerminalPrompter?, text: Bool, source: String?,
+        body makeBody: () throws -> [UInt8], inline: ([UInt8], JSONValue) throws -> [UInt8]?
+    ) -> Int32 {
         let outcome: JSONValue
         do {
-            var body = try readIntent(intentFile)
+            var body = try makeBody()
             var fields = query
             if prompter != nil { fields.append(("interactive", "true")) }
             if text { fields.append(("format", "text")) }
-            let target = "/v1/handle?" + fields.map { "\($0.0)=\(percentEncoded($0.1))" }.joined(separator: "&")
+            let target = endpoint + "?" + fields.map { "\($0.0)=\(percentEncoded($0.1))" }.joined(separator: "&")
             var answer = try call(server: server, target: target, body: body, prompter: prompter)
-            // File parameters go inline (the service does not read the caller's paths): read them here and send again.
-            if let names = answer["report"]?["error"]?["fileParameters"]?.arrayValue?.compactMap(\.stringValue), !names.isEmpty,
-                answer["report"]?["error"]?["reason"] == "path"
-            {
-                body = try inlineFiles(body, names: names, intentFile: intentFile)
-                answer = try call(server: server, target: target, body: body, prompter: prompter)
+            var rounds = 0
+            // Only an error has more to do (a success answer is printed as it came).
+            while let error = answer["report"]?["error"] {
+                // File parameters go inline (the service does not read the caller's paths): read them here and send again.
+                if error["reason"] == "path", rounds < maxInlineRounds, let inlined = try inline(body, error), inlined != body {
+                    rounds += 1
+                    body = inlined
+                    answer = try call(server: server, target: target, body: body, prompter: prompter)
+                    continue
+                }
+                if let source, error["file"] == "<request>" { answer = naming(source == "-" ? "<stdin>" : source, in: answer) }
+                break
             }
             outcome = answer
         } catch let failure as Failure {
@@ -51,19 +105,52 @@ enum ServerClient {
             report.error = (error as? HostError) ?? HostError(.internalError, "\(error)")
             outcome = .object(["exitStatus": .int(Int64(report.exitCode)), "report": report.json, "text": .string(report.text)])
         }
-        if text, let summary = outcome["text"]?.stringValue {
-            Output.printLine(summary)
+        if text {
+            Output.printLine(outcome["text"]?.stringValue ?? summary(of: outcome["report"] ?? .object([:])))
         } else {
             Output.printJSON(outcome["report"] ?? .object([:]))
         }
         return Int32(clamping: outcome["exitStatus"]?.intValue ?? Int64(ErrorKind.internalError.exitCode))
     }
 
-    /// The intent file's bytes (`-`: standard input), at most 64 MiB (the service has its own, smaller, limit).
-    static func readIntent(_ path: String) throws -> [UInt8] {
+    /// The answer with its error naming `source` where the service named the body it was
+    /// sent, `<request>` (its `file`, its message, the text summary's line of it): as the
+    /// command run here names the file.
+    static func naming(_ source: String, in answer: JSONValue) -> JSONValue {
+        guard case .object(var envelope) = answer, case .object(var report) = envelope["report"] ?? .null,
+            case .object(var error) = report["error"] ?? .null
+        else { return answer }
+        error["file"] = .string(source)
+        if let message = error["message"]?.stringValue, message.hasPrefix("<request>") {
+            let named = source + message.dropFirst("<request>".count)
+            error["message"] = .string(named)
+            if let text = envelope["text"]?.stringValue { envelope["text"] = .string(text.replacingOccurrences(of: message, with: named)) }
+        }
+        report["error"] = .object(error)
+        envelope["report"] = .object(report)
+        return .object(envelope)
+    }
+
+    /// The text summary of a report the service answered without one: a request it refused
+    /// before any run (400, 404, 413, 503), whose report is the error alone (and the intent).
+    static func summary(of report: JSONValue) -> String {
+        var made = HandleReport(intent: report["intent"]?.stringValue)
+        if case .object(var fields) = report["error"] ?? .null, let kind = fields["kind"]?.stringValue.flatMap(ErrorKind.init(rawValue:)) {
+            let message = fields["message"]?.stringValue ?? ""
+            fields["kind"] = nil
+            fields["message"] = nil
+            made.error = HostError(kind, message, details: fields)
+        } else {
+            made.error = HostError(.internalError, "the service's answer has no report: \(String(decoding: JSONWriter.bytes(report).prefix(200), as: UTF8.self))")
+        }
+        return made.text
+    }
+
+    /// The intent (or activity) file's bytes (`-`: standard input), at most 64 MiB (the service has its own, smaller, limit).
+    static func readIntent(_ path: String, what: String = "intent file") throws -> [UInt8] {
         let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            throw HostError(.invalidIntent, "\(path): cannot read the intent file: \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
         }
         defer { if fd != STDIN_FILENO { close(fd) } }
         var bytes: [UInt8] = []
@@ -72,42 +159,64 @@ enum ServerClient {
             let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0, errno == EINTR { continue }
             if count < 0 {
-                throw HostError(.invalidIntent, "\(path): cannot read the intent file: \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+                throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
             }
             if count == 0 { break }
             bytes += chunk[0..<count]
             if bytes.count > 64 << 20 {
-                throw HostError(.invalidIntent, "\(path): the intent file is over 64 MiB; it was not sent", details: ["file": .string(path)])
+                throw HostError(.invalidIntent, "\(path): the \(what) is over 64 MiB; it was not sent", details: ["file": .string(path)])
             }
         }
         return bytes
     }
 
-    /// The intent with the named file parameters read here, as `{"filename", "data"}`.
-    static func inlineFiles(_ body: [UInt8], names: [String], intentFile: String) throws -> [UInt8] {
-        guard case .object(var intent) = try JSONParser.parse(body), case .object(var parameters) = intent["parameters"] ?? .null else {
-            return body
-        }
+    /// The intent with the file parameters the service refused as paths (`fileParameters` of
+    /// its refusal) read here, relative to the intent file's folder, as `{"filename", "data"}`.
+    static func inlineFiles(_ body: [UInt8], refusal: JSONValue, intentFile: String) throws -> [UInt8]? {
+        guard let names = refusal["fileParameters"]?.arrayValue?.compactMap(\.stringValue), !names.isEmpty,
+            case .object(var intent) = try JSONParser.parse(body), case .object(var parameters) = intent["parameters"] ?? .null
+        else { return nil }
         let base = intentFile == "-" ? URL(fileURLWithPath: FileManager.default.currentDirectoryPath) : URL(fileURLWithPath: intentFile).deletingLastPathComponent()
-        func inline(_ value: JSONValue) throws -> JSONValue {
+        for name in names {
+            guard let value = parameters[name] else { continue }
+            parameters[name] = try inline(value, base: base, source: intentFile)
+        }
+        intent["parameters"] = .object(parameters)
+        return JSONWriter.bytes(.object(intent))
+    }
+
+    /// The activity with the file parameter of its interaction that the service refused as
+    /// a path (`field: "parameters.NAME"` or `"parameters.NAME[i]"`) read here, relative to
+    /// the current directory (as `extrun continue` reads it).
+    static func inlineInteractionFile(_ body: [UInt8], refusal: JSONValue, activityFile: String) throws -> [UInt8]? {
+        guard let field = refusal["field"]?.stringValue, field.hasPrefix("parameters."),
+            case .object(var activity) = try JSONParser.parse(body), case .object(var interaction) = activity["interaction"] ?? .null,
+            case .object(var parameters) = interaction["parameters"] ?? .null
+        else { return nil }
+        let name = String(field.dropFirst("parameters.".count).prefix { $0 != "[" })
+        guard let value = parameters[name] else { return nil }
+        parameters[name] = try inline(value, base: URL(fileURLWithPath: FileManager.default.currentDirectoryPath), source: activityFile)
+        interaction["parameters"] = .object(parameters)
+        activity["interaction"] = .object(interaction)
+        return JSONWriter.bytes(.object(activity))
+    }
+
+    /// A file parameter's value (one file or a list) with every path read, as `{"filename", "data"}`.
+    static func inline(_ value: JSONValue, base: URL, source: String) throws -> JSONValue {
+        func one(_ value: JSONValue) throws -> JSONValue {
             let path: String
             var object = value.objectValue ?? [:]
             if let text = value.stringValue { path = text } else if let named = object["path"]?.stringValue { path = named } else { return value }
             let url = path.hasPrefix("/") ? URL(fileURLWithPath: path) : base.appendingPathComponent(path)
             guard let data = FileManager.default.contents(atPath: url.path) else {
-                throw HostError(.invalidIntent, "\(intentFile): cannot read \(url.path)", details: ["file": .string(url.path)])
+                throw HostError(.invalidIntent, "\(source): cannot read \(url.path)", details: ["file": .string(url.path)])
             }
             object["path"] = nil
             if object["filename"] == nil { object["filename"] = .string(url.lastPathComponent) }
             object["data"] = .string(data.base64EncodedString())
             return .object(object)
         }
-        for name in names {
-            guard let value = parameters[name] else { continue }
-            parameters[name] = try value.arrayValue.map { .array(try $0.map(inline)) } ?? inline(value)
-        }
-        intent["parameters"] = .object(parameters)
-        return JSONWriter.bytes(.object(intent))
+        return try value.arrayValue.map { .array(try $0.map(one)) } ?? one(value)
     }
 
     /// One call: the request, then its answer; an interactive answer's prompts are asked meanwhile.

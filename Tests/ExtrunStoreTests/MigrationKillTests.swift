@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import ExtrunTestSupport
 import Foundation
+import GRDB
 import Testing
 
 @_spi(Benchmark) @testable import ExtrunStore
@@ -125,6 +126,27 @@ func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = n
         }
     }
 
+    /// The store's record of each migration of OLD to NEW, oldest first.
+    struct RecordedMigration: CustomStringConvertible {
+        var id: Int64
+        var phase: String
+        var finished: Bool
+        var counts: MigrationRecord.Counts
+        var description: String { "migration \(id) (\(phase), \(finished ? "finished" : "unfinished")): \(counts)" }
+    }
+
+    static func recordedMigrations(_ test: TestStore) throws -> [RecordedMigration] {
+        let rows = try test.store.database.read { db in
+            try GRDB.Row.fetchAll(
+                db, sql: "SELECT id, phase, finished IS NOT NULL AS finished, counts FROM ownerMigration WHERE source = 'OLD' AND target = 'NEW' ORDER BY id")
+        }
+        return try rows.map { row in
+            RecordedMigration(
+                id: row["id"], phase: row["phase"], finished: row["finished"],
+                counts: try MigrationRecord.decode(MigrationRecord.Counts.self, row["counts"], file: test.home))
+        }
+    }
+
     @Test func killedAtTwentyPointsThenRunAgainItFinishesLosingNothing() throws {
         let arguments = ["migrate", "--from", "OLD", "--to", "NEW", "--on-conflict", "rename", "--remove-source", "--batch-size", "250"]
         // How long one uninterrupted run takes on this machine (on a store of its own):
@@ -140,18 +162,20 @@ func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = n
         var generator = SplitMix(seed: 20_261_122)
         var killed = 0
         var phases: [String] = []
-        /// The summary of the run that finished the migration (later runs start new ones).
-        var finished: Data?
+        /// What every run that was not killed printed: the summary of the migration it ran.
+        var printed: [Data] = []
+        var completed = false
         // At least twenty attempts; more (up to forty) while the migration has not finished,
         // so that the kills reach the remove phase on a quiet machine too.
         for attempt in 0..<40 {
-            if attempt >= 20 && finished != nil { break }
+            if attempt >= 20 && completed { break }
             let delay = fullRun * (0.01 + 0.06 * Double(generator.next() % 1000) / 1000)
             let run = try runExtrun(arguments, home: test.home, killAfter: delay)
-            if run.killed { killed += 1 } else if finished == nil { finished = run.stdout }
+            if run.killed { killed += 1 } else { printed.append(run.stdout) }
             let phase = try test.store.database.read { db in
                 try String.fetchOne(db, sql: "SELECT phase || ' ' || cursor FROM ownerMigration ORDER BY id DESC LIMIT 1")
             }
+            completed = try Self.recordedMigrations(test).first?.finished == true
             phases.append("\(attempt): \(run.killed ? "killed" : "exit \(run.status)") after \(Int(delay * 1000)) ms at \(phase ?? "start")")
             try Self.checkInvariants(test.home, final: false, full: attempt % 5 == 4)
         }
@@ -160,17 +184,44 @@ func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = n
         #expect(killed >= 10, "\(phases.joined(separator: "\n"))")
         let last = try runExtrun(arguments, home: test.home)
         #expect(last.status == 18, "one item does not open: reported, so not clean")
-        let summary = try JSONCoding.decode(JSONValue.self, fromJSON: finished ?? last.stdout)
-        guard case .object(let fields) = summary, case .object(let globals)? = fields["globals"] else {
-            Issue.record("no summary: \(String(decoding: last.stdout, as: UTF8.self))")
-            return
+        printed.append(last.stdout)
+        // The counts come from the store's record of the migration that did the work (the
+        // first one of OLD to NEW, resumed by every run until it finished), not from whichever
+        // run printed: the kill may land after the run that finished it committed and before
+        // it printed, and the next run then starts a new migration of what is left (the one
+        // damaged item). Counts cover the whole migration, over every interrupted run.
+        let migrations = try Self.recordedMigrations(test)
+        let record = try #require(migrations.first, "no migration recorded\n\(phases.joined(separator: "\n"))")
+        #expect(record.finished && record.phase == "done", "the first migration did not finish: \(record.phase)\n\(phases.joined(separator: "\n"))")
+        let globals = record.counts.global
+        #expect(globals.total == Self.globals && globals.migrated == Self.globals - 1, "\(globals)")
+        #expect(globals.failed == 1 && globals.renamed == Self.conflicting.count, "\(globals)")
+        #expect(globals.alreadyPresent == Self.same.count, "\(globals)")
+        #expect(globals.removed == Self.globals - 1 && globals.kept == 1, "\(globals)")
+        #expect(record.counts.bookmark.migrated == Self.bookmarks && record.counts.bookmark.removed == Self.bookmarks, "\(record.counts.bookmark)")
+        // Every later migration found only the damaged item left, and moved nothing.
+        for later in migrations.dropFirst() {
+            #expect(later.finished && later.counts.global.total == 1 && later.counts.global.failed == 1, "\(later)")
+            #expect(later.counts.global.migrated == 0 && later.counts.bookmark.total == 0, "\(later)")
         }
-        // Counts cover the whole migration, over every interrupted run.
-        #expect(fields["complete"] == true)
-        #expect(globals["migrated"] == .int(Int64(Self.globals - 1)), "\(summary)")
-        #expect(globals["failed"] == 1 && globals["renamed"] == .int(Int64(Self.conflicting.count)))
-        #expect(globals["alreadyPresent"] == .int(Int64(Self.same.count)))
-        #expect(globals["removed"] == .int(Int64(Self.globals - 1)) && globals["kept"] == 1)
+        // What the runs printed agrees with the record: the summary of the work migration
+        // (when the run that finished it lived to print it) has its counts, and every other
+        // summary is a later migration's, of the damaged item alone.
+        for output in printed {
+            let summary = try JSONCoding.decode(JSONValue.self, fromJSON: output)
+            guard case .object(let fields) = summary, case .object(let counts)? = fields["globals"] else {
+                Issue.record("no summary: \(String(decoding: output, as: UTF8.self))")
+                continue
+            }
+            #expect(fields["complete"] == true, "\(summary)")
+            let expected = counts["total"] == .int(Int64(Self.globals)) ? globals : migrations.dropFirst().first?.counts.global ?? globals
+            for (field, value) in [
+                ("total", expected.total), ("migrated", expected.migrated), ("failed", expected.failed), ("renamed", expected.renamed),
+                ("alreadyPresent", expected.alreadyPresent), ("removed", expected.removed), ("kept", expected.kept),
+            ] {
+                #expect(counts[field] == .int(Int64(value)), "\(field) of \(summary)")
+            }
+        }
         try Self.checkInvariants(test.home, final: true, full: true)
         print("kill points (\(killed) of \(phases.count) cut a run short):\n" + phases.joined(separator: "\n"))
     }
