@@ -88,6 +88,8 @@ public final class PluginPool: Sendable {
         self.host = host
         self.maxIdleProcesses = limits.maxIdle
         sessions = PooledSessions(limits: limits)
+        // A long-lived host: its stores fold their log less often, and on close.
+        StoreConnections.useLongLivedLogs()
     }
 
     /// New warm limits (a policy re-read): processes over them are ended now.
@@ -191,5 +193,6 @@ public final class PluginPool: Sendable {
     /// Ends every idle process (closes its channel, waits its exit grace).
     public func close() {
         sessions.close()
+        StoreConnections.foldLogs()
     }
 }

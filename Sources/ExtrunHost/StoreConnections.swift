@@ -59,6 +59,18 @@ enum StoreConnections {
     private static let cache = Mutex<[String: (store: Store, file: FileIdentity, used: UInt64)]>([:])
     /// The most homes kept open (a test process goes through hundreds of homes; a host, one).
     static let maxOpen = 4
+    /// Whether this process is a long-lived host (a `PluginPool` was made): its stores keep
+    /// a longer write-ahead log (`StoreLimits.maxLogBytesLongLived`), folded by `foldLogs()`.
+    private static let longLived = Atomic<Bool>(false)
+
+    static func useLongLivedLogs() {
+        longLived.store(true, ordering: .relaxed)
+    }
+
+    /// Folds the write-ahead log of every store this process keeps open (a pool closing).
+    static func foldLogs() {
+        for store in cache.withLock({ $0.values.map(\.store) }) { store.foldLog() }
+    }
 
     /// Whether a connection to the store of `home` is kept (not checking the file).
     static func isOpen(home: URL) -> Bool {
@@ -76,7 +88,9 @@ enum StoreConnections {
             return cached.store
         }
         if let hit { return hit }
-        let store = try Store(home: home, checkpointOnClose: false)
+        let store = try Store(
+            home: home, checkpointOnClose: false,
+            logLimitBytes: longLived.load(ordering: .relaxed) ? StoreLimits.maxLogBytesLongLived : StoreLimits.maxLogBytes)
         if let opened = FileIdentity(path: store.databasePath) {
             cache.withLock { cache in
                 cache[key] = (store, opened, now)

@@ -48,7 +48,9 @@ public final class Store: Sendable {
     ///   "Costs the source's comments point to"; nothing
     ///   committed is less durable for it). Its writes then keep the log under
     ///   `StoreLimits.maxLogBytes` themselves. docs/store.md.
-    public init(home: URL, checkpointOnClose: Bool = true) throws {
+    /// - Parameter logLimitBytes: that limit (a long-lived host's stores use
+    ///   `StoreLimits.maxLogBytesLongLived` and fold the log when they stop: `foldLog()`).
+    public init(home: URL, checkpointOnClose: Bool = true, logLimitBytes: Int = StoreLimits.maxLogBytes) throws {
         var path = home.standardizedFileURL.path
         while path.count > 1, path.hasSuffix("/") { path.removeLast() }
         self.home = URL(fileURLWithPath: path, isDirectory: true)
@@ -61,7 +63,7 @@ public final class Store: Sendable {
         try StorePermissions.checkHomeAndKeys(home: path)
         keystore = Keystore(home: path)
         try keystore.prepareDirectory()
-        database = try StoreDatabase.open(home: path, keystore: keystore, checkpointOnClose: checkpointOnClose)
+        database = try StoreDatabase.open(home: path, keystore: keystore, checkpointOnClose: checkpointOnClose, logLimitBytes: logLimitBytes)
         try StorePermissions.checkDatabase(home: path)
     }
 
@@ -173,6 +175,12 @@ public final class Store: Sendable {
     }
 
     /// The key for writing: created on the owner's first write.
+    /// Folds the write-ahead log into `store.sqlite` now and empties it (a long-lived host
+    /// stopping, so that the next process to open the store finds a short log); false
+    /// when another connection kept it busy for 50 ms (it stays for a later fold).
+    @discardableResult
+    public func foldLog() -> Bool { database.foldLog() }
+
     func writeKey(_ owner: String) throws -> OwnerKey {
         guard let key = try key(for: owner, create: true) else {
             throw StoreError(.databaseError, "no key for owner '\(owner)' after creating one")

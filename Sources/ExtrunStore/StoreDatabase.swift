@@ -22,15 +22,18 @@ final class StoreDatabase: Sendable {
     /// Whether closing the connection folds the write-ahead log into the file (SQLite's
     /// default). When not, every write keeps the log short itself (`keepLogShort`).
     let checkpointsOnClose: Bool
+    /// The size past which a write folds the log back (`keepLogShort`), when not checkpointing at close.
+    let logLimitBytes: Int
 
     /// `PRAGMA application_id` of an extrun store: "EXTR".
     static let applicationID: UInt32 = 0x4558_5452
 
-    private init(path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey, checkpointsOnClose: Bool) {
+    private init(path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey, checkpointsOnClose: Bool, logLimitBytes: Int) {
         self.path = path
         self.queue = queue
         self.headerFile = headerFile
         self.checkpointsOnClose = checkpointsOnClose
+        self.logLimitBytes = logLimitBytes
     }
 
     deinit {
@@ -43,7 +46,9 @@ final class StoreDatabase: Sendable {
     // MARK: - Opening
 
     /// Opens the store under `home`, creating it only when there is no sign that one existed.
-    static func open(home: String, keystore: Keystore, checkpointOnClose: Bool = true) throws -> StoreDatabase {
+    static func open(
+        home: String, keystore: Keystore, checkpointOnClose: Bool = true, logLimitBytes: Int = StoreLimits.maxLogBytes
+    ) throws -> StoreDatabase {
         let path = home + "/store.sqlite"
         var info = stat()
         if stat(path, &info) != 0 {
@@ -83,7 +88,8 @@ final class StoreDatabase: Sendable {
             }
             throw failure
         }
-        let database = StoreDatabase(path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose)
+        let database = StoreDatabase(
+            path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose, logLimitBytes: logLimitBytes)
         try database.migrateIfNeeded()
         return database
     }
@@ -448,11 +454,19 @@ final class StoreDatabase: Sendable {
     private func keepLogShort() {
         guard !checkpointsOnClose else { return }
         var info = stat()
-        guard stat(path + "-wal", &info) == 0, info.st_size > StoreLimits.maxLogBytes else { return }
-        _ = try? queue.writeWithoutTransaction { db in
-            guard let connection = db.sqliteConnection else { return }
-            _ = extrun_sqlite_checkpoint_truncate(UnsafeMutableRawPointer(connection), 50, Int32(StoreLimits.busyTimeoutSeconds * 1000))
+        guard stat(path + "-wal", &info) == 0, info.st_size > logLimitBytes else { return }
+        foldLog()
+    }
+
+    /// Copies the write-ahead log into the file and empties it, waiting at most 50 ms for
+    /// other connections (busy: it stays for a later write or fold). Returns whether it did.
+    @discardableResult
+    func foldLog() -> Bool {
+        let folded = try? queue.writeWithoutTransaction { db -> Bool in
+            guard let connection = db.sqliteConnection else { return false }
+            return extrun_sqlite_checkpoint_truncate(UnsafeMutableRawPointer(connection), 50, Int32(StoreLimits.busyTimeoutSeconds * 1000)) == 0
         }
+        return folded ?? false
     }
 
     /// A `StoreError` for anything thrown while using the database at `path`.

@@ -6,6 +6,11 @@ public enum StoreLimits {
     /// The write-ahead log of a store opened without a checkpoint at close
     /// (`Store(home:checkpointOnClose: false)`): past this, a write folds it back.
     public static let maxLogBytes = 256 << 10
+    /// The same limit for a long-lived host's stores (`extrun serve`, `extrun mcp`,
+    /// `extrun batch`: a `PluginPool`), which fold the log when they stop. Folding is a
+    /// copy and two fsyncs; at 256 KiB a host donating every intent folded every ~8
+    /// donations and its intents waited for it (docs/benchmarks.md, "extrun serve").
+    public static let maxLogBytesLongLived = 4 << 20
     /// Global and bookmark names: UTF-8 bytes.
     public static let maxNameBytes = 256
     /// A global's value, serialized as compact JSON: 4 MiB.

@@ -136,6 +136,30 @@ import Testing
         #expect(error?.kind == .invalidKeyFile)
     }
 
+    /// A long-lived host's store (StoreConnections in a PluginPool's process) lets its
+    /// log grow to `maxLogBytesLongLived` before folding it, and folds it when asked (the
+    /// pool closing): nothing committed is lost either way.
+    @Test func aLongLivedStoreFoldsItsLogLessOftenAndOnRequest() throws {
+        let test = try TestStore()
+        let wal = test.databasePath + "-wal"
+        func walBytes() -> Int {
+            var info = stat()
+            return stat(wal, &info) == 0 ? Int(info.st_size) : 0
+        }
+        let store = try Store(home: URL(fileURLWithPath: test.home), checkpointOnClose: false, logLimitBytes: StoreLimits.maxLogBytesLongLived)
+        let log = try store.donations(of: "TEAM")
+        var largest = 0
+        for i in 0..<150 {
+            try log.donate(donation("long-\(i)", text: String(repeating: "x", count: 2000)), durable: false)
+            largest = max(largest, walBytes())
+        }
+        #expect(largest > StoreLimits.maxLogBytes, "the log was folded at the short limit: \(largest) bytes")
+        #expect(largest <= StoreLimits.maxLogBytesLongLived + (256 << 10), "\(largest) bytes")
+        #expect(store.foldLog())
+        #expect(walBytes() == 0)
+        #expect(try test.reopen().donations(of: "TEAM").list().count == 150)
+    }
+
     @Test func theSealedPlaintextIsWhatCodableReadsAndNonFiniteNumbersAreRefused() throws {
         let response = IntentResponse(
             code: "success", properties: ["total": 4.5, "n": 3, "list": [1, "x", nil], "nested": ["a": ["b": true]]],
