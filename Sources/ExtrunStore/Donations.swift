@@ -131,8 +131,8 @@ public struct Donations: Sendable {
         // Committed with the donations other threads of this process make at the same
         // time, in one transaction (DonationGroupCommit): each still ends in its own
         // success or error, and returns only once its row is committed.
-        try store.donationCommits.commit(DonationGroupCommit.Entry(donation: donation, sealed: sealed, durable: durable)) { batch in
-            store.writeDonations(batch)
+        try store.donationCommits.commit(DonationGroupCommit.Entry(donation: donation, sealed: sealed, durable: durable), file: store.databasePath) {
+            batch in store.writeDonations(batch)
         }
     }
 
@@ -260,13 +260,16 @@ final class DonationGroupCommit: @unchecked Sendable {
         let donation: Donation
         let sealed: Data
         let durable: Bool
+        /// The deadline bound to the donating thread (`StoreDeadline.current`), if any.
+        let deadline: UInt64?
         /// Set by the writing thread before it takes the lock again; read under the lock.
         var result: Result<Void, StoreError>?
 
-        init(donation: Donation, sealed: Data, durable: Bool) {
+        init(donation: Donation, sealed: Data, durable: Bool, deadline: UInt64? = StoreDeadline.current) {
             self.donation = donation
             self.sealed = sealed
             self.durable = durable
+            self.deadline = deadline
         }
     }
 
@@ -279,11 +282,33 @@ final class DonationGroupCommit: @unchecked Sendable {
 
     /// Adds `entry` and waits until a batch holding it is written (by this thread when
     /// no other is writing: it takes everything pending). Throws the entry's own error.
-    func commit(_ entry: Entry, write: ([Entry]) -> Void) throws(StoreError) {
+    /// Deadlines hold as without batching: a batch waits for a lock no longer than the
+    /// earliest deadline in it, and a donation still waiting for its batch when its
+    /// deadline comes leaves the queue with `storeBusy` (nothing written).
+    func commit(_ entry: Entry, file: String = "", write: ([Entry]) -> Void) throws(StoreError) {
         condition.lock()
         pending.append(entry)
         while entry.result == nil {
             if writing {
+                guard let deadline = entry.deadline else {
+                    condition.wait()
+                    continue
+                }
+                let now = StoreDeadline.now()
+                if now < deadline {
+                    _ = condition.wait(until: Date(timeIntervalSinceNow: Double(deadline - now) / 1e9))
+                    continue
+                }
+                // Past its deadline and not taken into a batch yet: it leaves the queue.
+                if let index = pending.firstIndex(where: { $0 === entry }) {
+                    pending.remove(at: index)
+                    condition.unlock()
+                    throw StoreError(
+                        .storeBusy,
+                        "\(file) was busy with other donations of this process until the run's deadline; nothing was changed, try again",
+                        details: ["file": .string(file)])
+                }
+                // In the batch being written, whose waits end by the earliest deadline in it.
                 condition.wait()
                 continue
             }
@@ -291,7 +316,12 @@ final class DonationGroupCommit: @unchecked Sendable {
             let batch = pending
             pending.removeAll(keepingCapacity: true)
             condition.unlock()
-            write(batch)
+            let earliest = batch.compactMap(\.deadline).min()
+            if let earliest {
+                StoreDeadline.$current.withValue(earliest) { write(batch) }
+            } else {
+                StoreDeadline.$current.withValue(nil) { write(batch) }
+            }
             condition.lock()
             batches += 1
             written += batch.count

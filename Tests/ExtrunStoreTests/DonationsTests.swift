@@ -121,6 +121,43 @@ import Testing
         #expect(commits.counts == (batches: 2, donations: 4))
     }
 
+    /// A donation waiting behind another batch is bounded by its own run's deadline, as
+    /// it was before batching: it leaves the queue with storeBusy, and nothing of it is written.
+    @Test func aDonationWaitingForAnotherBatchEndsAtItsDeadline() throws {
+        let commits = DonationGroupCommit()
+        let firstWriteStarted = DispatchSemaphore(value: 0)
+        let releaseFirstWrite = DispatchSemaphore(value: 0)
+        let written = Mutex<[String]>([])
+        @Sendable func write(_ batch: [DonationGroupCommit.Entry]) {
+            let first = written.withLock { names in
+                defer { names += batch.map(\.donation.identifier) }
+                return names.isEmpty
+            }
+            if first {
+                firstWriteStarted.signal()
+                releaseFirstWrite.wait()
+            }
+            for item in batch { item.result = .success(()) }
+        }
+        let leaderDone = DispatchSemaphore(value: 0)
+        let leaderEntry = DonationGroupCommit.Entry(donation: donation("leader"), sealed: Data(), durable: false, deadline: nil)
+        Thread.detachNewThread {
+            try? commits.commit(leaderEntry, write: write)
+            leaderDone.signal()
+        }
+        firstWriteStarted.wait()
+        let started = StoreDeadline.now()
+        let late = DonationGroupCommit.Entry(donation: donation("late"), sealed: Data(), durable: false, deadline: started + 200_000_000)
+        let error = #expect(throws: StoreError.self) { try commits.commit(late, file: "store.sqlite", write: write) }
+        let waitedMs = (StoreDeadline.now() - started) / 1_000_000
+        #expect(error?.kind == .storeBusy)
+        #expect(waitedMs >= 190 && waitedMs < 2000, "waited \(waitedMs) ms")
+        #expect(commits.pendingCount == 0)
+        releaseFirstWrite.signal()
+        leaderDone.wait()
+        #expect(written.withLock { $0 } == ["leader"])
+    }
+
     /// The owner's own signing key is read again whenever its file changes (the cache of
     /// `standing` keys on the file's stamp): a damaged key file is refused at once.
     @Test func theOwnKeyIsReadAgainWhenItsFileChanges() throws {
