@@ -379,6 +379,10 @@ def main():
                   f"(p50 {throughput['p50us']} µs, p99 {throughput['p99us']} µs, failures {throughput['failures']}; load average {load})")
             verdicts.append(("8 concurrent clients >= 10,000 intents/s", throughput["perSecond"] >= 10000,
                              f"{throughput['perSecond']:,.0f}/s, p99 {throughput['p99us']} µs"))
+        quiet, load = serveload("serve-throughput-nodonate.txt")
+        if quiet:
+            print(f"  8 clients, not donating (?donate=false): {quiet['perSecond']:,.0f} intents/s "
+                  f"(p50 {quiet['p50us']} µs, p99 {quiet['p99us']} µs, failures {quiet['failures']}; load average {load})")
         rss, load = serveload("serve-rss.txt")
         if rss and rss["rssStartBytes"] > 0:
             start, end = rss["rssStartBytes"] / 1048576, rss["rssEndBytes"] / 1048576

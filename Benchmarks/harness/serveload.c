@@ -6,7 +6,10 @@
 // and at the end, so that the rows "8 concurrent clients" and "RSS flat over N intents"
 // come from one tool.
 //
-//   serveload -s SOCKET -f INTENT.json -c 8 -n 100000 -w 200 [-p SERVICE_PID]
+//   serveload -s SOCKET -f INTENT.json -c 8 -n 100000 -w 200 [-p SERVICE_PID] [-q QUERY]
+//
+// -q adds a query to the request's target (e.g. -q donate=false: the intents are not
+// donated, docs/serve.md "Performance").
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +23,7 @@
 #include <unistd.h>
 
 static const char *socket_path;
+static const char *query = "";
 static char *request;
 static size_t request_len;
 static long total, warmup;
@@ -130,7 +134,7 @@ int main(int argc, char **argv) {
     total = 10000;
     warmup = 100;
     int option;
-    while ((option = getopt(argc, argv, "s:f:c:n:w:p:")) != -1) {
+    while ((option = getopt(argc, argv, "s:f:c:n:w:p:q:")) != -1) {
         switch (option) {
         case 's': socket_path = optarg; break;
         case 'f': intent_path = optarg; break;
@@ -138,7 +142,8 @@ int main(int argc, char **argv) {
         case 'n': total = atol(optarg); break;
         case 'w': warmup = atol(optarg); break;
         case 'p': pid = atol(optarg); break;
-        default: fprintf(stderr, "usage: serveload -s SOCKET -f INTENT.json [-c CLIENTS] [-n TOTAL] [-w WARMUP] [-p PID]\n"); return 64;
+        case 'q': query = optarg; break;
+        default: fprintf(stderr, "usage: serveload -s SOCKET -f INTENT.json [-c CLIENTS] [-n TOTAL] [-w WARMUP] [-p PID] [-q QUERY]\n"); return 64;
         }
     }
     if (!socket_path || !intent_path || clients < 1 || total < 1) {
@@ -153,8 +158,13 @@ int main(int argc, char **argv) {
     char body[65536];
     size_t body_len = fread(body, 1, sizeof(body), file);
     fclose(file);
-    request = malloc(body_len + 256);
-    request_len = (size_t)snprintf(request, 256, "POST /v1/handle HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body_len);
+    if (strlen(query) > 200) {
+        fprintf(stderr, "serveload: -q QUERY is longer than 200 bytes\n");
+        return 64;
+    }
+    request = malloc(body_len + 512);
+    request_len = (size_t)snprintf(request, 512, "POST /v1/handle%s%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                                   query[0] ? "?" : "", query, body_len);
     memcpy(request + request_len, body, body_len);
     request_len += body_len;
     latencies = calloc((size_t)total, sizeof(uint32_t));
