@@ -682,3 +682,40 @@ extension ServeTests {
         #expect(service.logText.contains("plugin path"), "the detail stays in the log: \(service.logText)")
     }
 }
+
+/// What Scripts/serve-conformance (schemathesis against docs/serve-openapi.json) found in the
+/// service, each held here against a real service by the standard-library client.
+extension ServeTests {
+    @Test("A 405 has an Allow header naming the endpoint's method (RFC 9110), and the body of its endpoint's shape")
+    func methodNotAllowedSaysAllow() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("allow")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("POST /v1/runs/RUN/answers refuses a malformed body as {\"error\"} (ErrorOnly), as it refuses a wrong answer; runs keep their envelope")
+    func answersRefusalShape() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("bare-refusals")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("Path parameters are percent-decoded: GET /v1/intents/Make%55ppercase, a run id; bad encoding is 400")
+    func pathParametersDecoded() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("path-decoding")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("memoryLimit at or below 64 KiB is refused 422 with the minimum on every run endpoint (it trapped the service); the service goes on")
+    func tinyMemoryLimitRefused() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("tiny-memory")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        #expect(service.process.isRunning, "the service died: \(service.logText)")
+    }
+}
