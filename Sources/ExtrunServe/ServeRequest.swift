@@ -84,14 +84,15 @@ public enum ServeRequestDecoder {
 
     /// Decodes one request. `target` is the request's target as sent (`/v1/handle?mode=extension`).
     public static func decode(method: String, target: String, body: [UInt8]) throws(ServeRequestError) -> ServeCall {
-        guard target.utf8.count <= maxTargetBytes else {
-            throw ServeRequestError(414, .invalidIntent, "the request target is \(target.utf8.count) bytes, over the limit of \(maxTargetBytes)")
-        }
-        let (path, query) = try split(target)
-        // Each segment percent-decoded after the split: `/v1/intents/Make%20Uppercase` names
-        // "Make Uppercase", and an encoded `/` (`%2F`) stays inside its segment.
-        let raw = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        // The path's segments as sent, to know which endpoint refuses (and so in which shape).
+        let raw = target.prefix { $0 != "?" }.prefix(maxTargetBytes).split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         do throws(ServeRequestError) {
+            guard target.utf8.count <= maxTargetBytes else {
+                throw ServeRequestError(414, .invalidIntent, "the request target is \(target.utf8.count) bytes, over the limit of \(maxTargetBytes)")
+            }
+            let (path, query) = try split(target)
+            // Each segment percent-decoded after the split: `/v1/intents/Make%20Uppercase` names
+            // "Make Uppercase", and an encoded `/` (`%2F`) stays inside its segment.
             var segments: [String] = []
             for text in raw {
                 guard let segment = text.removingPercentEncoding else {

@@ -725,6 +725,10 @@ def check_bare_refusals(path):
                "answers with %r: %s %s" % (body, status, answer))
     status, answer, _ = call(path, "GET", "/v1/intents/a/b")
     expect(status == 404 and set(answer) == {"error"}, "GET /v1/intents/a/b: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/health?x=%ZZ")
+    expect(status == 400 and set(answer) == {"error"}, "GET /v1/health with a bad query: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/intents/" + "x" * 9000)
+    expect(status == 414 and set(answer) == {"error"}, "GET /v1/intents/LONG: %s %s" % (status, answer))
     status, answer, _ = call(path, "POST", "/v1/handle", b"not json")
     expect(status == 400 and answer["exitStatus"] == 4 and answer["report"]["error"]["kind"] == "invalidIntent", "handle, not JSON: %s %s" % (status, answer))
 
