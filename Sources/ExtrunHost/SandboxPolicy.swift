@@ -222,7 +222,9 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     public func problems() -> [String] {
         var problems: [String] = []
         for (name, limits) in [("extension", self.extension), ("in-app", inApp)] {
-            if limits.memoryBytes <= 0 { problems.append("\(name).memoryBytes: must be positive") }
+            if limits.memoryBytes <= EffectiveLimits.minimumMemoryBytes {
+                problems.append("\(name).memoryBytes: must be above \(EffectiveLimits.minimumMemoryBytes) (the least the run's files in memory take of it)")
+            }
             if limits.memoryBytes > limits.maxMemoryBytes {
                 problems.append("\(name).memoryBytes: \(limits.memoryBytes) is above \(name).maxMemoryBytes (\(limits.maxMemoryBytes))")
             }
