@@ -88,18 +88,33 @@ build_debug() {
 # Python MCP SDK, the real client MCPClientTests drive `extrun mcp` with (docs/mcp.md).
 PYTHON_TEST_PACKAGES=(jsonschema==4.26.0 mcp==2.3.0)
 ensure_python_venv() {
-  local venv="$ROOT/.build/python-venv"
+  ensure_venv "$ROOT/.build/python-venv" "${PYTHON_TEST_PACKAGES[@]}"
+}
+
+# Scripts/serve-conformance's own venv: schemathesis, which checks the running service
+# against docs/serve-openapi.json. Apart from the tests' venv, which it would make much
+# larger (hypothesis and its dependencies) for a check the suite does not run.
+CONFORMANCE_PACKAGES=(schemathesis==4.32.5)
+ensure_conformance_venv() {
+  ensure_venv "$ROOT/.build/conformance-venv" "${CONFORMANCE_PACKAGES[@]}"
+}
+
+# A venv at DIR with exactly the packages PACKAGES... (pinned), made or remade on first
+# need; prints its python.
+ensure_venv() {
+  local venv="$1"
+  shift
   local stamp="$venv/.extrun-packages"
   if [ ! -x "$venv/bin/python" ] || [ "$(readlink -f "$venv/bin/python")" != "$(readlink -f /usr/bin/python3)" ] ||
-    [ "$(cat "$stamp" 2>/dev/null)" != "${PYTHON_TEST_PACKAGES[*]}" ]; then
+    [ "$(cat "$stamp" 2>/dev/null)" != "$*" ]; then
     ensure_packages python3-venv
-    log "Setting up $venv (${PYTHON_TEST_PACKAGES[*]})"
+    log "Setting up $venv ($*)"
     # On Debian's python3, which every user can run (the tests run again as extrun-test;
     # a python3 found first on root's PATH, such as pyenv's under /root, is not theirs).
     rm -rf "$venv"
     /usr/bin/python3 -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${PYTHON_TEST_PACKAGES[@]}" >&2
-    printf '%s' "${PYTHON_TEST_PACKAGES[*]}" > "$stamp"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" >&2
+    printf '%s' "$*" > "$stamp"
     chmod -R o+rX "$venv"
   fi
   printf '%s\n' "$venv/bin/python"

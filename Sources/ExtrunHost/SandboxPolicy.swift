@@ -222,7 +222,9 @@ public struct SandboxPolicy: Codable, Sendable, Equatable {
     public func problems() -> [String] {
         var problems: [String] = []
         for (name, limits) in [("extension", self.extension), ("in-app", inApp)] {
-            if limits.memoryBytes <= 0 { problems.append("\(name).memoryBytes: must be positive") }
+            if limits.memoryBytes <= EffectiveLimits.minimumMemoryBytes {
+                problems.append("\(name).memoryBytes: must be above \(EffectiveLimits.minimumMemoryBytes) (the least the run's files in memory take of it)")
+            }
             if limits.memoryBytes > limits.maxMemoryBytes {
                 problems.append("\(name).memoryBytes: \(limits.memoryBytes) is above \(name).maxMemoryBytes (\(limits.maxMemoryBytes))")
             }
@@ -284,6 +286,8 @@ public struct EffectiveLimits: Sendable, Equatable {
     public var memoryFilesBytes: Int64 { min(policyMemoryFilesBytes, max(memoryBytes / 4, 64 << 10)) }
     /// Private memory (RLIMIT_DATA): the cap less the memory filesystem.
     public var dataBytes: Int64 { memoryBytes - memoryFilesBytes }
+    /// A memory limit must be above this, the least the memory filesystem takes of it.
+    public static let minimumMemoryBytes: Int64 = 64 << 10
 
     public var json: JSONValue {
         var object: [String: JSONValue] = [
@@ -306,11 +310,20 @@ public struct EffectiveLimits: Sendable, Equatable {
             policyMemoryFilesBytes: base.memoryFilesBytes, diskBytes: base.diskBytes, diskFiles: base.diskFiles)
         func check(_ memory: Int64?, _ deadline: Int?, source: String, kind: ErrorKind) throws(HostError) {
             if let memory {
-                guard memory > 0, memory <= base.maxMemoryBytes else {
+                // Above the least the run's memory filesystem takes of it, so that its private
+                // memory (dataBytes) is positive: 1000 bytes trapped converting it (serve-conformance).
+                guard memory > Self.minimumMemoryBytes, memory <= base.maxMemoryBytes else {
+                    let allowed =
+                        memory <= Self.minimumMemoryBytes
+                        ? "only a limit above \(ByteCount.format(Self.minimumMemoryBytes)), the least the run's files in memory take of it"
+                        : "at most \(ByteCount.format(base.maxMemoryBytes)) (\(mode.rawValue).maxMemoryBytes)"
                     throw HostError(
                         kind,
-                        "\(source) asks for a memory limit of \(ByteCount.format(memory)) in \(mode.rawValue) mode; the policy allows \(memory <= 0 ? "only a positive limit" : "at most \(ByteCount.format(base.maxMemoryBytes))") (\(mode.rawValue).maxMemoryBytes)",
-                        details: ["limit": "memoryBytes", "requested": .int(memory), "maximum": .int(base.maxMemoryBytes)])
+                        "\(source) asks for a memory limit of \(ByteCount.format(memory)) in \(mode.rawValue) mode; the policy allows \(allowed)",
+                        details: [
+                            "limit": "memoryBytes", "requested": .int(memory), "minimum": .int(Self.minimumMemoryBytes + 1),
+                            "maximum": .int(base.maxMemoryBytes),
+                        ])
                 }
                 limits.memoryBytes = memory
             }

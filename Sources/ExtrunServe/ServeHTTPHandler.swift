@@ -211,9 +211,12 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             dropBody()
         } catch {
             dropBody()
+            var headers = HTTPHeaders()
+            if let allow = error.allow { headers.add(name: "allow", value: allow) }
             respond(
-                context: context, status: error.status, body: ServeResponse.envelope(ServeResponse.refusal(error.error), text: false),
-                close: !keepAlive)
+                context: context, status: error.status,
+                body: error.bare ? .object(["error": error.error.json]) : ServeResponse.envelope(ServeResponse.refusal(error.error), text: false),
+                close: !keepAlive, extraHeaders: headers)
             return
         }
         switch call {

@@ -64,11 +64,18 @@ public struct CallOptions: Sendable, Equatable {
 public struct ServeRequestError: Error, Sendable, Equatable {
     public var status: Int
     public var error: HostError
+    /// Answered as `{"error": ...}`, the shape of every other answer of its endpoint (the
+    /// answers, the intents, health, metrics: docs/serve-openapi.json's `ErrorOnly`), not in
+    /// a run's envelope `{"exitStatus", "report"}`.
+    public var bare = false
 
     public init(_ status: Int, _ kind: ErrorKind, _ message: String, details: [String: JSONValue] = [:]) {
         self.status = status
         error = HostError(kind, message, details: details)
     }
+
+    /// The methods the endpoint takes, for a 405's `Allow` header (RFC 9110 §15.5.6).
+    public var allow: String? { status == 405 ? error.details["allow"]?.stringValue : nil }
 }
 
 public enum ServeRequestDecoder {
@@ -77,11 +84,42 @@ public enum ServeRequestDecoder {
 
     /// Decodes one request. `target` is the request's target as sent (`/v1/handle?mode=extension`).
     public static func decode(method: String, target: String, body: [UInt8]) throws(ServeRequestError) -> ServeCall {
-        guard target.utf8.count <= maxTargetBytes else {
-            throw ServeRequestError(414, .invalidIntent, "the request target is \(target.utf8.count) bytes, over the limit of \(maxTargetBytes)")
+        // The path's segments as sent, to know which endpoint refuses (and so in which shape).
+        let raw = target.prefix { $0 != "?" }.prefix(maxTargetBytes).split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        do throws(ServeRequestError) {
+            guard target.utf8.count <= maxTargetBytes else {
+                throw ServeRequestError(414, .invalidIntent, "the request target is \(target.utf8.count) bytes, over the limit of \(maxTargetBytes)")
+            }
+            let (path, query) = try split(target)
+            // Each segment percent-decoded after the split: `/v1/intents/Make%20Uppercase` names
+            // "Make Uppercase", and an encoded `/` (`%2F`) stays inside its segment.
+            var segments: [String] = []
+            for text in raw {
+                guard let segment = text.removingPercentEncoding else {
+                    throw ServeRequestError(400, .invalidIntent, "the path segment '\(text.prefix(200))' is not percent-encoded text")
+                }
+                segments.append(segment)
+            }
+            return try decode(method: method, path: path, segments: segments, query: query, body: body)
+        } catch {
+            var error = error
+            // A refusal by an endpoint that answers `{"error"}` has that shape too; a run's
+            // (and an unknown endpoint's) is a run's envelope.
+            error.bare = answersBare(raw)
+            throw error
         }
-        let (path, query) = try split(target)
-        let segments = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+    }
+
+    /// Whether the endpoint of `segments` answers `{"error"}` (not a run's envelope).
+    static func answersBare(_ segments: [String]) -> Bool {
+        let versioned = segments.first == "v1"
+        let endpoint = (versioned ? segments.dropFirst().first : segments.first) ?? ""
+        return ["health", "metrics"].contains(endpoint) || versioned && ["intents", "runs"].contains(endpoint)
+    }
+
+    private static func decode(
+        method: String, path: String, segments: [String], query: [String: String], body: [UInt8]
+    ) throws(ServeRequestError) -> ServeCall {
         func require(_ expected: String) throws(ServeRequestError) {
             guard method == expected else {
                 throw ServeRequestError(

@@ -91,7 +91,7 @@ struct Handle: ParsableCommand {
     @Option(
         name: .customLong("memory-limit"),
         help: ArgumentHelp(
-            "Memory cap for this run, e.g. 64MiB or 1GiB (private writable memory), within the policy's maximum for the mode.",
+            "Memory cap for this run, e.g. 64MiB or 1GiB (private writable memory), above 64 KiB and within the policy's maximum for the mode.",
             valueName: "size"))
     var memoryLimit: String?
 

@@ -193,11 +193,12 @@ enum ServeProcesses {
 
 enum ProgramRun {
     /// Runs a program to its end; its output in the result.
-    static func program(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> CLIResult {
+    static func program(_ path: String, _ arguments: [String], environment: [String: String]? = nil, in directory: URL? = nil) throws -> CLIResult {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         if let environment { process.environment = environment }
+        if let directory { process.currentDirectoryURL = directory }
         let directory = try TempDirectory("run")
         let out = directory.url.appendingPathComponent("out")
         let err = directory.url.appendingPathComponent("err")

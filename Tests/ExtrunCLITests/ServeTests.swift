@@ -682,3 +682,76 @@ extension ServeTests {
         #expect(service.logText.contains("plugin path"), "the detail stays in the log: \(service.logText)")
     }
 }
+
+/// What Scripts/serve-conformance (schemathesis against docs/serve-openapi.json) found in the
+/// service, each held here against a real service by the standard-library client.
+extension ServeTests {
+    @Test("A 405 has an Allow header naming the endpoint's method (RFC 9110), and the body of its endpoint's shape")
+    func methodNotAllowedSaysAllow() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("allow")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("POST /v1/runs/RUN/answers refuses a malformed body as {\"error\"} (ErrorOnly), as it refuses a wrong answer; runs keep their envelope")
+    func answersRefusalShape() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("bare-refusals")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("Path parameters are percent-decoded: GET /v1/intents/Make%55ppercase, a run id; bad encoding is 400")
+    func pathParametersDecoded() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("path-decoding")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+    }
+
+    @Test("memoryLimit at or below 64 KiB is refused 422 with the minimum on every run endpoint (it trapped the service); the service goes on")
+    func tinyMemoryLimitRefused() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        let result = try service.python("tiny-memory")
+        #expect(result.status == 0, "\(result)\n\(service.logText)")
+        #expect(service.process.isRunning, "the service died: \(service.logText)")
+    }
+}
+
+extension ServeListenerTests {
+    /// The short version of Scripts/serve-conformance (which adds minutes of fuzzing):
+    /// schemathesis, from the scripts' conformance venv (Scripts/test passes it), against a
+    /// real service on TCP loopback with its token; nothing from the network at test time.
+    @Test("docs/serve-openapi.json holds for the real service: schemathesis's examples and coverage phases on every operation, with the token (Scripts/serve-conformance: the long run)")
+    func conformsToItsDocument() throws {
+        guard let schemathesis = ProcessInfo.processInfo.environment["EXTRUN_TEST_SCHEMATHESIS"] else {
+            Issue.record("EXTRUN_TEST_SCHEMATHESIS is not set: run the tests with Scripts/test, which makes the conformance venv")
+            return
+        }
+        let dir = try TempDirectory("conformance")
+        let token = "s3cret-token-\(UUID().uuidString)"
+        let file = try dir.write("token", token, mode: 0o600)
+        let port = try Self.freePort()
+        let service = try RunningService(
+            cli: cli, policy: #"{"promptTimeoutSeconds": 2}"#, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
+        defer { service.stop() }
+        let root = StagedPlugins.packageRoot
+        let result = try ProgramRun.program(
+            schemathesis,
+            [
+                "--config-file", root.appendingPathComponent("Scripts/lib/schemathesis.toml").path,
+                "run", root.appendingPathComponent("docs/serve-openapi.json").path,
+                "--url", "http://127.0.0.1:\(port)", "--header", "Authorization: Bearer \(token)",
+                "--checks", "all", "--phases", "examples,coverage", "--max-examples", "5", "--max-time", "50", "--seed", "1",
+                "--workers", "1", "--request-timeout", "30", "--generation-database", "none", "--no-color", "--output-truncate", "false",
+            ],
+            environment: ProcessInfo.processInfo.environment.merging(["NO_COLOR": "1"]) { _, new in new },
+            // schemathesis keeps its cache in the current directory.
+            in: dir.url)
+        #expect(result.status == 0, "schemathesis: \(result.stdout.suffix(12_000))\n\(result.stderr.suffix(2000))\n\(service.logText.suffix(2000))")
+        #expect(result.stdout.contains("Operations:       9 selected / 9 total"), "\(result.stdout.prefix(2000))")
+        #expect(service.process.isRunning, "the service died: \(service.logText.suffix(4000))")
+    }
+}

@@ -52,6 +52,38 @@ struct PolicyTests {
         }
     }
 
+    /// Found by Scripts/serve-conformance: a cap at or below 64 KiB left negative private
+    /// memory (dataBytes), and converting it for the sandbox trapped the host.
+    @Test func aMemoryCapAtOrBelowTheMemoryFilesystemsLeastIsRefused() throws {
+        for tiny: Int64 in [1, 1000, 64 << 10] {
+            #expect(throws: HostError.self) {
+                _ = try EffectiveLimits.resolve(
+                    policy: .default, mode: .inApp, manifest: nil, manifestFile: "m.json", memoryOverride: tiny, deadlineOverride: nil)
+            }
+            do {
+                _ = try EffectiveLimits.resolve(
+                    policy: .default, mode: .extension, manifest: nil, manifestFile: "m.json", memoryOverride: tiny, deadlineOverride: nil)
+            } catch {
+                #expect(error.kind == .invalidIntent && error.details["minimum"]?.intValue == 65_537, "\(error)")
+                #expect(error.message.contains("only a limit above 64 KiB"), "\(error.message)")
+            }
+            let manifest = ManifestLimits(extension: .init(memoryBytes: tiny, deadlineMs: nil))
+            do {
+                _ = try EffectiveLimits.resolve(
+                    policy: .default, mode: .extension, manifest: manifest, manifestFile: "m.json", memoryOverride: nil, deadlineOverride: nil)
+                Issue.record("a manifest's memoryBytes of \(tiny) accepted")
+            } catch {
+                #expect(error.kind == .configurationError && error.message.contains("m.json"), "\(error)")
+            }
+            var policy = SandboxPolicy.default
+            policy.extension.memoryBytes = tiny
+            #expect(policy.problems().contains { $0.hasPrefix("extension.memoryBytes: must be above 65536") }, "\(policy.problems())")
+        }
+        let least = try EffectiveLimits.resolve(
+            policy: .default, mode: .extension, manifest: nil, manifestFile: "m.json", memoryOverride: (64 << 10) + 1, deadlineOverride: nil)
+        #expect(least.dataBytes > 0, "\(least)")
+    }
+
     @Test func limitsResolveFromPolicyThenManifestThenCommandLine() throws {
         let manifest = ManifestLimits(extension: .init(memoryBytes: 60 << 20, deadlineMs: 20_000))
         let fromManifest = try EffectiveLimits.resolve(

@@ -702,12 +702,75 @@ def check_say_less(path):
     expect(status == 404 and "plugin path" not in text and os.environ["PLUGIN_DIR"] not in text, "describe: %s %s" % (status, text))
 
 
+def check_allow(path):
+    """A 405 names the methods the endpoint takes in an Allow header (RFC 9110), and its body
+    has the endpoint's shape: a run's envelope, or {"error"} where the endpoint answers that."""
+    for method, target, allow, bare in [
+        ("POST", "/v1/health", "GET", True), ("DELETE", "/metrics", "GET", True), ("TRACE", "/v1/intents", "GET", True),
+        ("PUT", "/v1/intents/MakeUppercase", "GET", True), ("GET", "/v1/runs/x/answers", "POST", True),
+        ("GET", "/v1/handle", "POST", False), ("DELETE", "/v1/phrase", "POST", False),
+    ]:
+        status, body, response = call(path, method, target)
+        expect(status == 405 and response.getheader("allow") == allow, "%s %s: %s allow=%s %s" % (method, target, status, response.getheader("allow"), body))
+        error = body.get("error") if bare else body.get("report", {}).get("error")
+        expect(error is not None and error["kind"] == "invalidIntent" and ("report" in body) != bare, "%s %s: the body's shape: %s" % (method, target, body))
+
+
+def check_bare_refusals(path):
+    """POST /v1/runs/RUN/answers refuses a malformed body as it refuses a wrong answer: {"error"}
+    (docs/serve-openapi.json, ErrorOnly), not a run's envelope; a run's refusal keeps the envelope."""
+    for body in [b"", b"not json", b"[1]", {"answer": "x"}, {"prompt": 1}]:
+        status, answer, _ = call(path, "POST", "/v1/runs/no-such-run/answers", body, {"Content-Type": "application/json"})
+        expect(status == 400 and set(answer) == {"error"} and answer["error"]["kind"] == "invalidIntent" and answer["error"]["message"],
+               "answers with %r: %s %s" % (body, status, answer))
+    status, answer, _ = call(path, "GET", "/v1/intents/a/b")
+    expect(status == 404 and set(answer) == {"error"}, "GET /v1/intents/a/b: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/health?x=%ZZ")
+    expect(status == 400 and set(answer) == {"error"}, "GET /v1/health with a bad query: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/intents/" + "x" * 9000)
+    expect(status == 414 and set(answer) == {"error"}, "GET /v1/intents/LONG: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle", b"not json")
+    expect(status == 400 and answer["exitStatus"] == 4 and answer["report"]["error"]["kind"] == "invalidIntent", "handle, not JSON: %s %s" % (status, answer))
+
+
+def check_path_decoding(path):
+    """A path parameter is percent-decoded, as clients encode it (extrun's ServerClient does)."""
+    status, answer, _ = call(path, "GET", "/v1/intents/Make%55ppercase")
+    expect(status == 200 and answer["plugin"] == "com.example.uppercase", "encoded name: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/intents/No%20Such%2FIntent")
+    expect(status == 404 and "'No Such/Intent'" in answer["error"]["message"], "encoded unknown name: %s %s" % (status, answer))
+    status, answer, _ = call(path, "POST", "/v1/runs/%6Eo-run/answers", {"prompt": "1", "answer": "x"})
+    expect(status == 404 and "'no-run'" in answer["error"]["message"], "encoded run: %s %s" % (status, answer))
+    status, answer, _ = call(path, "GET", "/v1/intents/%ZZ")
+    expect(status == 400 and "percent-encoded" in answer["error"]["message"], "bad encoding: %s %s" % (status, answer))
+
+
+def check_tiny_memory(path):
+    """A memory limit too small to leave the plugin any private memory is refused (422, with the
+    minimum), on every run endpoint; it once trapped the whole service converting a negative size."""
+    intent = {"intent": "MakeUppercase", "parameters": {"text": "hi"}}
+    activity = {"activityType": "com.example.people.viewPerson", "userInfo": {"person": "chen"}}
+    for target, body in [("/v1/handle", intent), ("/v1/options?parameter=text", intent), ("/v1/continue", activity),
+                         ("/v1/phrase", {"phrase": "Order clam chowder in Soup Chef"})]:
+        for size in ["1000", "0.613k", "64KiB"]:
+            sep = "&" if "?" in target else "?"
+            status, answer, _ = call(path, "POST", target + sep + "memoryLimit=" + size, body)
+            error = answer["report"]["error"]
+            expect(status == 422 and error["kind"] == "invalidIntent" and error["limit"] == "memoryBytes" and error["minimum"] == 65537,
+                   "%s memoryLimit=%s: %s %s" % (target, size, status, answer))
+    status, answer, _ = call(path, "POST", "/v1/handle?memoryLimit=65537", intent)
+    expect(status in (200, 502), "just above the minimum: %s %s" % (status, answer))
+    status, health, _ = call(path, "GET", "/v1/health")
+    expect(status == 200 and health["status"] == "ok", "the service after them: %s %s" % (status, health))
+
+
 checks = {
     "basic": check_basic, "prompt": check_prompt, "too-large": check_too_large, "disconnect": check_disconnect,
     "overloaded": check_overloaded, "caller-limit": check_caller_limit, "warm-limit": check_warm_limit, "limits": check_limits,
     "disconnect-prompt": check_disconnect_prompt, "health": check_health,
     "activation": check_activation, "tcp": check_tcp,
     "malformed": check_malformed, "file-paths": check_file_paths, "body-budget": check_body_budget, "tcp-head": check_tcp_head, "connection-cap": check_connection_cap, "unread-answers": check_unread_answers, "stream-flood": check_stream_flood, "caller-share": check_caller_share, "tcp-answer": check_tcp_answer, "say-less": check_say_less, "never-reads": check_never_reads, "many": check_many,
+    "allow": check_allow, "bare-refusals": check_bare_refusals, "path-decoding": check_path_decoding, "tiny-memory": check_tiny_memory,
 }
 
 if __name__ == "__main__":
