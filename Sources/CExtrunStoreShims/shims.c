@@ -27,10 +27,10 @@ int extrun_sqlite_no_checkpoint_on_close(void *db) {
     return sqlite3_db_config((sqlite3 *)db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
 }
 
-int extrun_sqlite_checkpoint_truncate(void *db, int busy_ms, int restore_busy_ms) {
-    sqlite3_busy_timeout((sqlite3 *)db, busy_ms);
+// The connection's own busy handler bounds the wait (the caller binds a short
+// StoreDeadline): sqlite3_busy_timeout here replaced it, and with it every later wait's
+// deadline (the host's StoreDeadline.busyCallback) for the rest of the connection's life.
+int extrun_sqlite_checkpoint_truncate(void *db) {
     int log = 0, copied = 0;
-    int rc = sqlite3_wal_checkpoint_v2((sqlite3 *)db, "main", SQLITE_CHECKPOINT_TRUNCATE, &log, &copied);
-    sqlite3_busy_timeout((sqlite3 *)db, restore_busy_ms);
-    return rc;
+    return sqlite3_wal_checkpoint_v2((sqlite3 *)db, "main", SQLITE_CHECKPOINT_TRUNCATE, &log, &copied);
 }

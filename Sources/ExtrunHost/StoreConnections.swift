@@ -92,11 +92,17 @@ enum StoreConnections {
             home: home, checkpointOnClose: false,
             logLimitBytes: longLived.load(ordering: .relaxed) ? StoreLimits.maxLogBytesLongLived : StoreLimits.maxLogBytes)
         if let opened = FileIdentity(path: store.databasePath) {
-            cache.withLock { cache in
+            let evicted = cache.withLock { cache -> [Store] in
                 cache[key] = (store, opened, now)
                 // The least recently used beyond the limit: closed once its last user lets go.
-                while cache.count > maxOpen, let oldest = cache.min(by: { $0.value.used < $1.value.used })?.key { cache[oldest] = nil }
+                var evicted: [Store] = []
+                while cache.count > maxOpen, let oldest = cache.min(by: { $0.value.used < $1.value.used })?.key {
+                    if let gone = cache.removeValue(forKey: oldest) { evicted.append(gone.store) }
+                }
+                return evicted
             }
+            // A long-lived host's store leaves its (longer) log folded, as at the pool's close.
+            if longLived.load(ordering: .relaxed) { for gone in evicted { gone.foldLog() } }
         }
         return store
     }

@@ -262,7 +262,7 @@ final class DonationGroupCommit: @unchecked Sendable {
         let durable: Bool
         /// The deadline bound to the donating thread (`StoreDeadline.current`), if any.
         let deadline: UInt64?
-        /// Set by the writing thread before it takes the lock again; read under the lock.
+        /// Set and read under the group commit's lock.
         var result: Result<Void, StoreError>?
 
         init(donation: Donation, sealed: Data, durable: Bool, deadline: UInt64? = StoreDeadline.current) {
@@ -281,48 +281,55 @@ final class DonationGroupCommit: @unchecked Sendable {
     private(set) var written = 0
 
     /// Adds `entry` and waits until a batch holding it is written (by this thread when
-    /// no other is writing: it takes everything pending). Throws the entry's own error.
-    /// Deadlines hold as without batching: a batch waits for a lock no longer than the
-    /// earliest deadline in it, and a donation still waiting for its batch when its
-    /// deadline comes leaves the queue with `storeBusy` (nothing written).
-    func commit(_ entry: Entry, file: String = "", write: ([Entry]) -> Void) throws(StoreError) {
+    /// no other is writing). Throws the entry's own error. `write` returns one result per
+    /// entry of its batch, in order; they are set under the lock.
+    ///
+    /// Deadlines hold as without batching. A batch holds either donations bound to a
+    /// run's deadline (waiting for a lock no longer than the earliest of them) or
+    /// donations with none (waiting up to the busy timeout), never both, so that a short
+    /// deadline cuts short only the waits that carry one. A donation whose deadline
+    /// passes before a batch takes it leaves with `storeBusy`, nothing written.
+    func commit(
+        _ entry: Entry, file: String = "", write: ([Entry]) -> [Result<Void, StoreError>]
+    ) throws(StoreError) {
         condition.lock()
         pending.append(entry)
         while entry.result == nil {
-            if writing {
-                guard let deadline = entry.deadline else {
-                    condition.wait()
-                    continue
-                }
-                let now = StoreDeadline.now()
-                if now < deadline {
-                    _ = condition.wait(until: Date(timeIntervalSinceNow: Double(deadline - now) / 1e9))
-                    continue
-                }
+            if let deadline = entry.deadline, StoreDeadline.now() >= deadline,
+                let index = pending.firstIndex(where: { $0 === entry })
+            {
                 // Past its deadline and not taken into a batch yet: it leaves the queue.
-                if let index = pending.firstIndex(where: { $0 === entry }) {
-                    pending.remove(at: index)
-                    condition.unlock()
-                    throw StoreError(
-                        .storeBusy,
-                        "\(file) was busy with other donations of this process until the run's deadline; nothing was changed, try again",
-                        details: ["file": .string(file)])
+                pending.remove(at: index)
+                condition.unlock()
+                throw StoreError(
+                    .storeBusy,
+                    "\(file) was busy with other donations of this process until the run's deadline; nothing was changed, try again",
+                    details: ["file": .string(file)])
+            }
+            if writing {
+                if let deadline = entry.deadline, pending.contains(where: { $0 === entry }) {
+                    let now = StoreDeadline.now()
+                    if now < deadline { _ = condition.wait(until: Date(timeIntervalSinceNow: Double(deadline - now) / 1e9)) }
+                } else {
+                    condition.wait()
                 }
-                // In the batch being written, whose waits end by the earliest deadline in it.
-                condition.wait()
                 continue
             }
             writing = true
-            let batch = pending
-            pending.removeAll(keepingCapacity: true)
+            // The donations of the same kind as the first waiting one (bound to a deadline
+            // or not); the others wait for the next batch.
+            let bound = pending[0].deadline != nil
+            let batch = pending.filter { ($0.deadline != nil) == bound }
+            pending.removeAll { ($0.deadline != nil) == bound }
             condition.unlock()
             let earliest = batch.compactMap(\.deadline).min()
-            if let earliest {
-                StoreDeadline.$current.withValue(earliest) { write(batch) }
-            } else {
-                StoreDeadline.$current.withValue(nil) { write(batch) }
-            }
+            let results = StoreDeadline.$current.withValue(earliest) { write(batch) }
             condition.lock()
+            for (item, result) in zip(batch, results) { item.result = result }
+            // A writer that returned too few results: the rest did not happen.
+            for item in batch where item.result == nil {
+                item.result = .failure(StoreError(.databaseError, "\(file): the donation was not written (no result for it)"))
+            }
             batches += 1
             written += batch.count
             writing = false
@@ -348,12 +355,15 @@ final class DonationGroupCommit: @unchecked Sendable {
 }
 
 extension Store {
-    /// Writes a batch of sealed donations in one transaction, a savepoint each; sets each
-    /// entry's result. A failure of the transaction itself fails every entry of it.
-    func writeDonations(_ batch: [DonationGroupCommit.Entry]) {
+    /// Writes a batch of sealed donations in one transaction, a savepoint each; returns each
+    /// entry's result, in order. A failure of the transaction itself fails every entry of
+    /// it with that failure (an error that ended the transaction, such as a full disk,
+    /// keeps its own kind).
+    func writeDonations(_ batch: [DonationGroupCommit.Entry]) -> [Result<Void, StoreError>] {
         let durable = batch.contains { $0.durable }
         var results: [Result<Void, StoreError>] = []
         results.reserveCapacity(batch.count)
+        var ended: StoreError?
         do {
             let quota = try quotaDefaultsForWrite()
             // One access to the connection: the pragma, the transaction and the pragma back,
@@ -385,11 +395,11 @@ extension Store {
                     if batch.count == 1 {
                         do {
                             try write(batch[0])
-                            results.append(.success(()))
                         } catch {
-                            results.append(.failure(StoreDatabase.storeError(error, path: databasePath)))
-                            return .rollback
+                            ended = StoreDatabase.storeError(error, path: databasePath)
+                            throw error
                         }
+                        results.append(.success(()))
                         return .commit
                     }
                     for entry in batch {
@@ -400,17 +410,24 @@ extension Store {
                             }
                             results.append(.success(()))
                         } catch {
-                            results.append(.failure(StoreDatabase.storeError(error, path: databasePath)))
+                            let failure = StoreDatabase.storeError(error, path: databasePath)
+                            if !db.isInsideTransaction {
+                                // SQLite rolled the whole transaction back (I/O error, full disk):
+                                // nothing of the batch is written, and each says why.
+                                ended = failure
+                                throw failure
+                            }
+                            results.append(.failure(failure))
                         }
                     }
                     return .commit
                 }
             }
         } catch {
-            let failure = error as? StoreError ?? StoreDatabase.storeError(error, path: databasePath)
+            let failure = ended ?? (error as? StoreError ?? StoreDatabase.storeError(error, path: databasePath))
             results = Array(repeating: .failure(failure), count: batch.count)
         }
-        for (entry, result) in zip(batch, results) { entry.result = result }
+        return results
     }
 
     /// How many donation batches this connection wrote, and how many donations they held.

@@ -130,6 +130,11 @@ extension Keystore {
     func loadSigningKey(_ owner: String) throws -> OwnerSigningKey? {
         let path = signingPath(for: owner)
         guard let data = try readPrivateFile(path, owner: owner, limit: 64 * 1024) else { return nil }
+        return try signingKey(from: data, path: path, owner: owner)
+    }
+
+    /// The key in a signing key file's bytes, checked (format, version, owner, the key pair).
+    func signingKey(from data: Data, path: String, owner: String) throws -> OwnerSigningKey {
         let details: [String: JSONValue] = ["owner": .string(owner), "file": .string(path)]
         do {
             let fields = try JSONFields(try JSONCoding.parse(json: data))
@@ -297,40 +302,19 @@ extension Store {
     }
 }
 
-/// What identifies a key file's content without reading it: a file replaced (another
-/// inode), rewritten (size, times) or whose mode or owner changed (the change time) has
-/// another stamp.
-struct KeyFileStamp: Equatable, Sendable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var modified: [Int64]
-    var changed: [Int64]
-
-    init?(path: String) {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
-        size = Int64(info.st_size)
-        modified = [Int64(info.st_mtim.tv_sec), Int64(info.st_mtim.tv_nsec)]
-        changed = [Int64(info.st_ctim.tv_sec), Int64(info.st_ctim.tv_nsec)]
-    }
-}
-
 extension Store {
-    /// The owner's own public signing key (nil: it has none), read and checked as
-    /// `Keystore.loadSigningKey` does, again only when its file's stamp changed: a warm
-    /// process authorizes every intent, and reading the file and deriving the key cost
-    /// ~100 µs each time (docs/benchmarks.md, "extrun serve").
+    /// The owner's own public signing key (nil: it has none). The file is read and its
+    /// owner and mode checked every time, as `Keystore.loadSigningKey` does; only parsing
+    /// it and deriving the key (~100 µs, on every intent of a warm process) are skipped
+    /// when its bytes are the ones last parsed (docs/benchmarks.md, "extrun serve").
     func ownSigningPublicKey(_ owner: String) throws -> Data? {
         let path = keystore.signingPath(for: owner)
-        guard let stamp = KeyFileStamp(path: path) else { return try keystore.loadSigningKey(owner)?.publicKey }
-        if let cached = ownSigningKeys.withLock({ $0[owner] }), cached.stamp == stamp { return cached.publicKey }
-        let key = try keystore.loadSigningKey(owner)?.publicKey
+        guard let bytes = try keystore.readPrivateFile(path, owner: owner, limit: 64 * 1024) else { return nil }
+        if let cached = ownSigningKeys.withLock({ $0[owner] }), cached.bytes == bytes { return cached.publicKey }
+        let key = try keystore.signingKey(from: bytes, path: path, owner: owner).publicKey
         ownSigningKeys.withLock { keys in
             if keys.count >= 64 { keys.removeAll() }
-            keys[owner] = (stamp, key)
+            keys[owner] = (bytes, key)
         }
         return key
     }

@@ -34,8 +34,8 @@ public final class Store: Sendable {
     let quotaDefaults = Mutex<OwnerQuota?>(nil)
     /// Donations of this process's threads, written together (Donations.swift).
     let donationCommits = DonationGroupCommit()
-    /// The owners' own public signing keys by their files' stamps (SigningKeys.swift).
-    let ownSigningKeys = Mutex<[String: (stamp: KeyFileStamp, publicKey: Data?)]>([:])
+    /// The owners' own public signing keys, with the key file's bytes they were parsed from (SigningKeys.swift).
+    let ownSigningKeys = Mutex<[String: (bytes: Data, publicKey: Data)]>([:])
 
     /// Opens the store under `home`, creating `home` (0700), `keys/` (0700) and
     /// `store.sqlite` (0600) when they do not exist. Never recreates a

@@ -462,9 +462,15 @@ final class StoreDatabase: Sendable {
     /// other connections (busy: it stays for a later write or fold). Returns whether it did.
     @discardableResult
     func foldLog() -> Bool {
-        let folded = try? queue.writeWithoutTransaction { db -> Bool in
-            guard let connection = db.sqliteConnection else { return false }
-            return extrun_sqlite_checkpoint_truncate(UnsafeMutableRawPointer(connection), 50, Int32(StoreLimits.busyTimeoutSeconds * 1000)) == 0
+        // At most 50 ms, through the connection's own busy handler (StoreDeadline), and
+        // never past a deadline the caller has bound.
+        let soon = StoreDeadline.now() + 50_000_000
+        let bound = min(StoreDeadline.current ?? soon, soon)
+        let folded = StoreDeadline.$current.withValue(bound) {
+            try? queue.writeWithoutTransaction { db -> Bool in
+                guard let connection = db.sqliteConnection else { return false }
+                return extrun_sqlite_checkpoint_truncate(UnsafeMutableRawPointer(connection)) == 0
+            }
         }
         return folded ?? false
     }

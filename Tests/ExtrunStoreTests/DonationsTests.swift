@@ -81,7 +81,7 @@ import Testing
         @Sendable func entry(_ id: String) -> DonationGroupCommit.Entry {
             DonationGroupCommit.Entry(donation: donation(id), sealed: Data(id.utf8), durable: false)
         }
-        @Sendable func write(_ batch: [DonationGroupCommit.Entry]) {
+        @Sendable func write(_ batch: [DonationGroupCommit.Entry]) -> [Result<Void, StoreError>] {
             let first = batchSizes.withLock { sizes in
                 sizes.append(batch.count)
                 return sizes.count == 1
@@ -90,8 +90,8 @@ import Testing
                 firstWriteStarted.signal()
                 releaseFirstWrite.wait()
             }
-            for item in batch {
-                item.result = item.donation.identifier == "refused" ? .failure(StoreError(.quotaExceeded, "over")) : .success(())
+            return batch.map { item in
+                item.donation.identifier == "refused" ? .failure(StoreError(.quotaExceeded, "over")) : .success(())
             }
         }
         let group = DispatchGroup()
@@ -121,6 +121,97 @@ import Testing
         #expect(commits.counts == (batches: 2, donations: 4))
     }
 
+    /// A batch through the store's own writer (savepoints): donations queued behind a
+    /// write go in one transaction; the one over its owner's quota fails alone, and the
+    /// store holds exactly the others.
+    @Test func aRealBatchKeepsEachOutcome() throws {
+        let test = try TestStore()
+        try test.store.setQuota(of: "TEAM", ["donations": 3])
+        let store = test.store
+        let log = try store.donations(of: "TEAM")
+        let firstWriteStarted = DispatchSemaphore(value: 0)
+        let releaseFirstWrite = DispatchSemaphore(value: 0)
+        let leader = DonationGroupCommit.Entry(donation: donation("leader"), sealed: Data("x".utf8), durable: false, deadline: nil)
+        let leaderDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            // A first batch that holds the writer until the others have queued (sealed bytes
+            // that open to nothing: only the rows and the quota matter here).
+            try? store.donationCommits.commit(leader) { batch in
+                firstWriteStarted.signal()
+                releaseFirstWrite.wait()
+                return store.writeDonations(batch)
+            }
+            leaderDone.signal()
+        }
+        firstWriteStarted.wait()
+        let outcomes = Mutex<[String: StoreErrorKind?]>([:])
+        let group = DispatchGroup()
+        for id in ["a", "b", "c"] {
+            group.enter()
+            Thread.detachNewThread {
+                do {
+                    try log.donate(donation(id))
+                    outcomes.withLock { $0[id] = .some(nil) }
+                } catch let error as StoreError {
+                    outcomes.withLock { $0[id] = .some(error.kind) }
+                } catch {
+                    outcomes.withLock { $0[id] = .some(.databaseError) }
+                }
+                group.leave()
+            }
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while store.donationCommits.pendingCount < 3, Date() < deadline { usleep(1000) }
+        #expect(store.donationCommits.pendingCount == 3)
+        releaseFirstWrite.signal()
+        group.wait()
+        leaderDone.wait()
+        #expect(store.donationBatchCounts == (batches: 2, donations: 4))
+        let all = outcomes.withLock { $0 }
+        #expect(all.values.filter { $0 == nil }.count == 2, "\(all)")
+        #expect(all.values.filter { $0 == .quotaExceeded }.count == 1, "\(all)")
+        let held = try Set(store.database.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM donation") })
+        #expect(held == Set(["leader"] + all.filter { $0.value == nil }.map(\.key)))
+        #expect(try store.quota(of: "TEAM").usage.donations == 3)
+    }
+
+    /// Folding the log keeps the connection's busy handler: a write after a fold still
+    /// gives up at the run's deadline when another process holds the store (the fold's
+    /// busy timeout used to replace the handler, and every later wait took 10 s).
+    @Test func aFoldKeepsTheDeadlineOfLaterWaits() throws {
+        let test = try TestStore()
+        let store = try Store(home: URL(fileURLWithPath: test.home), checkpointOnClose: false)
+        let log = try store.donations(of: "TEAM")
+        try log.donate(donation("before"))
+        #expect(store.foldLog())
+        // Another connection holds the write lock (as another process would) until released.
+        let other = try DatabaseQueue(path: test.databasePath)
+        let locked = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let holderDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? other.writeWithoutTransaction { db in
+                try db.execute(sql: "BEGIN IMMEDIATE")
+                locked.signal()
+                release.wait()
+                try db.execute(sql: "ROLLBACK")
+            }
+            holderDone.signal()
+        }
+        locked.wait()
+        defer {
+            release.signal()
+            holderDone.wait()
+        }
+        let started = StoreDeadline.now()
+        let error = #expect(throws: StoreError.self) {
+            try StoreDeadline.$current.withValue(started + 300_000_000) { try log.donate(donation("blocked")) }
+        }
+        let waitedMs = (StoreDeadline.now() - started) / 1_000_000
+        #expect(error?.kind == .storeBusy)
+        #expect(waitedMs < 3000, "waited \(waitedMs) ms for a 300 ms deadline")
+    }
+
     /// A donation waiting behind another batch is bounded by its own run's deadline, as
     /// it was before batching: it leaves the queue with storeBusy, and nothing of it is written.
     @Test func aDonationWaitingForAnotherBatchEndsAtItsDeadline() throws {
@@ -128,7 +219,7 @@ import Testing
         let firstWriteStarted = DispatchSemaphore(value: 0)
         let releaseFirstWrite = DispatchSemaphore(value: 0)
         let written = Mutex<[String]>([])
-        @Sendable func write(_ batch: [DonationGroupCommit.Entry]) {
+        @Sendable func write(_ batch: [DonationGroupCommit.Entry]) -> [Result<Void, StoreError>] {
             let first = written.withLock { names in
                 defer { names += batch.map(\.donation.identifier) }
                 return names.isEmpty
@@ -137,7 +228,7 @@ import Testing
                 firstWriteStarted.signal()
                 releaseFirstWrite.wait()
             }
-            for item in batch { item.result = .success(()) }
+            return batch.map { _ in .success(()) }
         }
         let leaderDone = DispatchSemaphore(value: 0)
         let leaderEntry = DonationGroupCommit.Entry(donation: donation("leader"), sealed: Data(), durable: false, deadline: nil)

@@ -22,6 +22,6 @@ int extrun_sqlite_no_checkpoint_on_close(void *db);
 /// A TRUNCATE checkpoint (the log copied into the database, then emptied) that waits at
 /// most `busy_ms` for other connections, then puts the busy timeout back to
 /// `restore_busy_ms`. Returns SQLite's result code (SQLITE_BUSY: try another time).
-int extrun_sqlite_checkpoint_truncate(void *db, int busy_ms, int restore_busy_ms);
+int extrun_sqlite_checkpoint_truncate(void *db);
 
 #endif
