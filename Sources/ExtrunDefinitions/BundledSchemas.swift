@@ -90,7 +90,7 @@ public enum BundledSchema: String, CaseIterable, Sendable {
       "type": "object",
       "additionalProperties": false,
       "patternProperties": {"^\\$": true},
-      "properties": {"memoryBytes": {"type": "integer", "minimum": 1}, "deadlineMs": {"type": "integer", "minimum": 1}}
+      "properties": {"memoryBytes": {"type": "integer", "minimum": 65537, "description": "bytes; above 64 KiB (the least the memory filesystems take): below it the host refuses the limit"}, "deadlineMs": {"type": "integer", "minimum": 1}}
     },
     "case": {
       "oneOf": [
@@ -271,7 +271,7 @@ public enum BundledSchema: String, CaseIterable, Sendable {
       "type": "object",
       "additionalProperties": false,
       "patternProperties": {"^\\$": true},
-      "properties": {"memoryBytes": {"type": "integer", "minimum": 1}, "deadlineMs": {"type": "integer", "minimum": 1}}
+      "properties": {"memoryBytes": {"type": "integer", "minimum": 65537, "description": "bytes; above 64 KiB (the least the memory filesystems take): below it the host refuses the limit"}, "deadlineMs": {"type": "integer", "minimum": 1}}
     },
     "parameterType": {"enum": ["string", "integer", "number", "boolean", "date", "enum", "file", "custom"]},
     "intent": {

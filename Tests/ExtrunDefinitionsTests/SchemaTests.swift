@@ -59,6 +59,9 @@ import Testing
         ("manifest-bad-mode.json", .manifest, #"{"id": "a.b", "version": "1", "owner": "T", "protocolVersion": 1, "executable": "x", "modes": ["inapp"], "intents": [{"name": "I"}]}"#),
         ("manifest-bad-type.json", .manifest, #"{"id": "a.b", "version": "1", "owner": "T", "protocolVersion": 1, "executable": "x", "intents": [{"name": "I", "parameters": [{"name": "p", "type": "text"}]}]}"#),
         ("manifest-zero-limit.json", .manifest, #"{"id": "a.b", "version": "1", "owner": "T", "protocolVersion": 1, "executable": "x", "limits": {"extension": {"memoryBytes": 0}}, "intents": [{"name": "I"}]}"#),
+        // At or below 64 KiB the host refuses a memory cap (EffectiveLimits.resolve); the schemas say so too.
+        ("manifest-tiny-limit.json", .manifest, #"{"id": "a.b", "version": "1", "owner": "T", "protocolVersion": 1, "executable": "x", "limits": {"in-app": {"memoryBytes": 65536}}, "intents": [{"name": "I"}]}"#),
+        ("definitions-tiny-limit.json", .definitions, #"{"plugin": {"id": "a.b", "version": "1", "owner": "T", "limits": {"extension": {"memoryBytes": 4096}}}, "intents": [{"name": "I"}]}"#),
         ("intent-unknown-field.json", .intentFile, #"{"intent": "MakeUppercase", "parameter": {"text": "x"}}"#),
         ("intent-bad-mode.json", .intentFile, #"{"intent": "MakeUppercase", "mode": "app"}"#),
         ("activity-no-type.json", .activityFile, #"{"title": "x"}"#),
