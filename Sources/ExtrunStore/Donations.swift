@@ -276,9 +276,9 @@ final class DonationGroupCommit: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: [Entry] = []
     private var writing = false
-    /// Batches written and donations in them (for tests and the bench).
-    private(set) var batches = 0
-    private(set) var written = 0
+    /// Batches written and donations in them (read under the lock: `counts`).
+    private var batches = 0
+    private var written = 0
 
     /// Adds `entry` and waits until a batch holding it is written (by this thread when
     /// no other is writing). Throws the entry's own error. `write` returns one result per
