@@ -14,6 +14,15 @@ import tempfile
 import threading
 import unittest
 
+# Started with a standard descriptor closed (a CI runner may give no standard input), the
+# first pipe made here would be that descriptor, and a child's stdin (or stdout) redirection
+# would then replace one end of it: keep 0, 1 and 2 taken.
+for _fd in (0, 1, 2):
+    try:
+        os.fstat(_fd)
+    except OSError:
+        os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import extrun_plugin as extrun  # noqa: E402
 
