@@ -132,8 +132,11 @@ public struct HandleReport: Sendable, Equatable {
     /// Sets `hostPeakRSSBytes` (of the run and of its last step) to the host's peak so far
     /// (VmHWM). `extrun` calls it once the report has been rendered in full, so that the
     /// figure covers the report too (docs/cli.md).
-    public mutating func updateHostPeakRSS() {
-        guard let peak = MemorySampler.ownPeakRSS() else { return }
+    ///
+    /// `maxAgeNs`: a long-lived host (`extrun serve`) takes a figure read at most that long
+    /// ago by any of its threads (reading /proc/self/status for every intent was 2% of its CPU).
+    public mutating func updateHostPeakRSS(maxAgeNs: UInt64 = 0) {
+        guard let peak = maxAgeNs == 0 ? MemorySampler.ownPeakRSS() : MemorySampler.ownPeakRSS(maxAgeNs: maxAgeNs) else { return }
         if let before = metrics?.hostPeakRSSBytes ?? metrics.map({ _ in 0 }) { metrics?.hostPeakRSSBytes = max(peak, before) }
         if let last = steps.indices.last, let before = steps[last].metrics.map({ $0.hostPeakRSSBytes ?? 0 }) {
             steps[last].metrics?.hostPeakRSSBytes = max(peak, before)

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
 
 /// Samples a plugin's private writable memory (VmData in /proc/PID/status: heap,
 /// anonymous mappings and thread stacks — what RLIMIT_DATA counts, and no shared
@@ -74,12 +75,26 @@ final class MemorySampler {
         return field("VmHWM:", in: buffer, count: count)
     }
 
+    /// The last `ownPeakRSS()` and when it was read, shared by the process's threads.
+    private static let lastOwnPeak = Mutex<(bytes: Int64?, at: UInt64)>((nil, 0))
+
+    /// This process's peak resident set size, read again only when the last figure is older
+    /// than `maxAgeNs` (a peak only grows: the figure is at most that old).
+    static func ownPeakRSS(maxAgeNs: UInt64) -> Int64? {
+        let now = MonotonicClock.now()
+        let known = lastOwnPeak.withLock { $0 }
+        if let bytes = known.bytes, now &- known.at <= maxAgeNs { return bytes }
+        let bytes = ownPeakRSS()
+        lastOwnPeak.withLock { $0 = (bytes, now) }
+        return bytes
+    }
+
     /// Parses "Name:   1234 kB" out of a status file, in bytes.
     static func field(_ name: String, in buffer: [UInt8], count: Int) -> Int64? {
         let key = Array(name.utf8)
         var i = 0
         while i + key.count <= count {
-            if (i == 0 || buffer[i - 1] == 10) && Array(buffer[i..<(i + key.count)]) == key {
+            if (i == 0 || buffer[i - 1] == 10) && buffer[i] == key[0] && buffer[i..<(i + key.count)].elementsEqual(key) {
                 var j = i + key.count
                 var value: Int64 = 0
                 while j < count && (buffer[j] == 32 || buffer[j] == 9) { j += 1 }

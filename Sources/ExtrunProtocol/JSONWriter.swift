@@ -32,14 +32,43 @@ public enum JSONWriter {
         case .object(let members):
             out.append(UInt8(ascii: "{"))
             var first = true
-            for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+            for (key, member) in sortedMembers(members) {
                 if !first { out.append(UInt8(ascii: ",")) }
                 first = false
                 writeString(key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                if let member = members[key] { write(member, into: &out) }
+                write(member, into: &out)
             }
             out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// An object's members in the byte order of their keys' UTF-8, each with its value (one
+    /// pass: sorting the keys and then looking each up again hashed every key twice, and the
+    /// generic `utf8.lexicographicallyPrecedes` was the writer's own largest cost).
+    static func sortedMembers(_ members: [String: JSONValue]) -> [(key: String, value: JSONValue)] {
+        var pairs: [(key: String, value: JSONValue)] = []
+        pairs.reserveCapacity(members.count)
+        for (key, value) in members { pairs.append((key, value)) }
+        pairs.sort { utf8Precedes($0.key, $1.key) }
+        return pairs
+    }
+
+    /// Whether `a`'s UTF-8 bytes sort before `b`'s (memcmp order; a prefix first).
+    @inline(__always)
+    static func utf8Precedes(_ a: String, _ b: String) -> Bool {
+        var a = a
+        var b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in
+                let count = min(x.count, y.count)
+                var index = 0
+                while index < count {
+                    if x[index] != y[index] { return x[index] < y[index] }
+                    index += 1
+                }
+                return x.count < y.count
+            }
         }
     }
 
@@ -67,12 +96,12 @@ public enum JSONWriter {
             case .object(let members):
                 out.append(UInt8(ascii: "{"))
                 var first = true
-                for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                for (key, member) in sortedMembers(members) {
                     if !first { out.append(UInt8(ascii: ",")) }
                     first = false
                     writeString(key, into: &out)
                     out.append(UInt8(ascii: ":"))
-                    if let member = members[key] { walk(member) }
+                    walk(member)
                     flushIfFull()
                 }
                 out.append(UInt8(ascii: "}"))
@@ -184,13 +213,13 @@ public enum JSONWriter {
             out.append(UInt8(ascii: "{"))
             if members.isEmpty { out.append(0x0A) }
             var first = true
-            for key in members.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+            for (key, member) in sortedMembers(members) {
                 if !first { out.append(UInt8(ascii: ",")) }
                 first = false
                 newline(indent + 1)
                 writeString(key, into: &out)
                 out.append(contentsOf: " : ".utf8)
-                if let member = members[key] { writePretty(member, indent: indent + 1, into: &out) }
+                writePretty(member, indent: indent + 1, into: &out)
             }
             newline(indent)
             out.append(UInt8(ascii: "}"))

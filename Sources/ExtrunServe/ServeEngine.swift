@@ -188,7 +188,7 @@ final class ServeEngine: Sendable {
             report.error = error
         }
         if let pluginID { crashes.record(plugin: pluginID, report: report, policy: policy, logger: log) }
-        report.updateHostPeakRSS()
+        report.updateHostPeakRSS(maxAgeNs: 50_000_000)
         let elapsed = MonotonicClock.now() &- started
         let outcome = report.error?.kind.rawValue ?? report.response?.code ?? (report.options != nil ? "options" : "none")
         metrics.intent(call: call.label, plugin: pluginID, outcome: outcome, durationNs: elapsed)

@@ -95,7 +95,7 @@ public enum ServeRequestDecoder {
             // "Make Uppercase", and an encoded `/` (`%2F`) stays inside its segment.
             var segments: [String] = []
             for text in raw {
-                guard let segment = text.removingPercentEncoding else {
+                guard let segment = PercentDecoding.decoded(Substring(text), plusIsSpace: false) else {
                     throw ServeRequestError(400, .invalidIntent, "the path segment '\(text.prefix(200))' is not percent-encoded text")
                 }
                 segments.append(segment)
@@ -186,11 +186,14 @@ public enum ServeRequestDecoder {
     /// (`ServeCalls.refusePaths`).
     static func intent(_ body: [UInt8]) throws(ServeRequestError) -> IntentInvocation {
         do {
-            return try IntentFileParser.parse(Data(body), source: "<request>", baseDirectory: URL(fileURLWithPath: "/nonexistent/extrun-serve"))
+            return try IntentFileParser.parse(Data(body), source: "<request>", baseDirectory: nowhere)
         } catch {
             throw ServeRequestError(400, error.kind, error.message, details: error.details)
         }
     }
+
+    /// Where an intent's relative paths would resolve: nowhere (made once; a `URL` per request cost a path walk).
+    static let nowhere = URL(fileURLWithPath: "/nonexistent/extrun-serve", isDirectory: true)
 
     static func json(_ body: [UInt8]) throws(ServeRequestError) -> [String: JSONValue] {
         do {
@@ -217,7 +220,7 @@ public enum ServeRequestDecoder {
             for pair in parts[1].split(separator: "&") {
                 let field = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 func decoded(_ text: Substring) throws(ServeRequestError) -> String {
-                    guard let value = text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding else {
+                    guard let value = PercentDecoding.decoded(text, plusIsSpace: true) else {
                         throw ServeRequestError(400, .invalidIntent, "the query field '\(pair.prefix(200))' is not percent-encoded text")
                     }
                     return value

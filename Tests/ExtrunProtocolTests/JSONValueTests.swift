@@ -89,6 +89,42 @@ struct JSONValueTests {
         #expect(try encode(["b": 1, "a": ["z": 1, "y": 2]]) == #"{"a":{"y":2,"z":1},"b":1}"#)
     }
 
+    @Test("JSONWriter orders keys by their UTF-8 bytes (a prefix first; é after z, as bytes; not String's order), in all three writers")
+    func keysInByteOrder() {
+        let pieces = ["a", "b", "z", "A", "é", "e\u{301}", "€", "😀", "_", "0", ""]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<300 {
+            var members: [String: JSONValue] = [:]
+            for n in 0..<Int.random(in: 0...12, using: &generator) {
+                let key = (0..<Int.random(in: 0...4, using: &generator)).map { _ in pieces.randomElement(using: &generator) ?? "" }.joined()
+                members[key] = .int(Int64(n))
+            }
+            let expected = members.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+            let value = JSONValue.object(members)
+            guard case .object(let compact)? = try? JSONParser.parse(JSONWriter.bytes(value)) else {
+                Issue.record("not an object")
+                return
+            }
+            #expect(compact == members)
+            func keys(_ bytes: [UInt8]) -> [String] {
+                // Where each key is, as bytes ("key" then a colon, or a space and a colon when pretty;
+                // the values are integers): Foundation's range(of:) would match é and e + U+0301 alike.
+                func offset(_ key: String) -> Int {
+                    for colon in [Array("\"\(key)\":".utf8), Array("\"\(key)\" :".utf8)] where colon.count <= bytes.count {
+                        for start in 0...(bytes.count - colon.count) where bytes[start..<(start + colon.count)].elementsEqual(colon) { return start }
+                    }
+                    return bytes.count
+                }
+                return expected.map { ($0, offset($0)) }.sorted { $0.1 < $1.1 }.map(\.0)
+            }
+            #expect(keys(JSONWriter.bytes(value)) == expected)
+            #expect(keys(JSONWriter.prettyBytes(value)) == expected)
+            var streamed: [UInt8] = []
+            JSONWriter.stream(value, chunkBytes: 16) { streamed += $0 }
+            #expect(streamed == JSONWriter.bytes(value))
+        }
+    }
+
     @Test("accessors answer only for their own type (doubleValue also takes integers)")
     func accessors() {
         let string: JSONValue = "s"
