@@ -39,6 +39,9 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     private let busySince = Atomic<UInt64>(0)
     /// When the loop last read from the host (monotonic ns).
     private let lastInput = Atomic<UInt64>(0)
+    /// Spins in a row that found nothing, and the loop's waits (the loop's thread only).
+    private nonisolated(unsafe) var fruitlessSpins = 0
+    private nonisolated(unsafe) var waits = 0
 
     /// - Parameters:
     ///   - onMessage: called with each message and this loop (the executor for its task),
@@ -103,9 +106,13 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
                 if state.jobs.isEmpty { state.sleeping = true }
                 return state.sleeping
             }
-            if sleep, spin() {
-                queue.withLock { $0.sleeping = false }
-                continue
+            if sleep, shouldSpin() {
+                if spin() {
+                    fruitlessSpins = 0
+                    queue.withLock { $0.sleeping = false }
+                    continue
+                }
+                fruitlessSpins += 1
             }
             if sleep {
                 fds[0].revents = 0
@@ -132,6 +139,20 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     /// process the host's next request often follows within microseconds, and
     /// sleeping and being woken costs as much again on a VM. Reads yield the CPU between tries.
     static let spinNs: UInt64 = 50_000
+
+    /// After this many spins in a row found nothing, the loop blocks at once and spins again
+    /// only every `probeEvery`th wait, until a spin finds something: a host that sends the
+    /// next request within microseconds (`extrun batch`, one caller) keeps the loop
+    /// spinning; one whose next request comes milliseconds later (`extrun serve` with more
+    /// callers than CPUs: each spin then burned 50 µs of a CPU the others needed, 6% of
+    /// the machine's samples) stops it.
+    static let maxFruitlessSpins = 16
+    static let probeEvery = 8
+
+    private func shouldSpin() -> Bool {
+        waits &+= 1
+        return fruitlessSpins < Self.maxFruitlessSpins || waits % Self.probeEvery == 0
+    }
 
     /// Reads (and hands over) what arrives within `spinNs`; whether anything did. Stops early when a job is queued.
     private func spin() -> Bool {
