@@ -43,6 +43,24 @@ public enum JSONWriter {
         }
     }
 
+    /// An object given as its members (keys distinct), written as `bytes(.object(...))` would
+    /// write it, without building the dictionary first (`extrun serve`'s log lines).
+    public static func objectBytes(_ members: [(key: String, value: JSONValue)]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        out.append(UInt8(ascii: "{"))
+        var first = true
+        for (key, member) in members.sorted(by: { utf8Precedes($0.key, $1.key) }) {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            writeString(key, into: &out)
+            out.append(UInt8(ascii: ":"))
+            write(member, into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
     /// An object's members in the byte order of their keys' UTF-8, each with its value (one
     /// pass: sorting the keys and then looking each up again hashed every key twice, and the
     /// generic `utf8.lexicographicallyPrecedes` was the writer's own largest cost).
@@ -57,10 +75,10 @@ public enum JSONWriter {
     /// Whether `a`'s UTF-8 bytes sort before `b`'s (memcmp order; a prefix first).
     @inline(__always)
     static func utf8Precedes(_ a: String, _ b: String) -> Bool {
-        var a = a
-        var b = b
-        return a.withUTF8 { x in
-            b.withUTF8 { y in
+        // Native strings are contiguous UTF-8: compared in place, without copies (a copy
+        // to call `withUTF8` cost a retain and a release per comparison).
+        let compared = a.utf8.withContiguousStorageIfAvailable { x in
+            b.utf8.withContiguousStorageIfAvailable { y -> Bool in
                 let count = min(x.count, y.count)
                 var index = 0
                 while index < count {
@@ -70,6 +88,8 @@ public enum JSONWriter {
                 return x.count < y.count
             }
         }
+        if let compared, let result = compared { return result }
+        return a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
     /// Writes `value` as compact JSON (as `bytes` does) to `sink` in pieces of about

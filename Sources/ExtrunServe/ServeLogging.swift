@@ -25,17 +25,24 @@ public struct ServeLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        var merged = metadata
-        if let extra = event.metadata { merged.merge(extra) { _, new in new } }
         let time = Self.timestamp()
         var line: [UInt8]
         if json {
-            var object: [String: JSONValue] = [
-                "time": .string(time), "level": .string(event.level.rawValue), "message": .string(event.message.description),
-            ]
-            for (key, value) in merged { object[key] = Self.json(value) }
-            line = JSONWriter.bytes(.object(object))
+            // The members as a list (the event's metadata over the handler's, both over time,
+            // level and message), written sorted as one object: no merged dictionaries.
+            let extra = event.metadata
+            var members: [(key: String, value: JSONValue)] = []
+            members.reserveCapacity(metadata.count + (extra?.count ?? 0) + 3)
+            for (key, value) in metadata where extra?[key] == nil { members.append((key, Self.json(value))) }
+            if let extra { for (key, value) in extra { members.append((key, Self.json(value))) } }
+            for (key, value) in [("time", time), ("level", event.level.rawValue)] where !members.contains(where: { $0.key == key }) {
+                members.append((key, .string(value)))
+            }
+            if !members.contains(where: { $0.key == "message" }) { members.append(("message", .string(event.message.description))) }
+            line = JSONWriter.objectBytes(members)
         } else {
+            var merged = metadata
+            if let extra = event.metadata { merged.merge(extra) { _, new in new } }
             // Callers' words (intent names, ids) are escaped: a control character cannot forge a line.
             let fields = merged.keys.sorted().map { "\(Self.escaped($0))=\(Self.escaped(merged[$0].map { "\($0)" } ?? ""))" }.joined(separator: " ")
             line = Array("\(time) \(event.level.rawValue) \(Self.escaped(event.message.description))\(fields.isEmpty ? "" : " " + fields)".utf8)

@@ -184,7 +184,7 @@ enum Quotas {
             let unit = field == "bytes" ? " bytes" : " \(field)"
             throw StoreError(
                 .quotaExceeded,
-                "\(what) would take owner '\(owner)' to \(after[field])\(unit); its quota is \(limit)\(unit) (it has \(before[field])). Nothing was written. Delete what it no longer needs, or raise the quota: extrun owners quota \(owner) --\(field) N",
+                "\(what) would take owner '\(owner)' to \(after[field])\(unit); its quota is \(limit)\(unit) (it has \(before[field])). Nothing was written, and what it has is kept. To let it in, raise the quota: extrun owners quota \(owner) --\(field) N",
                 details: [
                     "owner": .string(owner), "quota": .string(field), "limit": .int(limit), "usage": .int(before[field]),
                     "adding": .int(after[field] - before[field]),

@@ -118,6 +118,7 @@ struct JSONValueTests {
                 return expected.map { ($0, offset($0)) }.sorted { $0.1 < $1.1 }.map(\.0)
             }
             #expect(keys(JSONWriter.bytes(value)) == expected)
+            #expect(JSONWriter.objectBytes(members.map { (key: $0.key, value: $0.value) }) == JSONWriter.bytes(value))
             #expect(keys(JSONWriter.prettyBytes(value)) == expected)
             var streamed: [UInt8] = []
             JSONWriter.stream(value, chunkBytes: 16) { streamed += $0 }
