@@ -174,11 +174,16 @@ final class Workers: @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [@Sendable () -> Void] = []
     private var idle = 0
+    /// Signals sent to idle threads that have not woken yet: an idle thread already
+    /// signalled cannot take a second job, so a second job then gets another thread
+    /// (before, it waited for a busy thread to finish its whole intent).
+    private var wakeups = 0
 
     func run(_ job: @escaping @Sendable () -> Void) {
         condition.lock()
         jobs.append(job)
-        if idle > 0 {
+        if idle > wakeups {
+            wakeups += 1
             condition.signal()
             condition.unlock()
             return
@@ -196,6 +201,7 @@ final class Workers: @unchecked Sendable {
                 idle += 1
                 condition.wait()
                 idle -= 1
+                if wakeups > 0 { wakeups -= 1 }
             }
             let job = jobs.removeFirst()
             condition.unlock()
