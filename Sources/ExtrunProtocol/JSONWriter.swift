@@ -30,16 +30,7 @@ public enum JSONWriter {
             }
             out.append(UInt8(ascii: "]"))
         case .object(let members):
-            out.append(UInt8(ascii: "{"))
-            var first = true
-            for (key, member) in sortedMembers(members) {
-                if !first { out.append(UInt8(ascii: ",")) }
-                first = false
-                writeString(key, into: &out)
-                out.append(UInt8(ascii: ":"))
-                write(member, into: &out)
-            }
-            out.append(UInt8(ascii: "}"))
+            writeObject(sortedMembers(members), into: &out)
         }
     }
 
@@ -48,9 +39,15 @@ public enum JSONWriter {
     public static func objectBytes(_ members: [(key: String, value: JSONValue)]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256)
+        writeObject(members.sorted(by: { utf8Precedes($0.key, $1.key) }), into: &out)
+        return out
+    }
+
+    /// An object's members, already in order.
+    private static func writeObject(_ sorted: [(key: String, value: JSONValue)], into out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
         var first = true
-        for (key, member) in members.sorted(by: { utf8Precedes($0.key, $1.key) }) {
+        for (key, member) in sorted {
             if !first { out.append(UInt8(ascii: ",")) }
             first = false
             writeString(key, into: &out)
@@ -58,7 +55,6 @@ public enum JSONWriter {
             write(member, into: &out)
         }
         out.append(UInt8(ascii: "}"))
-        return out
     }
 
     /// An object's members in the byte order of their keys' UTF-8, each with its value (one
