@@ -87,7 +87,6 @@ final class PluginSession {
     /// The plugin's answer to the last `initialize`: whether it takes `session` requests.
     var lastHandshake: InitializeResult?
     private var released = false
-    private var lastOwnPeak: (bytes: Int64?, at: UInt64) = (nil, 0)
 
     private init(
         spec: SessionSpec, key: Key?, keepsWarm: Bool, process: PluginProcess, connection: PluginConnection, scratch: URL,
@@ -165,11 +164,7 @@ final class PluginSession {
     /// process that exec'd the host), read at most every 50 ms: a warm intent can take
     /// tens of microseconds.
     func ownPeakRSS() -> Int64? {
-        let now = MonotonicClock.now()
-        if lastOwnPeak.bytes == nil || now &- lastOwnPeak.at > 50_000_000 {
-            lastOwnPeak = (MemorySampler.ownPeakRSS(), now)
-        }
-        return lastOwnPeak.bytes
+        MemorySampler.ownPeakRSS(maxAgeNs: 50_000_000)
     }
 
     // MARK: Launch

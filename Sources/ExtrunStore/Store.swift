@@ -174,13 +174,13 @@ public final class Store: Sendable {
         try key(for: owner, create: false)
     }
 
-    /// The key for writing: created on the owner's first write.
     /// Folds the write-ahead log into `store.sqlite` now and empties it (a long-lived host
     /// stopping, so that the next process to open the store finds a short log); false
     /// when another connection kept it busy for 50 ms (it stays for a later fold).
     @discardableResult
     public func foldLog() -> Bool { database.foldLog() }
 
+    /// The key for writing: created on the owner's first write.
     func writeKey(_ owner: String) throws -> OwnerKey {
         guard let key = try key(for: owner, create: true) else {
             throw StoreError(.databaseError, "no key for owner '\(owner)' after creating one")

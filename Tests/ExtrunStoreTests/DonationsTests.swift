@@ -269,11 +269,7 @@ import Testing
     /// pool closing): nothing committed is lost either way.
     @Test func aLongLivedStoreFoldsItsLogLessOftenAndOnRequest() throws {
         let test = try TestStore()
-        let wal = test.databasePath + "-wal"
-        func walBytes() -> Int {
-            var info = stat()
-            return stat(wal, &info) == 0 ? Int(info.st_size) : 0
-        }
+        func walBytes() -> Int { logBytes(test) }
         let store = try Store(home: URL(fileURLWithPath: test.home), checkpointOnClose: false, logLimitBytes: StoreLimits.maxLogBytesLongLived)
         let log = try store.donations(of: "TEAM")
         var largest = 0
@@ -307,11 +303,7 @@ import Testing
 
     @Test func storesClosedWithoutCheckpointKeepEveryDonationAndAShortLog() throws {
         let test = try TestStore()
-        let wal = test.databasePath + "-wal"
-        func walBytes() -> Int {
-            var info = stat()
-            return stat(wal, &info) == 0 ? Int(info.st_size) : 0
-        }
+        func walBytes() -> Int { logBytes(test) }
         // As extrun handle does: a store closed without a checkpoint, one donation per process.
         for i in 0..<60 {
             let store = try Store(home: URL(fileURLWithPath: test.home), checkpointOnClose: false)
@@ -399,4 +391,10 @@ import Testing
             #expect(error.kind == .sealBroken)
         }
     }
+}
+
+/// The size of a test store's write-ahead log (0 when there is none).
+private func logBytes(_ test: TestStore) -> Int {
+    var info = stat()
+    return stat(test.databasePath + "-wal", &info) == 0 ? Int(info.st_size) : 0
 }

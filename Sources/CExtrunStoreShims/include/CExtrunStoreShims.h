@@ -19,9 +19,9 @@ int extrun_statx(int dirfd, const char *path, int flags, unsigned int mask, void
 /// database and syncing (sqlite3_db_config is variadic). Returns SQLite's result code.
 int extrun_sqlite_no_checkpoint_on_close(void *db);
 
-/// A TRUNCATE checkpoint (the log copied into the database, then emptied) that waits at
-/// most `busy_ms` for other connections, then puts the busy timeout back to
-/// `restore_busy_ms`. Returns SQLite's result code (SQLITE_BUSY: try another time).
+/// A TRUNCATE checkpoint (the log copied into the database, then emptied). Waits for other
+/// connections through the connection's own busy handler (the caller bounds it). Returns
+/// SQLite's result code (SQLITE_BUSY: try another time).
 int extrun_sqlite_checkpoint_truncate(void *db);
 
 #endif
