@@ -383,6 +383,17 @@ def main():
         if quiet:
             print(f"  8 clients, not donating (?donate=false): {quiet['perSecond']:,.0f} intents/s "
                   f"(p50 {quiet['p50us']} µs, p99 {quiet['p99us']} µs, failures {quiet['failures']}; load average {load})")
+        # The same 8 callers through PluginPool.handle in one process, measured right after:
+        # the host's core path on this machine now, and the service's rows as a share of it.
+        def pool(name):
+            path = os.path.join(d, name)
+            return json.load(open(path)) if os.path.exists(path) else None
+        for label, row, served_row in [("donating", pool("serve-pool.json"), throughput),
+                                       ("not donating", pool("serve-pool-nodonate.json"), quiet)]:
+            if row:
+                share = f"; the service did {served_row['perSecond'] / row['intentsPerSecond']:.2f}x of it" if served_row else ""
+                print(f"  in process, 8 callers, {label}: {row['intentsPerSecond']:,.0f} intents/s "
+                      f"(p50 {row['summary']['p50Us']:.0f} µs, p99 {row['summary']['p99Us']:.0f} µs){share}")
         rss, load = serveload("serve-rss.txt")
         if rss and rss["rssStartBytes"] > 0:
             start, end = rss["rssStartBytes"] / 1048576, rss["rssEndBytes"] / 1048576

@@ -20,6 +20,12 @@
 //   ExtrunBench store --home DIR [--count N]
 //       Globals through the store library (Store, Globals: SQLite + AES-GCM):
 //       set then get of N globals with 32-byte values, per second and p50/p99.
+//   ExtrunBench donate --home DIR [--count N] [--callers N]
+//       Donations through the store library alone (Donations.donate, durable: false,
+//       as a run donates): a MakeUppercase-sized interaction sealed and written
+//       N times from N callers' threads at once (group commit). Reports
+//       donations per second, latency percentiles, and the process's CPU time per
+//       donation (getrusage), so that the donation's share of a run can be told.
 //   ExtrunBench exchange [--count N] [--warmup N] [--seconds S]
 //       The framing and JSON cost of the four exchanges of one MakeUppercase
 //       intent (initialize, resolve, confirm, handle), both sides, no I/O:
@@ -336,6 +342,9 @@ func policyVariants() -> [String: HandleOptions] {
             samples.append(nowNs() - start)
             if let error = report.error { fail("PluginPool.handle failed: \(error.kind.rawValue): \(error.message)") }
             guard report.responseIsSuccess else { fail("PluginPool.handle: the plugin did not answer success") }
+            if handleOptions.donate, report.donation?.donated != true {
+                fail("--donate: the run was not donated (\(report.donation?.reason ?? "no outcome")): is the plugin signed and its owner trusted in --home?")
+            }
         }
         return samples
     }
@@ -418,6 +427,77 @@ func policyVariants() -> [String: HandleOptions] {
     } catch {
         fail("store: \(error)")
     }
+}
+
+// MARK: donate
+
+@MainActor func donate() {
+    guard let homePath = options["home"] else { fail("donate needs --home DIR") }
+    let count = option("count", 5_000)
+    let callers = max(1, option("callers", 1))
+    let home = URL(fileURLWithPath: homePath, isDirectory: true)
+    do {
+        let store = try Store(home: home)
+        let donations = try store.donations(of: "BENCHOWNER")
+        let response = IntentResponse(code: "success", properties: ["text": .string("HELLO WORLD")])
+        @Sendable func one(_ name: String) throws {
+            try donations.donate(
+                Donation(
+                    identifier: name, owner: "BENCHOWNER", plugin: "com.example.make-uppercase", intent: "MakeUppercase", source: "handle",
+                    parameters: ["text": .string("hello world")], response: response),
+                durable: false)
+        }
+        for i in 0..<50 { try one("warm-\(i)") }
+        let results = Mutex<[UInt64]>([])
+        let failures = Atomic<Int>(0)
+        let group = DispatchGroup()
+        let cpuBefore = processCPUNs()
+        let started = nowNs()
+        for caller in 0..<callers {
+            group.enter()
+            let thread = Thread {
+                var samples: [UInt64] = []
+                samples.reserveCapacity(count / callers)
+                for i in 0..<(count / callers) {
+                    let t0 = nowNs()
+                    do { try one("d-\(caller)-\(i)") } catch { failures.add(1, ordering: .relaxed) }
+                    samples.append(nowNs() - t0)
+                }
+                results.withLock { $0.append(contentsOf: samples) }
+                group.leave()
+            }
+            thread.start()
+        }
+        group.wait()
+        let elapsed = nowNs() - started
+        let cpu = processCPUNs() - cpuBefore
+        let samples = results.withLock { $0 }
+        if failures.load(ordering: .relaxed) > 0 { fail("donate: \(failures.load(ordering: .relaxed)) donations failed") }
+        struct Output: Encodable {
+            var kind = "donate"
+            var callers: Int
+            var perSecond: Double
+            var cpuUsPerDonation: Double
+            var summary: Summary
+            var batches: Int
+        }
+        let counts = store.donationBatchCounts
+        let output = Output(
+            callers: callers, perSecond: Double(samples.count) / (Double(elapsed) / 1e9), cpuUsPerDonation: Double(cpu) / 1000 / Double(samples.count),
+            summary: Summary(samplesNs: samples), batches: counts.batches)
+        FileHandle.standardOutput.write(try encoder.encode(output))
+        FileHandle.standardOutput.write(Data("\n".utf8))
+    } catch {
+        fail("donate: \(error)")
+    }
+}
+
+/// The process's user + system CPU time so far, in ns.
+func processCPUNs() -> UInt64 {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    func ns(_ t: timeval) -> UInt64 { UInt64(t.tv_sec) * 1_000_000_000 + UInt64(t.tv_usec) * 1000 }
+    return ns(usage.ru_utime) + ns(usage.ru_stime)
 }
 
 // MARK: exchange
@@ -668,10 +748,11 @@ case "dispatch": dispatch()
 case "warm": warm()
 case "parallel": parallel()
 case "store": store()
+case "donate": donate()
 case "exchange": exchange()
 case "json": json()
 case "populate": populate()
-default: fail("unknown command \(command) (dispatch, warm, parallel, store, exchange, handle, json or populate)")
+default: fail("unknown command \(command) (dispatch, warm, parallel, store, donate, exchange, handle, json or populate)")
 }
 
 /// A host over a fresh temporary home (remove it afterwards) and the plugins in

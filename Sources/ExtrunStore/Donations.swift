@@ -366,13 +366,11 @@ extension Store {
         var ended: StoreError?
         do {
             let quota = try quotaDefaultsForWrite()
-            // One access to the connection: the pragma, the transaction and the pragma back,
-            // so that no other write on this connection runs with the relaxed setting.
-            try database.withoutTransaction { db in
-                // Statements compiled once per connection (each compile ran GRDB's authorizer).
-                let previous = try Int.fetchOne(db.cachedStatement(sql: "PRAGMA synchronous")) ?? 2
-                if !durable { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
-                defer { if !durable { try? db.cachedStatement(sql: "PRAGMA synchronous = \(previous)").execute() } }
+            // Not durable: at synchronous = NORMAL, which the connection keeps until a
+            // durable write sets FULL again (StoreDatabase.relaxedWrite); no other write
+            // runs with the relaxed setting. Statements compiled once per connection
+            // (each compile ran GRDB's authorizer).
+            try database.access(durable: durable) { db in
                 try db.inTransaction(.immediate) {
                     let insert = try db.cachedStatement(
                         sql: """

@@ -3,6 +3,7 @@ import ExtrunSystem
 import Foundation
 import CExtrunStoreShims
 import GRDB
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -24,6 +25,9 @@ final class StoreDatabase: Sendable {
     let checkpointsOnClose: Bool
     /// The size past which a write folds the log back (`keepLogShort`), when not checkpointing at close.
     let logLimitBytes: Int
+    /// Whether the connection was left at `synchronous = NORMAL` by `relaxedWrite`
+    /// (read and written only on the connection's serial queue).
+    private let relaxed = Atomic<Bool>(false)
 
     /// `PRAGMA application_id` of an extrun store: "EXTR".
     static let applicationID: UInt32 = 0x4558_5452
@@ -405,24 +409,74 @@ final class StoreDatabase: Sendable {
 
     /// An IMMEDIATE transaction: it takes the write lock up front (waiting up
     /// to the busy timeout), so a read-modify-write never fails half-way on
-    /// a stale snapshot.
+    /// a stale snapshot. Durable: the connection is back at `synchronous = FULL`
+    /// first when donations left it relaxed (`relaxedWrite`).
     func write<T>(_ body: (Database) throws -> T) throws -> T {
         defer { keepLogShort() }
         do {
-            return try queue.write(body)
+            return try queue.writeWithoutTransaction { db in
+                try makeDurable(db)
+                var result: T?
+                try db.inTransaction(.immediate) {
+                    result = try body(db)
+                    return .commit
+                }
+                guard let result else { throw StoreError(.databaseError, "\(path): a committed write left no result") }
+                return result
+            }
         } catch {
             throw StoreDatabase.storeError(error, path: path)
         }
     }
 
-    /// Outside any transaction (pragmas).
+    /// Outside any transaction (pragmas), durable as `write`.
     func withoutTransaction<T>(_ body: (Database) throws -> T) throws -> T {
         defer { keepLogShort() }
         do {
-            return try queue.writeWithoutTransaction(body)
+            return try queue.writeWithoutTransaction { db in
+                try makeDurable(db)
+                return try body(db)
+            }
         } catch {
             throw StoreDatabase.storeError(error, path: path)
         }
+    }
+
+    /// Outside any transaction, with the connection at `synchronous = NORMAL`: a
+    /// commit does not wait for the disk (in WAL mode a crash of the process loses
+    /// nothing; a power cut may lose the last commits, never damage the file).
+    /// Only donations write this way (`Donations.donate(durable: false)`). The
+    /// connection stays relaxed until the next durable access sets it back
+    /// (`makeDurable`), so that a stream of donations runs no pragma at all
+    /// (two per batch before: docs/benchmarks.md, "The donation's own cost").
+    func relaxedWrite<T>(_ body: (Database) throws -> T) throws -> T {
+        defer { keepLogShort() }
+        do {
+            return try queue.writeWithoutTransaction { db in
+                if !relaxed.load(ordering: .relaxed) {
+                    try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute()
+                    relaxed.store(true, ordering: .relaxed)
+                }
+                return try body(db)
+            }
+        } catch {
+            throw StoreDatabase.storeError(error, path: path)
+        }
+    }
+
+    /// `withoutTransaction` when durable, else `relaxedWrite`.
+    func access<T>(durable: Bool, _ body: (Database) throws -> T) throws -> T {
+        durable ? try withoutTransaction(body) : try relaxedWrite(body)
+    }
+
+    /// Sets the connection back to `synchronous = FULL` when `relaxedWrite` left it
+    /// at NORMAL (on the connection's queue). Code that sets the pragma itself
+    /// (a migration's FULL, a benchmark fill's OFF then FULL) leaves it at FULL,
+    /// so `relaxed` false always means FULL; true may mean FULL already, and costs one more pragma.
+    private func makeDurable(_ db: Database) throws {
+        guard relaxed.load(ordering: .relaxed) else { return }
+        try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
+        relaxed.store(false, ordering: .relaxed)
     }
 
     /// SQLite's `quick_check` of the whole file (every page read, its structure checked),

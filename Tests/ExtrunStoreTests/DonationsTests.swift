@@ -317,6 +317,37 @@ import Testing
         #expect(Set(listed.map(\.identifier)) == Set((0..<60).map { "d\($0)" }))
     }
 
+    /// A donation that does not wait for the disk leaves the connection at synchronous =
+    /// NORMAL (so that the next donation runs no pragma); every durable write, and a durable
+    /// donation, runs at FULL again, and sees FULL inside its transaction.
+    @Test func aRelaxedDonationNeverLeavesADurableWriteRelaxed() throws {
+        let test = try TestStore()
+        let database = test.store.database
+        func setting(_ db: Database) throws -> Int? { try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+        #expect(try database.read(setting) == 2)
+        let log = try test.store.donations(of: "TEAM")
+        try log.donate(donation("relaxed-1"), durable: false)
+        #expect(try database.read(setting) == 1)
+        try log.donate(donation("relaxed-2"), durable: false)
+        #expect(try database.read(setting) == 1)
+        // A global's write (durable), through StoreDatabase.write: FULL inside it and after it.
+        let inside = Mutex<Int?>(nil)
+        try database.write { db in inside.withLock { $0 = try? setting(db) } }
+        #expect(inside.withLock { $0 } == 2)
+        #expect(try database.read(setting) == 2)
+        try log.donate(donation("relaxed-3"), durable: false)
+        try test.store.globals(of: "TEAM").set("g", to: "v")
+        #expect(try database.read(setting) == 2)
+        try log.donate(donation("relaxed-4"), durable: false)
+        try log.donate(donation("durable"), durable: true)
+        #expect(try database.read(setting) == 2)
+        // A pragma access outside a transaction is durable too.
+        try log.donate(donation("relaxed-5"), durable: false)
+        let pragmaAccess = try database.withoutTransaction { db in try setting(db) }
+        #expect(pragmaAccess == 2)
+        #expect(try log.list().map(\.identifier) == ["relaxed-1", "relaxed-2", "relaxed-3", "relaxed-4", "durable", "relaxed-5"])
+    }
+
     @Test func donatingTheSameIdentifierAgainReplacesIt() throws {
         let test = try TestStore()
         let log = try test.store.donations(of: "TEAM")
