@@ -435,6 +435,11 @@ func policyVariants() -> [String: HandleOptions] {
     guard let homePath = options["home"] else { fail("donate needs --home DIR") }
     let count = option("count", 5_000)
     let callers = max(1, option("callers", 1))
+    // --uuids 1: random identifiers, as a run's (UUIDs), instead of sequential names.
+    let uuids = options["uuids"] != nil
+    // --thrash KB: between donations, touch KB of memory (what a run does between two donations
+    // to the caches), and time only the donation.
+    let thrashBytes = option("thrash", 0) * 1024
     let home = URL(fileURLWithPath: homePath, isDirectory: true)
     do {
         let store = try Store(home: home)
@@ -458,9 +463,15 @@ func policyVariants() -> [String: HandleOptions] {
             let thread = Thread {
                 var samples: [UInt64] = []
                 samples.reserveCapacity(count / callers)
+                var scratch = [UInt8](repeating: 1, count: max(thrashBytes, 1))
                 for i in 0..<(count / callers) {
+                    if thrashBytes > 0 {
+                        var sum: UInt8 = 0
+                        for j in stride(from: 0, to: thrashBytes, by: 64) { scratch[j] &+= 1; sum &+= scratch[(j &* 7919) % thrashBytes] }
+                        if sum == 255 { scratch[0] = sum }
+                    }
                     let t0 = nowNs()
-                    do { try one("d-\(caller)-\(i)") } catch { failures.add(1, ordering: .relaxed) }
+                    do { try one(uuids ? UUID().uuidString.lowercased() : "d-\(caller)-\(i)") } catch { failures.add(1, ordering: .relaxed) }
                     samples.append(nowNs() - t0)
                 }
                 results.withLock { $0.append(contentsOf: samples) }

@@ -183,6 +183,11 @@ extension Keystore {
     func loadTrusted(_ owner: String) throws -> [TrustedSigningKey] {
         let path = trustPath(for: owner)
         guard let data = try readPrivateFile(path, owner: owner) else { return [] }
+        return try parseTrusted(data, path: path, owner: owner)
+    }
+
+    /// The keys of a trusted keys file's bytes (`loadTrusted`).
+    func parseTrusted(_ data: Data, path: String, owner: String) throws -> [TrustedSigningKey] {
         let details: [String: JSONValue] = ["owner": .string(owner), "file": .string(path)]
         do {
             let fields = try JSONFields(try JSONCoding.parse(json: data))
@@ -293,7 +298,7 @@ extension Store {
     public func standing(of signer: Data, for owner: String) throws -> SignerStanding {
         try NameRules.validateOwner(owner)
         if let own = try ownSigningPublicKey(owner), own == signer { return .ownKey }
-        if let trusted = try keystore.loadTrusted(owner).first(where: { $0.publicKey == signer }) { return .trustedAuthor(trusted) }
+        if let trusted = try trustedSigningKeys(owner).first(where: { $0.publicKey == signer }) { return .trustedAuthor(trusted) }
         let fingerprint = SigningKeyFingerprint.of(signer)
         throw StoreError(
             .untrustedSigner,
@@ -317,5 +322,21 @@ extension Store {
             keys[owner] = (bytes, key)
         }
         return key
+    }
+
+    /// The keys the owner trusts, as `Keystore.loadTrusted`: the file is read and its
+    /// owner and mode checked every time (a key removed with `extrun owners untrust`
+    /// counts for the next intent); only parsing it (JSON, base64, dates) is skipped when
+    /// its bytes are the ones last parsed (docs/benchmarks.md, "The donation's own cost").
+    func trustedSigningKeys(_ owner: String) throws -> [TrustedSigningKey] {
+        let path = keystore.trustPath(for: owner)
+        guard let bytes = try keystore.readPrivateFile(path, owner: owner) else { return [] }
+        if let cached = trustedKeys.withLock({ $0[owner] }), cached.bytes == bytes { return cached.keys }
+        let keys = try keystore.parseTrusted(bytes, path: path, owner: owner)
+        trustedKeys.withLock { known in
+            if known.count >= 64 { known.removeAll() }
+            known[owner] = (bytes, keys)
+        }
+        return keys
     }
 }

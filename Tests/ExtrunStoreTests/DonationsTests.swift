@@ -1,3 +1,4 @@
+import Crypto
 import ExtrunProtocol
 import Foundation
 import GRDB
@@ -262,6 +263,33 @@ import Testing
         try text.write(toFile: path, atomically: false, encoding: .utf8)
         let error = #expect(throws: StoreError.self) { try test.store.standing(of: key.publicKey, for: "TEAM") }
         #expect(error?.kind == .invalidKeyFile)
+    }
+
+    /// The trusted keys are read for every check (parsing is skipped only for the same
+    /// bytes): a key trusted, then removed, is refused at the next check, and a file
+    /// changed behind extrun's back is read as it now is.
+    @Test func theTrustedKeysAreReadAgainWhenTheirFileChanges() throws {
+        let test = try TestStore()
+        let author = Curve25519.Signing.PrivateKey().publicKey.rawRepresentation
+        #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
+        func trustedAuthor() throws -> String? {
+            if case .trustedAuthor(let key) = try test.store.standing(of: author, for: "TEAM") { return key.author }
+            return nil
+        }
+        let trusted = try test.store.trust("TEAM", author: "Ada", signingKey: author)
+        #expect(try trustedAuthor() == "Ada")
+        #expect(try trustedAuthor() == "Ada")
+        _ = try test.store.untrust("TEAM", fingerprint: trusted.fingerprint)
+        let refused = #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
+        #expect(refused?.kind == .untrustedSigner)
+        _ = try test.store.trust("TEAM", author: "Bea", signingKey: author)
+        #expect(try trustedAuthor() == "Bea")
+        let path = test.store.keysDirectory + "/TEAM.trusted"
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        text = text.replacingOccurrences(of: "\"version\" : 1", with: "\"version\" : 2")
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+        let broken = #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
+        #expect(broken?.kind == .invalidKeyFile)
     }
 
     /// A long-lived host's store (StoreConnections in a PluginPool's process) lets its
