@@ -336,19 +336,10 @@ final class ServeEngine: Sendable {
         let catalog = pool.currentCatalog()
         if let intent {
             do throws(HostError) {
-                let (plugin, _) = try catalog.handler(for: intent)
-                var entry: JSONValue = .null
-                if let data = FileManager.default.contents(atPath: plugin.manifestPath), let manifest = try? JSONParser.parse(Array(data)),
-                    let intents = manifest["intents"]?.arrayValue
-                {
-                    entry = intents.first { $0["name"]?.stringValue == intent } ?? .null
-                }
-                return Outcome(
-                    status: 200,
-                    body: .object([
-                        "plugin": .string(plugin.manifest.id), "version": .string(plugin.manifest.version),
-                        "owner": .string(plugin.manifest.owner), "directory": .string(plugin.directory.path), "intent": entry,
-                    ]))
+                // What `extrun describe --format json` prints (IntentDescription), from the
+                // catalog the runs use; no folder: the plugin path is the service's business.
+                let (plugin, definition) = try catalog.handler(for: intent)
+                return Outcome(status: 200, body: IntentDescription(plugin: plugin, definition: definition).json)
             } catch {
                 var error = error
                 if error.kind == .noHandler {

@@ -6,35 +6,42 @@ import Foundation
 struct Describe: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Describe an intent: its plugin, parameters, types, defaults, prompts, typed outputs, response codes and phrases.",
-        discussion: "Reads the manifest only: no plugin is started. --format json prints the manifest's definition of the intent.")
+        discussion: """
+            Reads the manifest only: no plugin is started. --format json prints the plugin \
+            (id, version, owner, modes, app name), the manifest's definition of the intent and \
+            the custom types it uses.
+
+            With --server SOCKET (or EXTRUN_SERVER) the intent is described by `extrun serve` on \
+            that socket (GET /v1/intents/NAME, docs/serve.md), from the plugins the service \
+            runs: the same output and exit status. A service that cannot be reached is exit 11.
+            """)
 
     @Argument(help: "The intent name, e.g. OrderSoup.") var intent: String
     @Option(help: "Output format: text or json.") var format: OutputFormat = .text
+    @Option(
+        help: ArgumentHelp(
+            "Ask `extrun serve` on this Unix socket for the description, from the plugins it runs (default: $EXTRUN_SERVER when set).",
+            valueName: "socket"))
+    var server: String?
 
     func run() throws {
-        let (plugin, definition): (DiscoveredPlugin, IntentDefinition)
-        do {
-            (plugin, definition) = try Host().describe(intent: intent)
+        let description: IntentDescription
+        do throws(HostError) {
+            if let socket = server ?? ServerClient.environmentServer {
+                description = try ServerClient.describe(server: socket, intent: intent)
+            } else {
+                description = try Host().description(of: intent)
+            }
         } catch {
             Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
             throw ExitCode(error.kind.exitCode)
         }
-        if format == .json {
-            var object: [String: JSONValue] = [
-                "plugin": .string(plugin.manifest.id), "owner": .string(plugin.manifest.owner),
-                "modes": .array(plugin.manifest.modes.map { .string($0.rawValue) }),
-                "intent": (try? JSONCoding.value(of: definition)) ?? .null,
-            ]
-            if let appName = plugin.manifest.appName { object["appName"] = .string(appName) }
-            let used = Set(definition.parameters.compactMap(\.customType) + definition.outputs.compactMap(\.customType))
-            let types = plugin.manifest.types.filter { used.contains($0.name) }
-            if !types.isEmpty { object["types"] = (try? JSONCoding.value(of: types)) ?? .null }
-            return Output.printJSON(.object(object))
-        }
+        if format == .json { return Output.printJSON(description.json) }
+        let definition = description.definition
         var lines: [String] = []
         lines.append("\(definition.title ?? definition.name) (\(definition.name))")
         if let description = definition.description { lines.append("  \(description)") }
-        lines.append("  plugin \(plugin.manifest.id) \(plugin.manifest.version), owner \(plugin.manifest.owner), modes \(plugin.manifest.modes.map(\.rawValue).joined(separator: ", "))")
+        lines.append("  plugin \(description.plugin) \(description.version), owner \(description.owner), modes \(description.modes.map(\.rawValue).joined(separator: ", "))")
         if definition.runsInBackground == true { lines.append("  runs in the background") }
         if let confirmation = definition.confirmation { lines.append("  asks to confirm: \(confirmation)") }
         lines.append("")

@@ -61,6 +61,38 @@ enum ServerClient {
         } inline: { _, _ in nil }
     }
 
+    /// `extrun describe`: `GET /v1/intents/NAME`, the service's description of the intent
+    /// (what `describe` reads from the manifests here). An intent the service does not know
+    /// is its `noHandler` error; a service that cannot be reached, `configurationError`.
+    static func describe(server: String, intent: String) throws(HostError) -> IntentDescription {
+        let answer: JSONValue
+        let status: Int
+        do {
+            let connection = try Connection(path: server)
+            defer { connection.close() }
+            try connection.send(method: "GET", target: "/v1/intents/\(percentEncoded(intent))", body: [])
+            let head = try connection.readHead()
+            status = head.status
+            let bytes = try connection.readBody(length: head.contentLength)
+            guard let parsed = try? JSONParser.parse(bytes) else {
+                throw Failure(message: "HTTP \(head.status): the answer is not JSON: \(String(decoding: bytes.prefix(200), as: UTF8.self))")
+            }
+            answer = parsed
+        } catch let failure as Failure {
+            throw HostError(.configurationError, "extrun serve at \(server): \(failure.message)", details: ["server": .string(server)])
+        } catch {
+            throw HostError(.configurationError, "extrun serve at \(server): \(error)", details: ["server": .string(server)])
+        }
+        if case .object(var fields) = answer["error"] ?? .null {
+            let kind = fields["kind"]?.stringValue.flatMap(ErrorKind.init(rawValue:)) ?? .internalError
+            let message = fields["message"]?.stringValue ?? "HTTP \(status) without a message"
+            fields["kind"] = nil
+            fields["message"] = nil
+            throw HostError(kind, message, details: fields)
+        }
+        return try IntentDescription(json: answer, what: "extrun serve at \(server)")
+    }
+
     /// How many times a request is sent again with more files inline (one parameter a time at worst).
     static let maxInlineRounds = 16
 

@@ -267,6 +267,44 @@ struct ServeClientTests {
         #expect(scratch.isEmpty, "the local runs left files in their TMPDIR: \(scratch)")
     }
 
+    @Test("describe with --server or EXTRUN_SERVER prints what the local command prints (text and JSON: modes, app name, custom types), an unknown intent is exit 5 without the service's plugin path, no service is exit 11; GET /v1/intents/NAME names no folder")
+    func describeOverTheService() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        for intent in ["MakeUppercase", "OrderSoup", "GetPeople", "ViewPerson"] {
+            for format in ["text", "json"] {
+                let arguments = ["describe", intent, "--format", format]
+                let local = try cli.run(arguments)
+                #expect(local.status == 0, "\(arguments): \(local)")
+                for (form, result) in [
+                    ("--server", try service.client(arguments + ["--server", service.socket])),
+                    ("EXTRUN_SERVER", try service.client(arguments, environment: ["EXTRUN_SERVER": service.socket])),
+                ] {
+                    #expect(result.status == 0 && result.stdout == local.stdout && result.stderr == local.stderr, "\(form) \(arguments): \(result)\n--- local\n\(local)")
+                }
+            }
+        }
+        // The JSON names the plugin, its version, modes and app name, and the custom types the intent uses.
+        let soup = try service.client(["describe", "OrderSoup", "--format", "json", "--server", service.socket]).json()
+        #expect(soup["plugin"] == "com.example.soupchef" && soup["version"]?.stringValue != nil, "\(soup)")
+        #expect(soup["appName"] == "Soup Chef" && soup["modes"]?.arrayValue?.isEmpty == false, "\(soup)")
+        #expect(soup["types"]?.arrayValue?.contains { $0["name"] == "Soup" } == true, "\(soup)")
+        #expect(soup["directory"] == nil, "\(soup)")
+        // An unknown intent: exit 5, the intents named, not the service's plugin path.
+        let local = try cli.run(["describe", "NoSuchIntent"])
+        let remote = try service.client(["describe", "NoSuchIntent", "--server", service.socket])
+        #expect(local.status == 5 && remote.status == 5, "\(local)\n\(remote)")
+        #expect(local.stderr.contains("(plugin path: "), "\(local)")
+        #expect(remote.stderr.contains("MakeUppercase") && !remote.stderr.contains("plugin path"), "\(remote)")
+        // No service there: configurationError naming the socket, exit 11.
+        let files = try TempDirectory("describe-client")
+        let nowhere = files.sub("none.sock")
+        let absent = try cli.run(["describe", "MakeUppercase", "--server", nowhere])
+        #expect(absent.status == 11 && absent.stderr.contains(nowhere), "\(absent)")
+        let help = try cli.run(["describe", "--help"])
+        #expect(help.status == 0 && help.stdout.contains("--server <socket>") && help.stdout.contains("EXTRUN_SERVER"), "\(help)")
+    }
+
     @Test("Files named by path are read by the client and sent inline: an intent's for options, an activity's interaction's for continue; a phrase's file slot is refused by the service")
     func filesGoInline() throws {
         let plugins = try TempDirectory("client-tagger")

@@ -70,6 +70,8 @@ def check_basic(path):
     expect(status == 200 and any(i["intent"] == "MakeUppercase" for i in listing["intents"]), "intents: %s" % listing)
     status, one, _ = call(path, "GET", "/v1/intents/MakeUppercase")
     expect(status == 200 and one["plugin"] == "com.example.uppercase" and one["intent"]["name"] == "MakeUppercase", "describe: %s" % one)
+    # What `extrun describe --format json` prints; no folder (the plugin path is the service's).
+    expect("directory" not in one and one["modes"] and one["version"] and one["owner"], "describe's fields: %s" % one)
     status, missing, _ = call(path, "GET", "/v1/intents/NoSuchIntent")
     expect(status == 404 and missing["error"]["kind"] == "noHandler", "describe a missing intent: %s %s" % (status, missing))
 
