@@ -86,6 +86,13 @@ extension Keystore {
 
     /// Reads a private file of the keys folder (0600, yours, regular, no symlink); nil when absent.
     func readPrivateFile(_ path: String, owner: String, limit: Int = 1 << 20, what: String = "an extrun key file") throws -> Data? {
+        try readPrivateFileWithIdentity(path, owner: owner, limit: limit, what: what)?.data
+    }
+
+    /// `readPrivateFile`, with the identity of the file it read (from the descriptor it read).
+    func readPrivateFileWithIdentity(_ path: String, owner: String, limit: Int = 1 << 20, what: String = "an extrun key file") throws
+        -> (data: Data, identity: KeyFileIdentity)?
+    {
         let details: [String: JSONValue] = ["owner": .string(owner), "file": .string(path)]
         let fd: Int32
         do {
@@ -107,7 +114,7 @@ extension Keystore {
             guard let data = try FileOps.readAll(fd, limit: limit) else {
                 throw StoreError(.invalidKeyFile, "\(path) is over \(limit) bytes: not \(what)", details: details)
             }
-            return data
+            return (data, KeyFileIdentity(info))
         } catch let error as SystemCallError {
             throw StoreError(.invalidKeyFile, "cannot read \(path): \(error.reason)", details: details)
         }
@@ -308,35 +315,88 @@ extension Store {
 }
 
 extension Store {
-    /// The owner's own public signing key (nil: it has none). The file is read and its
-    /// owner and mode checked every time, as `Keystore.loadSigningKey` does; only parsing
-    /// it and deriving the key (~100 µs, on every intent of a warm process) are skipped
-    /// when its bytes are the ones last parsed (docs/benchmarks.md, "extrun serve").
+    /// The owner's own public signing key (nil: it has none). The file is looked at every
+    /// time: a `stat` (its owner and mode checked, as `Keystore.loadSigningKey` does) whose
+    /// identity is the one of the file last read and parsed gives that key; any other file
+    /// is read and checked, and parsed again when its bytes differ (deriving the key costs
+    /// ~100 µs, on every intent of a warm process: docs/benchmarks.md, "extrun serve").
     func ownSigningPublicKey(_ owner: String) throws -> Data? {
         let path = keystore.signingPath(for: owner)
-        guard let bytes = try keystore.readPrivateFile(path, owner: owner, limit: 64 * 1024) else { return nil }
-        if let cached = ownSigningKeys.withLock({ $0[owner] }), cached.bytes == bytes { return cached.publicKey }
-        let key = try keystore.signingKey(from: bytes, path: path, owner: owner).publicKey
+        let cached = ownSigningKeys.withLock { $0[owner] }
+        // The file as it was when last read and parsed (a stat): the key parsed then.
+        if let cached, cached.identity.settled, KeyFileIdentity.current(path) == cached.identity { return cached.publicKey }
+        guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner, limit: 64 * 1024) else { return nil }
+        let key = try cached.flatMap { $0.bytes == bytes ? $0.publicKey : nil } ?? keystore.signingKey(from: bytes, path: path, owner: owner).publicKey
         ownSigningKeys.withLock { keys in
             if keys.count >= 64 { keys.removeAll() }
-            keys[owner] = (bytes, key)
+            keys[owner] = (bytes, identity, key)
         }
         return key
     }
 
-    /// The keys the owner trusts, as `Keystore.loadTrusted`: the file is read and its
-    /// owner and mode checked every time (a key removed with `extrun owners untrust`
-    /// counts for the next intent); only parsing it (JSON, base64, dates) is skipped when
-    /// its bytes are the ones last parsed (docs/benchmarks.md, "The donation's own cost").
+    /// The keys the owner trusts, as `Keystore.loadTrusted`: the file is looked at every
+    /// time (a key removed with `extrun owners untrust` counts for the next intent), read
+    /// again when its identity (`KeyFileIdentity`) is not the one last read, and parsed
+    /// (JSON, base64, dates) again when its bytes differ (docs/benchmarks.md, "The donation's own cost").
     func trustedSigningKeys(_ owner: String) throws -> [TrustedSigningKey] {
         let path = keystore.trustPath(for: owner)
-        guard let bytes = try keystore.readPrivateFile(path, owner: owner) else { return [] }
-        if let cached = trustedKeys.withLock({ $0[owner] }), cached.bytes == bytes { return cached.keys }
-        let keys = try keystore.parseTrusted(bytes, path: path, owner: owner)
+        let cached = trustedKeys.withLock { $0[owner] }
+        if let cached, cached.identity.settled, KeyFileIdentity.current(path) == cached.identity { return cached.keys }
+        guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner) else { return [] }
+        let keys = try cached.flatMap { $0.bytes == bytes ? $0.keys : nil } ?? keystore.parseTrusted(bytes, path: path, owner: owner)
         trustedKeys.withLock { known in
             if known.count >= 64 { known.removeAll() }
-            known[owner] = (bytes, keys)
+            known[owner] = (bytes, identity, keys)
         }
         return keys
+    }
+}
+
+
+/// What a `stat` of a key file says of it: the same identity means the same bytes. Any
+/// write, rename, chmod or chown changes the change time (`st_ctime`, which no call can
+/// set back), a replacement changes the inode: so a key file whose identity is the one it
+/// had when it was read and parsed need not be read again (Store.keyFile).
+struct KeyFileIdentity: Equatable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var mode: UInt32
+    var uid: UInt32
+    var modified: (Int, Int)
+    var changed: (Int, Int)
+    /// Whether the file had not changed for 2 s when this was taken (not part of the
+    /// identity). Linux stamps changes with a coarse clock (a tick, up to 10 ms), so a file
+    /// changed again within the tick it was read in may keep its times: an identity taken
+    /// that soon ("racy", as Git calls such index entries) is never trusted, and the
+    /// file is read again until it has settled.
+    var settled: Bool
+
+    init(_ info: stat) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        settled = now.tv_sec - info.st_ctim.tv_sec >= 2 && now.tv_sec - info.st_mtim.tv_sec >= 2
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+        size = Int64(info.st_size)
+        mode = UInt32(info.st_mode)
+        uid = UInt32(info.st_uid)
+        modified = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec)
+        changed = (info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
+    }
+
+    static func == (a: KeyFileIdentity, b: KeyFileIdentity) -> Bool {
+        a.device == b.device && a.inode == b.inode && a.size == b.size && a.mode == b.mode && a.uid == b.uid
+            && a.modified == b.modified && a.changed == b.changed
+    }
+
+    /// The identity of the file at `path` now (not following a symlink), when it is a
+    /// regular file of yours that others cannot read, as `readPrivateFile` requires; nil
+    /// otherwise (absent, or anything `readPrivateFile` would refuse: it is read, and
+    /// refused, the slow way).
+    static func current(_ path: String) -> KeyFileIdentity? {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else { return nil }
+        return KeyFileIdentity(info)
     }
 }

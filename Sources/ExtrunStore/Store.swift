@@ -34,10 +34,10 @@ public final class Store: Sendable {
     let quotaDefaults = Mutex<OwnerQuota?>(nil)
     /// Donations of this process's threads, written together (Donations.swift).
     let donationCommits = DonationGroupCommit()
-    /// The owners' own public signing keys, with the key file's bytes they were parsed from (SigningKeys.swift).
-    let ownSigningKeys = Mutex<[String: (bytes: Data, publicKey: Data)]>([:])
-    /// The trusted keys files last parsed, by owner (`trustedSigningKeys`).
-    let trustedKeys = Mutex<[String: (bytes: Data, keys: [TrustedSigningKey])]>([:])
+    /// The owners' own public signing keys, with the key file's bytes and identity they were parsed from (SigningKeys.swift).
+    let ownSigningKeys = Mutex<[String: (bytes: Data, identity: KeyFileIdentity, publicKey: Data)]>([:])
+    /// The trusted keys files last parsed, by owner, with the file's identity (`trustedSigningKeys`).
+    let trustedKeys = Mutex<[String: (bytes: Data, identity: KeyFileIdentity, keys: [TrustedSigningKey])]>([:])
 
     /// Opens the store under `home`, creating `home` (0700), `keys/` (0700) and
     /// `store.sqlite` (0600) when they do not exist. Never recreates a

@@ -292,6 +292,62 @@ import Testing
         #expect(broken?.kind == .invalidKeyFile)
     }
 
+    /// Once a key file has settled (unchanged for 2 s when read), a check only `stat`s it
+    /// (KeyFileIdentity): the same identity is the same bytes. Every later change is still
+    /// seen at the next check: a key removed (the file replaced), the mode opened to
+    /// others, a byte changed in place with the size kept.
+    @Test func aSettledKeyFileIsOnlyLookedAtYetEveryChangeCounts() throws {
+        let test = try TestStore()
+        let author = Curve25519.Signing.PrivateKey().publicKey.rawRepresentation
+        let other = Curve25519.Signing.PrivateKey().publicKey.rawRepresentation
+        func trustedAuthor(_ key: Data) throws -> String? {
+            if case .trustedAuthor(let trusted) = try test.store.standing(of: key, for: "TEAM") { return trusted.author }
+            return nil
+        }
+        _ = try test.store.trust("TEAM", author: "Ada", signingKey: author)
+        let path = test.store.keysDirectory + "/TEAM.trusted"
+        #expect(try trustedAuthor(author) == "Ada")
+        // Read within 2 s of its change: not trusted to stay the same.
+        #expect(test.store.trustedKeys.withLock { $0["TEAM"]?.identity.settled } == false)
+        Thread.sleep(forTimeInterval: 2.2)
+        #expect(try trustedAuthor(author) == "Ada")
+        #expect(test.store.trustedKeys.withLock { $0["TEAM"]?.identity.settled } == true)
+        #expect(try trustedAuthor(author) == "Ada")
+        // A byte changed in place, the size kept (the author's name): seen at the next check.
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        text = text.replacingOccurrences(of: "\"Ada\"", with: "\"Bob\"")
+        let handle = try #require(FileHandle(forWritingAtPath: path))
+        try handle.write(contentsOf: Data(text.utf8))
+        try handle.close()
+        #expect(try trustedAuthor(author) == "Bob")
+        Thread.sleep(forTimeInterval: 2.2)
+        #expect(try trustedAuthor(author) == "Bob")
+        // Opened to others: refused at once.
+        chmod(path, 0o644)
+        let open = #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
+        #expect(open?.kind == .insecurePermissions)
+        chmod(path, 0o600)
+        #expect(try trustedAuthor(author) == "Bob")
+        Thread.sleep(forTimeInterval: 2.2)
+        #expect(try trustedAuthor(author) == "Bob")
+        // The file replaced (another key trusted, then the first removed): seen at once.
+        _ = try test.store.trust("TEAM", author: "Cy", signingKey: other)
+        #expect(try trustedAuthor(other) == "Cy")
+        _ = try test.store.untrust("TEAM", fingerprint: SigningKeyFingerprint.of(author))
+        let refused = #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
+        #expect(refused?.kind == .untrustedSigner)
+        // The owner's own key file likewise.
+        let own = try test.store.signingKey(of: "TEAM")
+        #expect(try test.store.standing(of: own.publicKey, for: "TEAM") == .ownKey)
+        Thread.sleep(forTimeInterval: 2.2)
+        #expect(try test.store.standing(of: own.publicKey, for: "TEAM") == .ownKey)
+        #expect(test.store.ownSigningKeys.withLock { $0["TEAM"]?.identity.settled } == true)
+        let signing = test.store.keysDirectory + "/TEAM.signing"
+        chmod(signing, 0o640)
+        let opened = #expect(throws: StoreError.self) { try test.store.standing(of: own.publicKey, for: "TEAM") }
+        #expect(opened?.kind == .insecurePermissions)
+    }
+
     /// A long-lived host's store (StoreConnections in a PluginPool's process) lets its
     /// log grow to `maxLogBytesLongLived` before folding it, and folds it when asked (the
     /// pool closing): nothing committed is lost either way.
