@@ -107,6 +107,6 @@ extension Host {
 
     /// A new interaction identifier.
     static func newIdentifier() -> String {
-        UUID().uuidString.lowercased()
+        RandomIdentifier.uuid()
     }
 }

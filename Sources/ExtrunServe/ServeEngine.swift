@@ -137,7 +137,7 @@ final class ServeEngine: Sendable {
         options.cancellation = control.cancellation
         var callOptions = CallOptions()
         var interactive: InteractiveRun?
-        let runID = UUID().uuidString.lowercased()
+        let runID = RandomIdentifier.uuid()
         switch call {
         case .handle(_, let o), .options(_, _, _, let o), .continueActivity(_, let o), .phrase(_, let o): callOptions = o
         default: break
