@@ -743,15 +743,18 @@ extension ServeListenerTests {
             [
                 "--config-file", root.appendingPathComponent("Scripts/lib/schemathesis.toml").path,
                 "run", root.appendingPathComponent("docs/serve-openapi.json").path,
-                "--url", "http://127.0.0.1:\(port)", "--header", "Authorization: Bearer \(token)",
+                "--url", "http://127.0.0.1:\(port)",
                 "--checks", "all", "--phases", "examples,coverage", "--max-examples", "5", "--max-time", "50", "--seed", "1",
                 "--workers", "1", "--request-timeout", "30", "--generation-database", "none", "--no-color", "--output-truncate", "false",
             ],
-            environment: ProcessInfo.processInfo.environment.merging(["NO_COLOR": "1"]) { _, new in new },
+            // The token in the environment (Scripts/lib/schemathesis.toml's headers), not on the command line.
+            environment: ProcessInfo.processInfo.environment.merging(["NO_COLOR": "1", "EXTRUN_CONFORMANCE_TOKEN": token]) { _, new in new },
             // schemathesis keeps its cache in the current directory.
             in: dir.url)
         #expect(result.status == 0, "schemathesis: \(result.stdout.suffix(12_000))\n\(result.stderr.suffix(2000))\n\(service.logText.suffix(2000))")
         #expect(result.stdout.contains("Operations:       9 selected / 9 total"), "\(result.stdout.prefix(2000))")
+        // The token reached the service (from the environment): runs were let in, not only 401s.
+        #expect(service.logText.contains("\"message\":\"intent\""), "no run was let in: \(service.logText.suffix(2000))")
         #expect(service.process.isRunning, "the service died: \(service.logText.suffix(4000))")
     }
 }
