@@ -2,6 +2,7 @@ import Crypto
 import ExtrunProtocol
 import ExtrunSystem
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -321,17 +322,9 @@ extension Store {
     /// is read and checked, and parsed again when its bytes differ (deriving the key costs
     /// ~100 µs, on every intent of a warm process: docs/benchmarks.md, "extrun serve").
     func ownSigningPublicKey(_ owner: String) throws -> Data? {
-        let path = keystore.signingPath(for: owner)
-        let cached = ownSigningKeys.withLock { $0[owner] }
-        // The file as it was when last read and parsed (a stat): the key parsed then.
-        if let cached, cached.identity.settled, KeyFileIdentity.current(path) == cached.identity { return cached.publicKey }
-        guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner, limit: 64 * 1024) else { return nil }
-        let key = try cached.flatMap { $0.bytes == bytes ? $0.publicKey : nil } ?? keystore.signingKey(from: bytes, path: path, owner: owner).publicKey
-        ownSigningKeys.withLock { keys in
-            if keys.count >= 64 { keys.removeAll() }
-            keys[owner] = (bytes, identity, key)
+        try ownSigningKeys.value(of: keystore.signingPath(for: owner), owner: owner, keystore: keystore, limit: 64 * 1024) { bytes, path in
+            try keystore.signingKey(from: bytes, path: path, owner: owner).publicKey
         }
-        return key
     }
 
     /// The keys the owner trusts, as `Keystore.loadTrusted`: the file is looked at every
@@ -339,16 +332,9 @@ extension Store {
     /// again when its identity (`KeyFileIdentity`) is not the one last read, and parsed
     /// (JSON, base64, dates) again when its bytes differ (docs/benchmarks.md, "The donation's own cost").
     func trustedSigningKeys(_ owner: String) throws -> [TrustedSigningKey] {
-        let path = keystore.trustPath(for: owner)
-        let cached = trustedKeys.withLock { $0[owner] }
-        if let cached, cached.identity.settled, KeyFileIdentity.current(path) == cached.identity { return cached.keys }
-        guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner) else { return [] }
-        let keys = try cached.flatMap { $0.bytes == bytes ? $0.keys : nil } ?? keystore.parseTrusted(bytes, path: path, owner: owner)
-        trustedKeys.withLock { known in
-            if known.count >= 64 { known.removeAll() }
-            known[owner] = (bytes, identity, keys)
-        }
-        return keys
+        try trustedKeys.value(of: keystore.trustPath(for: owner), owner: owner, keystore: keystore, limit: 1 << 20) { bytes, path in
+            try keystore.parseTrusted(bytes, path: path, owner: owner)
+        } ?? []
     }
 }
 
@@ -398,5 +384,36 @@ struct KeyFileIdentity: Equatable, Sendable {
         var info = stat()
         guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else { return nil }
         return KeyFileIdentity(info)
+    }
+}
+
+/// What a key file of each owner said when last read (`Store.ownSigningPublicKey`,
+/// `Store.trustedSigningKeys`): its bytes, their identity (`KeyFileIdentity`) and what
+/// was parsed from them. A file whose identity has settled and is the same now is only
+/// `stat`ed; any other is read (and checked) again, and parsed again when its bytes differ.
+final class KeyFileCache<Value: Sendable>: Sendable {
+    struct Entry: Sendable {
+        var bytes: Data
+        var identity: KeyFileIdentity
+        var value: Value
+    }
+
+    private let entries = Mutex<[String: Entry]>([:])
+
+    func entry(_ owner: String) -> Entry? { entries.withLock { $0[owner] } }
+
+    /// The parsed file of `owner` at `path`, nil when there is none.
+    func value(
+        of path: String, owner: String, keystore: Keystore, limit: Int, parse: (Data, String) throws -> Value
+    ) throws -> Value? {
+        let cached = entry(owner)
+        if let cached, cached.identity.settled, KeyFileIdentity.current(path) == cached.identity { return cached.value }
+        guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner, limit: limit) else { return nil }
+        let value = try cached.flatMap { $0.bytes == bytes ? $0.value : nil } ?? parse(bytes, path)
+        entries.withLock { known in
+            if known.count >= 64 { known.removeAll() }
+            known[owner] = Entry(bytes: bytes, identity: identity, value: value)
+        }
+        return value
     }
 }

@@ -35,9 +35,9 @@ public final class Store: Sendable {
     /// Donations of this process's threads, written together (Donations.swift).
     let donationCommits = DonationGroupCommit()
     /// The owners' own public signing keys, with the key file's bytes and identity they were parsed from (SigningKeys.swift).
-    let ownSigningKeys = Mutex<[String: (bytes: Data, identity: KeyFileIdentity, publicKey: Data)]>([:])
+    let ownSigningKeys = KeyFileCache<Data>()
     /// The trusted keys files last parsed, by owner, with the file's identity (`trustedSigningKeys`).
-    let trustedKeys = Mutex<[String: (bytes: Data, identity: KeyFileIdentity, keys: [TrustedSigningKey])]>([:])
+    let trustedKeys = KeyFileCache<[TrustedSigningKey]>()
 
     /// Opens the store under `home`, creating `home` (0700), `keys/` (0700) and
     /// `store.sqlite` (0600) when they do not exist. Never recreates a

@@ -412,34 +412,20 @@ final class StoreDatabase: Sendable {
     /// a stale snapshot. Durable: the connection is back at `synchronous = FULL`
     /// first when donations left it relaxed (`relaxedWrite`).
     func write<T>(_ body: (Database) throws -> T) throws -> T {
-        defer { keepLogShort() }
-        do {
-            return try queue.writeWithoutTransaction { db in
-                try makeDurable(db)
-                var result: T?
-                try db.inTransaction(.immediate) {
-                    result = try body(db)
-                    return .commit
-                }
-                guard let result else { throw StoreError(.databaseError, "\(path): a committed write left no result") }
-                return result
+        try access(durable: true) { db in
+            var result: T?
+            try db.inTransaction(.immediate) {
+                result = try body(db)
+                return .commit
             }
-        } catch {
-            throw StoreDatabase.storeError(error, path: path)
+            guard let result else { throw StoreError(.databaseError, "\(path): a committed write left no result") }
+            return result
         }
     }
 
     /// Outside any transaction (pragmas), durable as `write`.
     func withoutTransaction<T>(_ body: (Database) throws -> T) throws -> T {
-        defer { keepLogShort() }
-        do {
-            return try queue.writeWithoutTransaction { db in
-                try makeDurable(db)
-                return try body(db)
-            }
-        } catch {
-            throw StoreDatabase.storeError(error, path: path)
-        }
+        try access(durable: true, body)
     }
 
     /// Outside any transaction, with the connection at `synchronous = NORMAL`: a
@@ -450,10 +436,17 @@ final class StoreDatabase: Sendable {
     /// (`makeDurable`), so that a stream of donations runs no pragma at all
     /// (two per batch before: docs/benchmarks.md, "The donation's own cost").
     func relaxedWrite<T>(_ body: (Database) throws -> T) throws -> T {
+        try access(durable: false, body)
+    }
+
+    /// Outside any transaction: `withoutTransaction` when durable, else `relaxedWrite`.
+    func access<T>(durable: Bool, _ body: (Database) throws -> T) throws -> T {
         defer { keepLogShort() }
         do {
             return try queue.writeWithoutTransaction { db in
-                if !relaxed.load(ordering: .relaxed) {
+                if durable {
+                    try makeDurable(db)
+                } else if !relaxed.load(ordering: .relaxed) {
                     try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute()
                     relaxed.store(true, ordering: .relaxed)
                 }
@@ -462,11 +455,6 @@ final class StoreDatabase: Sendable {
         } catch {
             throw StoreDatabase.storeError(error, path: path)
         }
-    }
-
-    /// `withoutTransaction` when durable, else `relaxedWrite`.
-    func access<T>(durable: Bool, _ body: (Database) throws -> T) throws -> T {
-        durable ? try withoutTransaction(body) : try relaxedWrite(body)
     }
 
     /// Sets the connection back to `synchronous = FULL` when `relaxedWrite` left it
