@@ -349,22 +349,7 @@ func policyVariants() -> [String: HandleOptions] {
         return samples
     }
     /// Runs `n` intents on each of `callers` threads at once; all latencies and the wall time.
-    func together(_ n: Int) -> ([UInt64], UInt64) {
-        let results = Mutex<[UInt64]>([])
-        let group = DispatchGroup()
-        let started = nowNs()
-        for _ in 0..<callers {
-            group.enter()
-            let thread = Thread {
-                let samples = run(n)
-                results.withLock { $0.append(contentsOf: samples) }
-                group.leave()
-            }
-            thread.start()
-        }
-        group.wait()
-        return (results.withLock { $0 }, nowNs() - started)
-    }
+    func together(_ n: Int) -> ([UInt64], UInt64) { onThreads(callers) { _ in run(n) } }
     _ = together(warmup)
     let memoryBefore = ownMemoryKB()
     let (samples, elapsed) = together(max(1, count / callers))
@@ -453,36 +438,25 @@ func policyVariants() -> [String: HandleOptions] {
                 durable: false)
         }
         for i in 0..<50 { try one("warm-\(i)") }
-        let results = Mutex<[UInt64]>([])
         let failures = Atomic<Int>(0)
-        let group = DispatchGroup()
         let cpuBefore = processCPUNs()
-        let started = nowNs()
-        for caller in 0..<callers {
-            group.enter()
-            let thread = Thread {
-                var samples: [UInt64] = []
-                samples.reserveCapacity(count / callers)
-                var scratch = [UInt8](repeating: 1, count: max(thrashBytes, 1))
-                for i in 0..<(count / callers) {
-                    if thrashBytes > 0 {
-                        var sum: UInt8 = 0
-                        for j in stride(from: 0, to: thrashBytes, by: 64) { scratch[j] &+= 1; sum &+= scratch[(j &* 7919) % thrashBytes] }
-                        if sum == 255 { scratch[0] = sum }
-                    }
-                    let t0 = nowNs()
-                    do { try one(uuids ? UUID().uuidString.lowercased() : "d-\(caller)-\(i)") } catch { failures.add(1, ordering: .relaxed) }
-                    samples.append(nowNs() - t0)
+        let (samples, elapsed) = onThreads(callers) { caller in
+            var samples: [UInt64] = []
+            samples.reserveCapacity(count / callers)
+            var scratch = [UInt8](repeating: 1, count: max(thrashBytes, 1))
+            for i in 0..<(count / callers) {
+                if thrashBytes > 0 {
+                    var sum: UInt8 = 0
+                    for j in stride(from: 0, to: thrashBytes, by: 64) { scratch[j] &+= 1; sum &+= scratch[(j &* 7919) % thrashBytes] }
+                    if sum == 255 { scratch[0] = sum }
                 }
-                results.withLock { $0.append(contentsOf: samples) }
-                group.leave()
+                let t0 = nowNs()
+                do { try one(uuids ? RandomIdentifier.uuid() : "d-\(caller)-\(i)") } catch { failures.add(1, ordering: .relaxed) }
+                samples.append(nowNs() - t0)
             }
-            thread.start()
+            return samples
         }
-        group.wait()
-        let elapsed = nowNs() - started
         let cpu = processCPUNs() - cpuBefore
-        let samples = results.withLock { $0 }
         if failures.load(ordering: .relaxed) > 0 { fail("donate: \(failures.load(ordering: .relaxed)) donations failed") }
         struct Output: Encodable {
             var kind = "donate"
@@ -501,6 +475,24 @@ func policyVariants() -> [String: HandleOptions] {
     } catch {
         fail("donate: \(error)")
     }
+}
+
+/// Runs `body` on `callers` threads at once (each given its number); all their samples and the wall time in ns.
+func onThreads(_ callers: Int, _ body: @escaping @Sendable (Int) -> [UInt64]) -> ([UInt64], UInt64) {
+    let results = Mutex<[UInt64]>([])
+    let group = DispatchGroup()
+    let started = nowNs()
+    for caller in 0..<callers {
+        group.enter()
+        let thread = Thread {
+            let samples = body(caller)
+            results.withLock { $0.append(contentsOf: samples) }
+            group.leave()
+        }
+        thread.start()
+    }
+    group.wait()
+    return (results.withLock { $0 }, nowNs() - started)
 }
 
 /// The process's user + system CPU time so far, in ns.

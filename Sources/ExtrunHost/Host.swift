@@ -63,8 +63,9 @@ public struct Host: Sendable {
         PluginCatalog.discover(paths: paths)
     }
 
-    /// The plugin and definition of an intent, without starting anything.
-    public func describe(intent: String) throws(HostError) -> (DiscoveredPlugin, IntentDefinition) {
-        try catalog().handler(for: intent)
+    /// What `extrun describe` shows of an intent (IntentDescription), without starting anything.
+    public func describe(intent: String) throws(HostError) -> IntentDescription {
+        let (plugin, definition) = try catalog().handler(for: intent)
+        return IntentDescription(plugin: plugin, definition: definition)
     }
 }

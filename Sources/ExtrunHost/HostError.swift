@@ -94,4 +94,14 @@ public struct HostError: Error, Sendable, Equatable, CustomStringConvertible {
         object["message"] = .string(message)
         return .object(object)
     }
+
+    /// The error an `error` field holds (`json` read back, as a service's client gets it);
+    /// nil when it is not an object with a known `kind`.
+    public init?(json: JSONValue) {
+        guard case .object(var fields) = json, let kind = fields["kind"]?.stringValue.flatMap(ErrorKind.init(rawValue:)) else { return nil }
+        let message = fields["message"]?.stringValue ?? ""
+        fields["kind"] = nil
+        fields["message"] = nil
+        self.init(kind, message, details: fields)
+    }
 }

@@ -62,11 +62,3 @@ public struct IntentDescription: Sendable, Equatable {
         }
     }
 }
-
-extension Host {
-    /// The description of `intent` from the manifests on the plugin path (`extrun describe`).
-    public func description(of intent: String) throws(HostError) -> IntentDescription {
-        let (plugin, definition) = try describe(intent: intent)
-        return IntentDescription(plugin: plugin, definition: definition)
-    }
-}

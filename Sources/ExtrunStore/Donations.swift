@@ -367,7 +367,7 @@ extension Store {
         do {
             let quota = try quotaDefaultsForWrite()
             // Not durable: at synchronous = NORMAL, which the connection keeps until a
-            // durable write sets FULL again (StoreDatabase.relaxedWrite); no other write
+            // durable write sets FULL again (StoreDatabase.access(durable:)); no other write
             // runs with the relaxed setting. Statements compiled once per connection
             // (each compile ran GRDB's authorizer).
             try database.access(durable: durable) { db in

@@ -338,11 +338,10 @@ extension Store {
     }
 }
 
-
 /// What a `stat` of a key file says of it: the same identity means the same bytes. Any
 /// write, rename, chmod or chown changes the change time (`st_ctime`, which no call can
 /// set back), a replacement changes the inode: so a key file whose identity is the one it
-/// had when it was read and parsed need not be read again (Store.keyFile).
+/// had when it was read and parsed need not be read again (`KeyFileCache`).
 struct KeyFileIdentity: Equatable, Sendable {
     var device: UInt64
     var inode: UInt64
@@ -351,17 +350,8 @@ struct KeyFileIdentity: Equatable, Sendable {
     var uid: UInt32
     var modified: (Int, Int)
     var changed: (Int, Int)
-    /// Whether the file had not changed for 2 s when this was taken (not part of the
-    /// identity). Linux stamps changes with a coarse clock (a tick, up to 10 ms), so a file
-    /// changed again within the tick it was read in may keep its times: an identity taken
-    /// that soon ("racy", as Git calls such index entries) is never trusted, and the
-    /// file is read again until it has settled.
-    var settled: Bool
 
     init(_ info: stat) {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        settled = now.tv_sec - info.st_ctim.tv_sec >= 2 && now.tv_sec - info.st_mtim.tv_sec >= 2
         device = UInt64(info.st_dev)
         inode = UInt64(info.st_ino)
         size = Int64(info.st_size)
@@ -369,6 +359,16 @@ struct KeyFileIdentity: Equatable, Sendable {
         uid = UInt32(info.st_uid)
         modified = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec)
         changed = (info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
+    }
+
+    /// Whether the file has not changed for 2 s. Linux stamps changes with a coarse clock
+    /// (a tick, up to 10 ms), so a file changed again within the tick it was read in may
+    /// keep its times: an identity taken that soon ("racy", as Git calls such index
+    /// entries) is never trusted, and the file is read again until it has settled.
+    var hasSettled: Bool {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return now.tv_sec - changed.0 >= 2 && now.tv_sec - modified.0 >= 2
     }
 
     static func == (a: KeyFileIdentity, b: KeyFileIdentity) -> Bool {
@@ -395,6 +395,9 @@ final class KeyFileCache<Value: Sendable>: Sendable {
     struct Entry: Sendable {
         var bytes: Data
         var identity: KeyFileIdentity
+        /// Whether the file had settled when it was read (`KeyFileIdentity.hasSettled`):
+        /// only then does the same identity later mean the same bytes.
+        var settled: Bool
         var value: Value
     }
 
@@ -407,12 +410,12 @@ final class KeyFileCache<Value: Sendable>: Sendable {
         of path: String, owner: String, keystore: Keystore, limit: Int, parse: (Data, String) throws -> Value
     ) throws -> Value? {
         let cached = entry(owner)
-        if let cached, cached.identity.settled, KeyFileIdentity.current(path) == cached.identity { return cached.value }
+        if let cached, cached.settled, KeyFileIdentity.current(path) == cached.identity { return cached.value }
         guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner, limit: limit) else { return nil }
         let value = try cached.flatMap { $0.bytes == bytes ? $0.value : nil } ?? parse(bytes, path)
         entries.withLock { known in
             if known.count >= 64 { known.removeAll() }
-            known[owner] = Entry(bytes: bytes, identity: identity, value: value)
+            known[owner] = Entry(bytes: bytes, identity: identity, settled: identity.hasSettled, value: value)
         }
         return value
     }

@@ -25,7 +25,7 @@ final class StoreDatabase: Sendable {
     let checkpointsOnClose: Bool
     /// The size past which a write folds the log back (`keepLogShort`), when not checkpointing at close.
     let logLimitBytes: Int
-    /// Whether the connection was left at `synchronous = NORMAL` by `relaxedWrite`
+    /// Whether the connection was left at `synchronous = NORMAL` by a relaxed `access`
     /// (read and written only on the connection's serial queue).
     private let relaxed = Atomic<Bool>(false)
 
@@ -410,7 +410,7 @@ final class StoreDatabase: Sendable {
     /// An IMMEDIATE transaction: it takes the write lock up front (waiting up
     /// to the busy timeout), so a read-modify-write never fails half-way on
     /// a stale snapshot. Durable: the connection is back at `synchronous = FULL`
-    /// first when donations left it relaxed (`relaxedWrite`).
+    /// first when donations left it relaxed (`access(durable:)`).
     func write<T>(_ body: (Database) throws -> T) throws -> T {
         try access(durable: true) { db in
             var result: T?
@@ -428,18 +428,13 @@ final class StoreDatabase: Sendable {
         try access(durable: true, body)
     }
 
-    /// Outside any transaction, with the connection at `synchronous = NORMAL`: a
-    /// commit does not wait for the disk (in WAL mode a crash of the process loses
-    /// nothing; a power cut may lose the last commits, never damage the file).
-    /// Only donations write this way (`Donations.donate(durable: false)`). The
-    /// connection stays relaxed until the next durable access sets it back
-    /// (`makeDurable`), so that a stream of donations runs no pragma at all
+    /// Outside any transaction. Durable: at `synchronous = FULL` (`makeDurable`). Not
+    /// durable: at `synchronous = NORMAL`, where a commit does not wait for the disk (in
+    /// WAL mode a crash of the process loses nothing; a power cut may lose the last
+    /// commits, never damage the file). Only donations write that way
+    /// (`Donations.donate(durable: false)`); the connection stays relaxed until the next
+    /// durable access sets it back, so that a stream of donations runs no pragma at all
     /// (two per batch before: docs/benchmarks.md, "The donation's own cost").
-    func relaxedWrite<T>(_ body: (Database) throws -> T) throws -> T {
-        try access(durable: false, body)
-    }
-
-    /// Outside any transaction: `withoutTransaction` when durable, else `relaxedWrite`.
     func access<T>(durable: Bool, _ body: (Database) throws -> T) throws -> T {
         defer { keepLogShort() }
         do {
@@ -457,7 +452,7 @@ final class StoreDatabase: Sendable {
         }
     }
 
-    /// Sets the connection back to `synchronous = FULL` when `relaxedWrite` left it
+    /// Sets the connection back to `synchronous = FULL` when a relaxed `access` left it
     /// at NORMAL (on the connection's queue). Code that sets the pragma itself
     /// (a migration's FULL, a benchmark fill's OFF then FULL) leaves it at FULL,
     /// so `relaxed` false always means FULL; true may mean FULL already, and costs one more pragma.

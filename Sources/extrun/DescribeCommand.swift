@@ -25,23 +25,23 @@ struct Describe: ParsableCommand {
     var server: String?
 
     func run() throws {
-        let description: IntentDescription
+        let described: IntentDescription
         do throws(HostError) {
             if let socket = server ?? ServerClient.environmentServer {
-                description = try ServerClient.describe(server: socket, intent: intent)
+                described = try ServerClient.describe(server: socket, intent: intent)
             } else {
-                description = try Host().description(of: intent)
+                described = try Host().describe(intent: intent)
             }
         } catch {
             Output.printError("extrun: \(error.kind.rawValue): \(error.message)")
             throw ExitCode(error.kind.exitCode)
         }
-        if format == .json { return Output.printJSON(description.json) }
-        let definition = description.definition
+        if format == .json { return Output.printJSON(described.json) }
+        let definition = described.definition
         var lines: [String] = []
         lines.append("\(definition.title ?? definition.name) (\(definition.name))")
         if let description = definition.description { lines.append("  \(description)") }
-        lines.append("  plugin \(description.plugin) \(description.version), owner \(description.owner), modes \(description.modes.map(\.rawValue).joined(separator: ", "))")
+        lines.append("  plugin \(described.plugin) \(described.version), owner \(described.owner), modes \(described.modes.map(\.rawValue).joined(separator: ", "))")
         if definition.runsInBackground == true { lines.append("  runs in the background") }
         if let confirmation = definition.confirmation { lines.append("  asks to confirm: \(confirmation)") }
         lines.append("")

@@ -83,16 +83,12 @@ enum ServerClient {
         } catch {
             throw HostError(.configurationError, "extrun serve at \(server): \(error)", details: ["server": .string(server)])
         }
-        if case .object(var fields) = answer["error"] ?? .null {
-            let kind = fields["kind"]?.stringValue.flatMap(ErrorKind.init(rawValue:)) ?? .internalError
-            let message = fields["message"]?.stringValue ?? "HTTP \(status) without a message"
-            fields["kind"] = nil
-            fields["message"] = nil
-            throw HostError(kind, message, details: fields)
+        if let error = answer["error"] {
+            throw HostError(json: error)
+                ?? HostError(.internalError, "extrun serve at \(server): HTTP \(status) with an error of no known kind: \(String(decoding: JSONWriter.bytes(error).prefix(200), as: UTF8.self))")
         }
         return try IntentDescription(json: answer, what: "extrun serve at \(server)")
     }
-
     /// How many times a request is sent again with more files inline (one parameter a time at worst).
     static let maxInlineRounds = 16
 
@@ -167,11 +163,8 @@ enum ServerClient {
     /// before any run (400, 404, 413, 503), whose report is the error alone (and the intent).
     static func summary(of report: JSONValue) -> String {
         var made = HandleReport(intent: report["intent"]?.stringValue)
-        if case .object(var fields) = report["error"] ?? .null, let kind = fields["kind"]?.stringValue.flatMap(ErrorKind.init(rawValue:)) {
-            let message = fields["message"]?.stringValue ?? ""
-            fields["kind"] = nil
-            fields["message"] = nil
-            made.error = HostError(kind, message, details: fields)
+        if let error = report["error"].flatMap(HostError.init(json:)) {
+            made.error = error
         } else {
             made.error = HostError(.internalError, "the service's answer has no report: \(String(decoding: JSONWriter.bytes(report).prefix(200), as: UTF8.self))")
         }

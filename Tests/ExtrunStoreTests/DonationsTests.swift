@@ -308,10 +308,10 @@ import Testing
         let path = test.store.keysDirectory + "/TEAM.trusted"
         #expect(try trustedAuthor(author) == "Ada")
         // Read within 2 s of its change: not trusted to stay the same.
-        #expect(test.store.trustedKeys.entry("TEAM")?.identity.settled == false)
+        #expect(test.store.trustedKeys.entry("TEAM")?.settled == false)
         Thread.sleep(forTimeInterval: 2.2)
         #expect(try trustedAuthor(author) == "Ada")
-        #expect(test.store.trustedKeys.entry("TEAM")?.identity.settled == true)
+        #expect(test.store.trustedKeys.entry("TEAM")?.settled == true)
         #expect(try trustedAuthor(author) == "Ada")
         // A byte changed in place, the size kept (the author's name): seen at the next check.
         var text = try String(contentsOfFile: path, encoding: .utf8)
@@ -341,7 +341,7 @@ import Testing
         #expect(try test.store.standing(of: own.publicKey, for: "TEAM") == .ownKey)
         Thread.sleep(forTimeInterval: 2.2)
         #expect(try test.store.standing(of: own.publicKey, for: "TEAM") == .ownKey)
-        #expect(test.store.ownSigningKeys.entry("TEAM")?.identity.settled == true)
+        #expect(test.store.ownSigningKeys.entry("TEAM")?.settled == true)
         let signing = test.store.keysDirectory + "/TEAM.signing"
         chmod(signing, 0o640)
         let opened = #expect(throws: StoreError.self) { try test.store.standing(of: own.publicKey, for: "TEAM") }
