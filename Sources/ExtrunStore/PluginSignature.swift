@@ -124,29 +124,44 @@ public enum PluginSignatureProblem: Error, Sendable, Equatable {
     case unsupported(String)
 }
 
-/// The files a plugin consists of, and their SHA-256, cached by file identity.
-public enum PluginFiles {
-    /// A file's identity: device, inode, size, modification and change times. Writing to
-    /// the file, replacing it or setting its times back changes the change time.
-    struct Identity: Equatable, Sendable {
-        var device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64
+/// A file's identity: device, inode, size, modification and change times (ns). Writing
+/// to the file, replacing it, changing its mode or owner, or setting its times back
+/// changes the change time, which the kernel alone sets: the same identity means the same
+/// file as it was. Plugin files' digests (`PluginFiles.digest`) and the owners' key files
+/// (`KeyFileCache`) are kept by it.
+struct FileStamp: Equatable, Sendable {
+    var device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64
 
-        init(_ info: stat) {
-            device = UInt64(info.st_dev)
-            inode = UInt64(info.st_ino)
-            size = Int64(info.st_size)
-            mtime = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-            ctime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
-        }
-
-        init(device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64) {
-            self.device = device
-            self.inode = inode
-            self.size = size
-            self.mtime = mtime
-            self.ctime = ctime
-        }
+    init(_ info: stat) {
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+        size = Int64(info.st_size)
+        mtime = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        ctime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
     }
+
+    init(device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64) {
+        self.device = device
+        self.inode = inode
+        self.size = size
+        self.mtime = mtime
+        self.ctime = ctime
+    }
+
+    /// Whether the file has not changed for 2 s. Linux stamps changes with a coarse clock
+    /// (a tick, up to 10 ms), so a file changed again within the tick it was read in may
+    /// keep its times: a stamp taken that soon ("racy", as Git calls such index entries)
+    /// is not trusted by `KeyFileCache`, which reads the file again until it has settled.
+    var hasSettled: Bool {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let nowNs = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        return nowNs - ctime >= 2_000_000_000 && nowNs - mtime >= 2_000_000_000
+    }
+}
+
+/// The files a plugin consists of, and their SHA-256, cached by file identity (`FileStamp`).
+public enum PluginFiles {
 
     /// (path as signed, absolute path) of each file of the plugin in `directory`, sorted by path.
     public static func list(directory: String, executable: String) throws(PluginSignatureProblem) -> [(String, String)] {
@@ -226,13 +241,13 @@ public enum PluginFiles {
     }
 
     /// Digests by absolute path and identity, for this process.
-    private static let memory = Mutex<[String: (Identity, String)]>([:])
+    private static let memory = Mutex<[String: (FileStamp, String)]>([:])
 
     /// The file's SHA-256 in hex and its size, from the cache when its identity is unchanged.
     static func digest(_ path: String, cache slot: DigestCache.Slot) throws(PluginSignatureProblem) -> (sha256: String, size: Int64, computed: Bool) {
         var info = stat()
         guard stat(path, &info) == 0 else { throw .fileChanged(path: path, reason: "it is missing") }
-        let identity = Identity(info)
+        let identity = FileStamp(info)
         if let known = memory.withLock({ $0[path] }), known.0 == identity {
             // The home's cache learns it only if it was read anyway (signing reads it): a hit costs no file read.
             if let cache = slot.loaded, cache.entries[path]?.0 != identity {
@@ -264,7 +279,7 @@ public enum PluginFiles {
         let hex = hex(hasher.finalize())
         // Identity after reading: a file written meanwhile is not cached under its old identity.
         var after = stat()
-        if fstat(fd, &after) == 0, Identity(after) == identity {
+        if fstat(fd, &after) == 0, FileStamp(after) == identity {
             memory.withLock { cache in
                 if cache.count > 4096 { cache.removeAll() }
                 cache[path] = (identity, hex)
@@ -343,7 +358,7 @@ final class DigestCache {
     /// Signature files (their SHA-256) whose Ed25519 signature held, in this process.
     static let verifiedInProcess = Mutex<Set<String>>([])
 
-    var entries: [String: (PluginFiles.Identity, String)] = [:]
+    var entries: [String: (FileStamp, String)] = [:]
     var verifiedSignatures: Set<String> = []
     let path: String
     static let maxEntries = 4096
@@ -364,7 +379,7 @@ final class DigestCache {
                     case .int(let dev)? = f["dev"], case .int(let ino)? = f["ino"], case .int(let size)? = f["size"],
                     case .int(let mtime)? = f["mtime"], case .int(let ctime)? = f["ctime"]
                 else { continue }
-                entries[p] = (PluginFiles.Identity(device: UInt64(bitPattern: dev), inode: UInt64(bitPattern: ino), size: size, mtime: mtime, ctime: ctime), hex)
+                entries[p] = (FileStamp(device: UInt64(bitPattern: dev), inode: UInt64(bitPattern: ino), size: size, mtime: mtime, ctime: ctime), hex)
             }
         }
         if case .array(let signatures)? = root["signatures"] {

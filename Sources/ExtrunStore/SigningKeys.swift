@@ -92,7 +92,7 @@ extension Keystore {
 
     /// `readPrivateFile`, with the identity of the file it read (from the descriptor it read).
     func readPrivateFileWithIdentity(_ path: String, owner: String, limit: Int = 1 << 20, what: String = "an extrun key file") throws
-        -> (data: Data, identity: KeyFileIdentity)?
+        -> (data: Data, identity: FileStamp)?
     {
         let details: [String: JSONValue] = ["owner": .string(owner), "file": .string(path)]
         let fd: Int32
@@ -115,7 +115,7 @@ extension Keystore {
             guard let data = try FileOps.readAll(fd, limit: limit) else {
                 throw StoreError(.invalidKeyFile, "\(path) is over \(limit) bytes: not \(what)", details: details)
             }
-            return (data, KeyFileIdentity(info))
+            return (data, FileStamp(info))
         } catch let error as SystemCallError {
             throw StoreError(.invalidKeyFile, "cannot read \(path): \(error.reason)", details: details)
         }
@@ -329,7 +329,7 @@ extension Store {
 
     /// The keys the owner trusts, as `Keystore.loadTrusted`: the file is looked at every
     /// time (a key removed with `extrun owners untrust` counts for the next intent), read
-    /// again when its identity (`KeyFileIdentity`) is not the one last read, and parsed
+    /// again when its identity (`FileStamp`) is not the one last read, and parsed
     /// (JSON, base64, dates) again when its bytes differ (docs/benchmarks.md, "The donation's own cost").
     func trustedSigningKeys(_ owner: String) throws -> [TrustedSigningKey] {
         try trustedKeys.value(of: keystore.trustPath(for: owner), owner: owner, keystore: keystore, limit: 1 << 20) { bytes, path in
@@ -338,65 +338,18 @@ extension Store {
     }
 }
 
-/// What a `stat` of a key file says of it: the same identity means the same bytes. Any
-/// write, rename, chmod or chown changes the change time (`st_ctime`, which no call can
-/// set back), a replacement changes the inode: so a key file whose identity is the one it
-/// had when it was read and parsed need not be read again (`KeyFileCache`).
-struct KeyFileIdentity: Equatable, Sendable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var mode: UInt32
-    var uid: UInt32
-    var modified: (Int, Int)
-    var changed: (Int, Int)
-
-    init(_ info: stat) {
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
-        size = Int64(info.st_size)
-        mode = UInt32(info.st_mode)
-        uid = UInt32(info.st_uid)
-        modified = (info.st_mtim.tv_sec, info.st_mtim.tv_nsec)
-        changed = (info.st_ctim.tv_sec, info.st_ctim.tv_nsec)
-    }
-
-    /// Whether the file has not changed for 2 s. Linux stamps changes with a coarse clock
-    /// (a tick, up to 10 ms), so a file changed again within the tick it was read in may
-    /// keep its times: an identity taken that soon ("racy", as Git calls such index
-    /// entries) is never trusted, and the file is read again until it has settled.
-    var hasSettled: Bool {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return now.tv_sec - changed.0 >= 2 && now.tv_sec - modified.0 >= 2
-    }
-
-    static func == (a: KeyFileIdentity, b: KeyFileIdentity) -> Bool {
-        a.device == b.device && a.inode == b.inode && a.size == b.size && a.mode == b.mode && a.uid == b.uid
-            && a.modified == b.modified && a.changed == b.changed
-    }
-
-    /// The identity of the file at `path` now (not following a symlink), when it is a
-    /// regular file of yours that others cannot read, as `readPrivateFile` requires; nil
-    /// otherwise (absent, or anything `readPrivateFile` would refuse: it is read, and
-    /// refused, the slow way).
-    static func current(_ path: String) -> KeyFileIdentity? {
-        var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else { return nil }
-        return KeyFileIdentity(info)
-    }
-}
-
 /// What a key file of each owner said when last read (`Store.ownSigningPublicKey`,
-/// `Store.trustedSigningKeys`): its bytes, their identity (`KeyFileIdentity`) and what
-/// was parsed from them. A file whose identity has settled and is the same now is only
-/// `stat`ed; any other is read (and checked) again, and parsed again when its bytes differ.
+/// `Store.trustedSigningKeys`): its bytes, their identity (`FileStamp`) and what was
+/// parsed from them. A file whose identity had settled when it was read, and is the same
+/// now, is only `stat`ed (still a regular file of yours that others cannot read, as
+/// `Keystore.readPrivateFile` requires); any other is read and checked again, and parsed
+/// again when its bytes differ.
 final class KeyFileCache<Value: Sendable>: Sendable {
     struct Entry: Sendable {
         var bytes: Data
-        var identity: KeyFileIdentity
-        /// Whether the file had settled when it was read (`KeyFileIdentity.hasSettled`):
-        /// only then does the same identity later mean the same bytes.
+        var identity: FileStamp
+        /// Whether the file had settled when it was read (`FileStamp.hasSettled`): only
+        /// then does the same identity later mean the same bytes.
         var settled: Bool
         var value: Value
     }
@@ -410,7 +363,7 @@ final class KeyFileCache<Value: Sendable>: Sendable {
         of path: String, owner: String, keystore: Keystore, limit: Int, parse: (Data, String) throws -> Value
     ) throws -> Value? {
         let cached = entry(owner)
-        if let cached, cached.settled, KeyFileIdentity.current(path) == cached.identity { return cached.value }
+        if let cached, cached.settled, Self.privateFileStamp(path) == cached.identity { return cached.value }
         guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner, limit: limit) else { return nil }
         let value = try cached.flatMap { $0.bytes == bytes ? $0.value : nil } ?? parse(bytes, path)
         entries.withLock { known in
@@ -418,5 +371,14 @@ final class KeyFileCache<Value: Sendable>: Sendable {
             known[owner] = Entry(bytes: bytes, identity: identity, settled: identity.hasSettled, value: value)
         }
         return value
+    }
+
+    /// The identity of the file at `path` (not following a symlink) when it is a regular
+    /// file of yours that others cannot read; nil otherwise (absent, or anything
+    /// `readPrivateFile` refuses: it is then read, and refused, the slow way).
+    private static func privateFileStamp(_ path: String) -> FileStamp? {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else { return nil }
+        return FileStamp(info)
     }
 }

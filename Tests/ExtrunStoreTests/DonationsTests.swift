@@ -293,7 +293,7 @@ import Testing
     }
 
     /// Once a key file has settled (unchanged for 2 s when read), a check only `stat`s it
-    /// (KeyFileIdentity): the same identity is the same bytes. Every later change is still
+    /// (KeyFileCache, FileStamp): the same identity is the same bytes. Every later change is still
     /// seen at the next check: a key removed (the file replaced), the mode opened to
     /// others, a byte changed in place with the size kept.
     @Test func aSettledKeyFileIsOnlyLookedAtYetEveryChangeCounts() throws {
