@@ -31,7 +31,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
-        // `extrun serve` only (the extrun-serve executable): the listener, logs, metrics.
+        // The listener of `extrun serve` (the extrun-serve executable); and everywhere,
+        // NIOConcurrencyHelpers' locks in place of Synchronization.Mutex (CONTRIBUTING.md, "Locks").
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
@@ -42,7 +43,7 @@ let package = Package(
         .target(name: "ExtrunProtocol"),
         // System calls: EINTR retried in one place, errno as a typed error with the call's name.
         .target(name: "ExtrunSystem", dependencies: [.product(name: "SystemPackage", package: "swift-system")]),
-        .target(name: "ExtrunSDK", dependencies: ["ExtrunProtocol"]),
+        .target(name: "ExtrunSDK", dependencies: ["ExtrunProtocol", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .target(name: "CExtrunLinux", linkerSettings: [.linkedLibrary("seccomp")]),
         .target(name: "CExtrunStoreShims", linkerSettings: [.linkedLibrary("sqlite3")]),
         .target(
@@ -53,10 +54,11 @@ let package = Package(
                 "CExtrunStoreShims",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
-        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "ExtrunSystem", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions"]),
-        .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol"]),
+        .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "ExtrunSystem", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .executableTarget(
             name: "extrun",
             dependencies: [
@@ -86,7 +88,8 @@ let package = Package(
             dependencies: [
                 "ExtrunHost", "ExtrunProtocol", "ExtrunServeOptions",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"), .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),

@@ -1,4 +1,5 @@
 import Synchronization
+import NIOConcurrencyHelpers
 
 /// Stops a run from another thread: a server whose client went away, an MCP
 /// `notifications/cancelled`, a service shutting down.
@@ -15,7 +16,7 @@ import Synchronization
 /// phase, the time elapsed and the reason. A warm process whose intent was cancelled
 /// is ended, never reused.
 public final class Cancellation: Sendable {
-    private let state = Mutex<String?>(nil)
+    private let state = NIOLockedValueBox<String?>(nil)
     /// Read on every turn of the connection's loop without the lock.
     private let flag = Atomic<Bool>(false)
 
@@ -23,7 +24,7 @@ public final class Cancellation: Sendable {
 
     /// Safe from any thread, any number of times; the first reason is kept.
     public func cancel(_ reason: String = "cancelled by the caller") {
-        state.withLock { current in
+        state.withLockedValue { current in
             if current == nil { current = reason }
         }
         flag.store(true, ordering: .releasing)
@@ -31,5 +32,5 @@ public final class Cancellation: Sendable {
 
     public var isCancelled: Bool { flag.load(ordering: .acquiring) }
 
-    public var reason: String? { state.withLock { $0 } }
+    public var reason: String? { state.withLockedValue { $0 } }
 }

@@ -1,9 +1,9 @@
 import ExtrunSystem
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// Whether the host can put a plugin in a cgroup v2 group with a `memory.max`.
@@ -51,13 +51,13 @@ public enum CgroupSupport: Sendable, Equatable {
     /// Detection for this process, done once per configured directory (it reads /proc/self/mountinfo).
     public static func detectHere(configured: String?) -> CgroupSupport {
         let key = configured ?? ProcessInfo.processInfo.environment["EXTRUN_CGROUP"] ?? ""
-        if let known = detected.withLock({ $0[key] }) { return known }
+        if let known = detected.withLockedValue({ $0[key] }) { return known }
         let result = detectUncached(configured: configured)
-        detected.withLock { $0[key] = result }
+        detected.withLockedValue { $0[key] = result }
         return result
     }
 
-    private static let detected = Mutex<[String: CgroupSupport]>([:])
+    private static let detected = NIOLockedValueBox<[String: CgroupSupport]>([:])
 
     static func detectUncached(configured: String?) -> CgroupSupport {
         let mountInfo = cgroup2MountLines()

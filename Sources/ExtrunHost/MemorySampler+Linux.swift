@@ -1,7 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Samples a plugin's private writable memory (VmData in /proc/PID/status: heap,
 /// anonymous mappings and thread stacks — what RLIMIT_DATA counts, and no shared
@@ -76,16 +76,16 @@ final class MemorySampler {
     }
 
     /// The last `ownPeakRSS()` and when it was read, shared by the process's threads.
-    private static let lastOwnPeak = Mutex<(bytes: Int64?, at: UInt64)>((nil, 0))
+    private static let lastOwnPeak = NIOLockedValueBox<(bytes: Int64?, at: UInt64)>((nil, 0))
 
     /// This process's peak resident set size, read again only when the last figure is older
     /// than `maxAgeNs` (a peak only grows: the figure is at most that old).
     static func ownPeakRSS(maxAgeNs: UInt64) -> Int64? {
         let now = MonotonicClock.now()
-        let known = lastOwnPeak.withLock { $0 }
+        let known = lastOwnPeak.withLockedValue { $0 }
         if let bytes = known.bytes, now &- known.at <= maxAgeNs { return bytes }
         let bytes = ownPeakRSS()
-        lastOwnPeak.withLock { $0 = (bytes, now) }
+        lastOwnPeak.withLockedValue { $0 = (bytes, now) }
         return bytes
     }
 

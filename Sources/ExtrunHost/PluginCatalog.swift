@@ -1,6 +1,6 @@
 import ExtrunProtocol
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// A plugin found on the plugin path.
 public struct DiscoveredPlugin: Sendable, Equatable {
@@ -204,16 +204,16 @@ public enum ManifestLoader {
     /// manifest once instead of once per intent. A changed file is read again.
     public static func load(_ url: URL) throws(LoadError) -> PluginManifest {
         guard let identity = FileIdentity(path: url.path) else { return try loadFromFile(url) }
-        if let cached = cache.withLock({ $0[url.path] }), cached.identity == identity { return cached.manifest }
+        if let cached = cache.withLockedValue({ $0[url.path] }), cached.identity == identity { return cached.manifest }
         let manifest = try loadFromFile(url)
-        cache.withLock { entries in
+        cache.withLockedValue { entries in
             if entries.count >= 256 { entries.removeAll() }
             entries[url.path] = (identity, manifest)
         }
         return manifest
     }
 
-    private static let cache = Mutex<[String: (identity: FileIdentity, manifest: PluginManifest)]>([:])
+    private static let cache = NIOLockedValueBox<[String: (identity: FileIdentity, manifest: PluginManifest)]>([:])
 
     static func loadFromFile(_ url: URL) throws(LoadError) -> PluginManifest {
         let data: Data

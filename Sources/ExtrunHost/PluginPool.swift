@@ -1,6 +1,6 @@
 import ExtrunProtocol
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Handles many intents in one host process, keeping plugin processes warm
 /// between them (docs/protocol.md §15). Each intent is handled by `Host.handle`'s
@@ -77,7 +77,7 @@ public final class PluginPool: Sendable {
         var homeChecked: UInt64?
     }
 
-    private let shared = Mutex(Shared())
+    private let shared = NIOLockedValueBox(Shared())
     static let catalogMaxAgeNs: UInt64 = 1_000_000_000
 
     public convenience init(host: Host = Host(), maxIdleProcesses: Int = 4) {
@@ -109,14 +109,14 @@ public final class PluginPool: Sendable {
     @discardableResult
     public func reloadPolicy() throws(HostError) -> String {
         let loaded = try SandboxPolicy.load(home: host.paths.home)
-        shared.withLock { $0.policy = loaded }
+        shared.withLockedValue { $0.policy = loaded }
         return loaded.1
     }
 
     /// The plugin catalog as the pool sees it (discovered again at most once a second).
     public func currentCatalog() -> PluginCatalog {
         let now = MonotonicClock.now()
-        return shared.withLock { state in
+        return shared.withLockedValue { state in
             if let known = state.catalog, now &- known.discovered <= Self.catalogMaxAgeNs { return known.0 }
             let catalog = host.catalog()
             state.catalog = (catalog, now)
@@ -135,7 +135,7 @@ public final class PluginPool: Sendable {
         var options = options
         let now = MonotonicClock.now()
         // The policy file once per pool; the catalog and the home's permissions at most once a second.
-        let cached: Result<(policy: SandboxPolicy?, catalog: PluginCatalog, checkHome: Bool), HostError> = shared.withLock { state in
+        let cached: Result<(policy: SandboxPolicy?, catalog: PluginCatalog, checkHome: Bool), HostError> = shared.withLockedValue { state in
             var policy: SandboxPolicy?
             if options.policy == nil {
                 do {
@@ -174,9 +174,9 @@ public final class PluginPool: Sendable {
         if values.checkHome {
             do throws(HostError) {
                 try HomeProtection.check(home: host.paths.home)
-                shared.withLock { $0.homeChecked = now }
+                shared.withLockedValue { $0.homeChecked = now }
             } catch {
-                shared.withLock { $0.homeChecked = nil }
+                shared.withLockedValue { $0.homeChecked = nil }
                 var report = HandleReport(intent: invocation.intent)
                 report.id = invocation.id ?? Host.newIdentifier()
                 report.error = error

@@ -1,7 +1,7 @@
 import ExtrunProtocol
 import ExtrunStore
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The host proves a plugin's owner before it serves it (docs/sandbox.md, "Who a
 /// plugin is"): a plugin folder with a signature file starts only if every file is
@@ -16,7 +16,7 @@ import Synchronization
 /// unless it changed.
 enum PluginVerification {
     /// The last answer per plugin folder and when it was found (monotonic ns).
-    private static let recent = Mutex<[String: (seal: PluginSeal, at: UInt64)]>([:])
+    private static let recent = NIOLockedValueBox<[String: (seal: PluginSeal, at: UInt64)]>([:])
 
     /// The seal of `plugin`. `maxAgeNs`: an answer found that recently for the same
     /// folder is reused without looking at the files (a pool's 10 ms, as for its
@@ -24,7 +24,7 @@ enum PluginVerification {
     static func seal(of plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64 = 0) throws(HostError) -> PluginSeal {
         // Keyed by the manifest's path, which is kept (a URL's `path` costs microseconds per intent).
         let now = maxAgeNs > 0 ? MonotonicClock.now() : 0
-        if maxAgeNs > 0, let known = recent.withLock({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs {
+        if maxAgeNs > 0, let known = recent.withLockedValue({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs {
             return known.seal
         }
         let directory = String(plugin.manifestPath.dropLast("/manifest.json".count))
@@ -42,7 +42,7 @@ enum PluginVerification {
                 details: details)
         }
         if maxAgeNs > 0 {
-            recent.withLock { recent in
+            recent.withLockedValue { recent in
                 if recent.count > 256 { recent.removeAll() }
                 recent[plugin.manifestPath] = (seal, now)
             }

@@ -1,6 +1,6 @@
 import ExtrunProtocol
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Plugin processes kept warm between intents (docs/protocol.md §15): a plugin that
 /// declares `"reusable": true` in its handshake runs the next intent for the same
@@ -43,10 +43,10 @@ final class PooledSessions: SessionSource, Sendable {
         var identities: [String: (identity: FileIdentity?, at: UInt64)] = [:]
     }
 
-    private let state: Mutex<State>
+    private let state: NIOLockedValueBox<State>
 
     init(limits: Limits) {
-        state = Mutex(State(limits: limits))
+        state = NIOLockedValueBox(State(limits: limits))
     }
 
     /// At most `maxIdle` idle processes, kept until used or ended.
@@ -57,14 +57,14 @@ final class PooledSessions: SessionSource, Sendable {
     deinit { close() }
 
     /// The most idle processes kept overall; the least recently used one is ended beyond it.
-    var maxIdle: Int { state.withLock { $0.limits.maxIdle } }
+    var maxIdle: Int { state.withLockedValue { $0.limits.maxIdle } }
     var limits: Limits {
-        get { state.withLock { $0.limits } }
+        get { state.withLockedValue { $0.limits } }
     }
 
     /// New limits (a policy re-read); processes over them are ended now.
     func update(_ limits: Limits) {
-        let surplus = state.withLock { state in
+        let surplus = state.withLockedValue { state in
             state.limits = limits
             return Self.trim(&state)
         }
@@ -72,46 +72,46 @@ final class PooledSessions: SessionSource, Sendable {
     }
 
     /// How many plugin processes were started, and how many intents ran in an already running one.
-    var launches: Int { state.withLock { $0.launches } }
-    var reuses: Int { state.withLock { $0.reuses } }
-    var replaced: Int { state.withLock { $0.replaced } }
-    var retired: Int { state.withLock { $0.retired } }
+    var launches: Int { state.withLockedValue { $0.launches } }
+    var reuses: Int { state.withLockedValue { $0.reuses } }
+    var replaced: Int { state.withLockedValue { $0.replaced } }
+    var retired: Int { state.withLockedValue { $0.retired } }
     /// The number of processes waiting for another intent.
-    var idleCount: Int { state.withLock { $0.idle.count } }
+    var idleCount: Int { state.withLockedValue { $0.idle.count } }
     /// Idle processes by plugin id.
     var idleByPlugin: [String: Int] {
-        state.withLock { state in state.idle.reduce(into: [:]) { $0[$1.session.id, default: 0] += 1 } }
+        state.withLockedValue { state in state.idle.reduce(into: [:]) { $0[$1.session.id, default: 0] += 1 } }
     }
 
     func session(for spec: SessionSpec) throws(HostError) -> PluginSession {
         let now = MonotonicClock.now()
         let key = PluginSession.Key(spec) { path in fileIdentity(path, now: now) }
         while true {
-            let candidate = state.withLock { state -> PluginSession? in
+            let candidate = state.withLockedValue { state -> PluginSession? in
                 guard let index = state.idle.lastIndex(where: { $0.session.key == key }) else { return nil }
                 return state.idle.remove(at: index).session
             }
             guard let candidate else { break }
             if candidate.isAlive {
-                state.withLock { $0.reuses += 1 }
+                state.withLockedValue { $0.reuses += 1 }
                 return candidate
             }
             // It ended between intents (the plugin exited or was killed): start afresh.
             spec.log?("[extrun] \(spec.id)'s warm process ended while idle; starting a new one")
-            state.withLock { $0.replaced += 1 }
+            state.withLockedValue { $0.replaced += 1 }
             candidate.close()
         }
         // Keyed by the files as they are now (a fresh `stat`), not as last looked at.
         let session = try PluginSession.launch(spec, key: PluginSession.Key(spec), keepsWarm: true)
         session.connection.spinNs = Self.spinNs
         spec.log?("[extrun] \(spec.id): a warm process (reused while the plugin allows it; docs/protocol.md §15)")
-        state.withLock { $0.launches += 1 }
+        state.withLockedValue { $0.launches += 1 }
         return session
     }
 
     func finished(_ session: PluginSession) {
         guard session.isReusable else { return }
-        let surplus = state.withLock { state -> [PluginSession] in
+        let surplus = state.withLockedValue { state -> [PluginSession] in
             state.idle.append(Idle(session: session, since: MonotonicClock.now()))
             return Self.trim(&state)
         }
@@ -145,7 +145,7 @@ final class PooledSessions: SessionSource, Sendable {
     /// returns how many. A long-lived host calls it on a timer (`extrun serve`).
     @discardableResult
     func endIdle(now: UInt64 = MonotonicClock.now()) -> Int {
-        let expired = state.withLock { state -> [PluginSession] in
+        let expired = state.withLockedValue { state -> [PluginSession] in
             guard let timeout = state.limits.idleTimeoutNs else { return [] }
             let (old, kept) = (state.idle.filter { now &- $0.since >= timeout }, state.idle.filter { now &- $0.since < timeout })
             state.idle = kept
@@ -161,9 +161,9 @@ final class PooledSessions: SessionSource, Sendable {
     /// a new process for the intents that start 10 ms after the new files are in place.
     /// (Two stats per intent were a tenth of a warm intent's host time.)
     private func fileIdentity(_ path: String, now: UInt64) -> FileIdentity? {
-        if let known = state.withLock({ $0.identities[path] }), now &- known.at <= Self.fileIdentityMaxAgeNs { return known.identity }
+        if let known = state.withLockedValue({ $0.identities[path] }), now &- known.at <= Self.fileIdentityMaxAgeNs { return known.identity }
         let identity = FileIdentity(path: path)
-        state.withLock { state in
+        state.withLockedValue { state in
             if state.identities.count > 256 { state.identities.removeAll() }
             state.identities[path] = (identity, now)
         }
@@ -172,7 +172,7 @@ final class PooledSessions: SessionSource, Sendable {
 
     /// Ends every idle process (closes its channel, waits its exit grace).
     func close() {
-        let all = state.withLock { state in
+        let all = state.withLockedValue { state in
             defer { state.idle.removeAll() }
             return state.idle.map(\.session)
         }

@@ -1,9 +1,9 @@
 import CExtrunLinux
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// Each plugin process's own directory (its HOME and TMPDIR), made before the launch and removed after it.
@@ -26,9 +26,9 @@ enum ScratchDirectory {
     /// The folder of one user's scratch directories in `$TMPDIR`: this, then the uid.
     static let folderPrefix = "extrun-scratch-"
     /// The lock descriptor of each scratch directory of this process's, by path.
-    private static let locks = Mutex<[String: Int32]>([:])
+    private static let locks = NIOLockedValueBox<[String: Int32]>([:])
     /// The folders this process has swept already.
-    private static let swept = Mutex<Set<String>>([])
+    private static let swept = NIOLockedValueBox<Set<String>>([])
 
     /// A new directory (mode 700) in extrun's folder under `$TMPDIR` (or /tmp) that belongs
     /// to the plugin's user: when the host is root, it is handed over to the plugin's uid and gid.
@@ -41,7 +41,7 @@ enum ScratchDirectory {
                 throw HostError(.internalError, "cannot open \(base) to make a scratch directory in it: \(String(cString: strerror(errno)))")
             }
             defer { close(folderFD) }
-            if swept.withLock({ $0.insert(folder).inserted }) { sweep(folder) }
+            if swept.withLockedValue({ $0.insert(folder).inserted }) { sweep(folder) }
             switch make(in: folder, folderFD: folderFD, owner: owner) {
             case .made(let url): return url
             case .failed(let error, let code):
@@ -112,7 +112,7 @@ enum ScratchDirectory {
             close(lock)
             return .failed(HostError(.internalError, "cannot give the scratch directory \(path) to the plugin's user (uid \(owner.uid)): \(String(cString: strerror(saved)))"), saved)
         }
-        locks.withLock { $0[path] = lock }
+        locks.withLockedValue { $0[path] = lock }
         return .made(URL(fileURLWithPath: path, isDirectory: true))
     }
 
@@ -185,7 +185,7 @@ enum ScratchDirectory {
     static func remove(_ url: URL) -> String? {
         var failure = [CChar](repeating: 0, count: 512)
         let failed = extrun_remove_tree(url.path, &failure, failure.count) != 0
-        if !failed, let lock = locks.withLock({ $0.removeValue(forKey: url.path) }) { close(lock) }
+        if !failed, let lock = locks.withLockedValue({ $0.removeValue(forKey: url.path) }) { close(lock) }
         guard failed else {
             // Extrun's folder goes with its last scratch directory (rmdir fails while another
             // run's is there; a host about to make one in it then makes the folder again).

@@ -4,6 +4,7 @@ import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// The seccomp programs of the plugins' launches, built once per executable and kept
@@ -49,7 +50,7 @@ enum SeccompFilters {
         var paths: [String: UnsafeMutablePointer<CChar>] = [:]
     }
 
-    private static let state = Mutex(State())
+    private static let state = NIOLockedValueBox(State())
 
     /// A launch found that no pid namespace can be had here (user namespaces not allowed,
     /// say): later launches build the program that checks signals from the start.
@@ -63,7 +64,7 @@ enum SeccompFilters {
     static func prebuild(path: String, notify: Bool, pidNamespace: Bool) {
         let pidNamespace = pidNamespace && !pidNamespaceMissing.load(ordering: .relaxed)
         let key = Key(path: path, notify: notify, pidNamespace: pidNamespace)
-        guard state.withLock({ $0.built[key] }) == nil else { return }
+        guard state.withLockedValue({ $0.built[key] }) == nil else { return }
         DispatchQueue.global().async { _ = programs(path: path, notify: notify, pidNamespace: pidNamespace) }
     }
 
@@ -72,7 +73,7 @@ enum SeccompFilters {
         let pidNamespace = pidNamespace && !pidNamespaceMissing.load(ordering: .relaxed)
         let key = Key(path: path, notify: notify, pidNamespace: pidNamespace)
         // Built under the lock: a launch that needs the programs the prebuild is making waits for them.
-        return state.withLock { state -> Result<Set, BuildError> in
+        return state.withLockedValue { state -> Result<Set, BuildError> in
             if let known = state.built[key] { return .success(known) }
             let pointer = state.paths[path] ?? strdup(path)!
             state.paths[path] = pointer

@@ -1,6 +1,7 @@
 import ExtrunStore
 import Foundation
 import Synchronization
+import NIOConcurrencyHelpers
 
 /// An owner's store for one intent, from `StoreConnections`. When donations are on and
 /// this process has not opened the store yet (a cold `extrun handle`), it is opened on
@@ -56,7 +57,7 @@ final class PendingStore: @unchecked Sendable {
 /// (another inode) is opened again. Opened without a checkpoint at close, for when one is
 /// replaced: the write-ahead log is left for a later connection (docs/store.md).
 enum StoreConnections {
-    private static let cache = Mutex<[String: (store: Store, file: FileIdentity, used: UInt64)]>([:])
+    private static let cache = NIOLockedValueBox<[String: (store: Store, file: FileIdentity, used: UInt64)]>([:])
     /// The most homes kept open (a test process goes through hundreds of homes; a host, one).
     static let maxOpen = 4
     /// Whether this process is a long-lived host (a `PluginPool` was made): its stores keep
@@ -69,19 +70,19 @@ enum StoreConnections {
 
     /// Folds the write-ahead log of every store this process keeps open (a pool closing).
     static func foldLogs() {
-        for store in cache.withLock({ $0.values.map(\.store) }) { store.foldLog() }
+        for store in cache.withLockedValue({ $0.values.map(\.store) }) { store.foldLog() }
     }
 
     /// Whether a connection to the store of `home` is kept (not checking the file).
     static func isOpen(home: URL) -> Bool {
-        cache.withLock { $0[home.path] != nil }
+        cache.withLockedValue { $0[home.path] != nil }
     }
 
     static func store(home: URL) throws -> Store {
         let key = home.path
         let identity = FileIdentity(path: key + "/store.sqlite")
         let now = MonotonicClock.now()
-        let hit = cache.withLock { cache -> Store? in
+        let hit = cache.withLockedValue { cache -> Store? in
             guard let identity, var cached = cache[key], cached.file.isSameFile(as: identity) else { return nil }
             cached.used = now
             cache[key] = cached
@@ -92,7 +93,7 @@ enum StoreConnections {
             home: home, checkpointOnClose: false,
             logLimitBytes: longLived.load(ordering: .relaxed) ? StoreLimits.maxLogBytesLongLived : StoreLimits.maxLogBytes)
         if let opened = FileIdentity(path: store.databasePath) {
-            let evicted = cache.withLock { cache -> [Store] in
+            let evicted = cache.withLockedValue { cache -> [Store] in
                 cache[key] = (store, opened, now)
                 // The least recently used beyond the limit: closed once its last user lets go.
                 var evicted: [Store] = []

@@ -1,7 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The host's questions as MCP `elicitation/create` requests (docs/mcp.md, "Resolution
 /// as elicitation"). Each question blocks the intent's thread (its deadline's clock
@@ -16,7 +16,7 @@ final class ElicitingPrompter: Prompter, Sendable {
     let server: MCPServer
     let call: Call
     /// What `tell` said since the last question: put before the next one.
-    private let told = Mutex<[String]>([])
+    private let told = NIOLockedValueBox<[String]>([])
 
     init(server: MCPServer, call: Call) {
         self.server = server
@@ -24,7 +24,7 @@ final class ElicitingPrompter: Prompter, Sendable {
     }
 
     func tell(_ message: String) {
-        told.withLock { $0.append(message) }
+        told.withLockedValue { $0.append(message) }
     }
 
     func ask(_ question: String) -> String? {
@@ -75,7 +75,7 @@ final class ElicitingPrompter: Prompter, Sendable {
 
     /// One elicitation with one property; the accepted value, or nil.
     func elicit(_ question: String, property: String, _ schema: JSONValue) -> JSONValue? {
-        let before = told.withLock { said in
+        let before = told.withLockedValue { said in
             defer { said.removeAll() }
             return said
         }

@@ -1,9 +1,9 @@
 import ExtrunProtocol
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// MCP's stdio transport: one JSON-RPC message per line (UTF-8, no embedded
@@ -107,7 +107,7 @@ final class LineWriter: Sendable {
         var closed = false
         var dropped = 0
     }
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private let ready = DispatchSemaphore(value: 0)
     private let drained = DispatchSemaphore(value: 0)
 
@@ -120,16 +120,16 @@ final class LineWriter: Sendable {
     }
 
     /// Whether a write failed (the client closed its end) or the client left too much unread.
-    var broken: Bool { state.withLock { $0.failed } }
+    var broken: Bool { state.withLockedValue { $0.failed } }
     /// Progress notifications dropped because the client was not reading.
-    var droppedNotifications: Int { state.withLock { $0.dropped } }
+    var droppedNotifications: Int { state.withLockedValue { $0.dropped } }
 
     /// Queues one message. `droppable`: a notification that may be lost when the client
     /// is behind (progress).
     func send(_ message: JSONValue, droppable: Bool = false) {
         var bytes = JSONWriter.bytes(message)
         bytes.append(UInt8(ascii: "\n"))
-        let queued = state.withLock { state -> Bool in
+        let queued = state.withLockedValue { state -> Bool in
             guard !state.failed, !state.closed else { return false }
             if droppable && state.pendingBytes > maxPendingBytes / 8 {
                 state.dropped += 1
@@ -148,7 +148,7 @@ final class LineWriter: Sendable {
 
     /// Writes what is queued (within `timeout` seconds) and stops the thread.
     func finish(timeout: Double = 2) {
-        let wait = state.withLock { state -> Bool in
+        let wait = state.withLockedValue { state -> Bool in
             guard !state.closed else { return false }
             state.closed = true
             return true
@@ -162,7 +162,7 @@ final class LineWriter: Sendable {
         while true {
             ready.wait()
             while true {
-                let next = state.withLock { state -> [UInt8]? in
+                let next = state.withLockedValue { state -> [UInt8]? in
                     guard state.head < state.queue.count, !state.failed else { return nil }
                     let bytes = state.queue[state.head]
                     state.head += 1
@@ -174,12 +174,12 @@ final class LineWriter: Sendable {
                 }
                 guard let bytes = next else { break }
                 let ok = write(bytes)
-                state.withLock { state in
+                state.withLockedValue { state in
                     state.pendingBytes -= bytes.count
                     if !ok { state.failed = true }
                 }
             }
-            let done = state.withLock { state -> Bool in
+            let done = state.withLockedValue { state -> Bool in
                 state.closed && (state.head >= state.queue.count || state.failed)
             }
             if done {

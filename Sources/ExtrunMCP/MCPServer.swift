@@ -1,7 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// `extrun mcp`: an MCP server over stdio (newline-delimited JSON-RPC 2.0) whose
 /// tools are the installed intents, each call run through the warm pool
@@ -35,7 +35,7 @@ public final class MCPServer: Sendable {
     let pool: PluginPool
     let configuration: Configuration
     let writer: LineWriter
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     /// Signalled when a call ends (for the drain at the end of input).
     private let callsDone = NSCondition()
 
@@ -128,7 +128,7 @@ public final class MCPServer: Sendable {
         case "notifications/cancelled":
             guard let id = params["requestId"] else { return }
             let reason = params["reason"]?.stringValue ?? "cancelled by the client"
-            let call = state.withLock { $0.calls[id] }
+            let call = state.withLockedValue { $0.calls[id] }
             call?.cancel(reason, server: self)
         default:
             // notifications/initialized, notifications/progress, roots...: nothing to do.
@@ -142,7 +142,7 @@ public final class MCPServer: Sendable {
         // Form elicitation: `"elicitation": {}` (2025-06-18), or with `form` (2025-11-25, which adds `url`).
         let declared = params["capabilities"]?["elicitation"]?.objectValue
         let elicitation = declared.map { $0.isEmpty || $0["form"] != nil } ?? false
-        state.withLock {
+        state.withLockedValue {
             $0.protocolVersion = version
             $0.elicitation = elicitation && version >= "2025-06-18"
             $0.catalog = nil
@@ -169,14 +169,14 @@ public final class MCPServer: Sendable {
 
     /// The tools for this client (its protocol version and elicitation decide two details).
     func currentCatalog() -> ToolCatalog {
-        if let known = state.withLock({ $0.catalog }) { return known }
+        if let known = state.withLockedValue({ $0.catalog }) { return known }
         let catalog = freshCatalog()
-        state.withLock { $0.catalog = catalog }
+        state.withLockedValue { $0.catalog = catalog }
         return catalog
     }
 
     func freshCatalog() -> ToolCatalog {
-        let (version, elicitation) = state.withLock { ($0.protocolVersion, $0.elicitation) }
+        let (version, elicitation) = state.withLockedValue { ($0.protocolVersion, $0.elicitation) }
         return ToolCatalog(catalog: host.catalog(), structured: version >= "2025-06-18", confirmArgument: !elicitation)
     }
 
@@ -185,9 +185,9 @@ public final class MCPServer: Sendable {
     func watchCatalog() {
         while true {
             usleep(UInt32(max(10, configuration.catalogPollMs)) * 1000)
-            if state.withLock({ $0.ended }) { return }
+            if state.withLockedValue({ $0.ended }) { return }
             let fresh = freshCatalog()
-            let changed: Bool = state.withLock { state in
+            let changed: Bool = state.withLockedValue { state in
                 guard let known = state.catalog else { return false }
                 if known.listing == fresh.listing { return false }
                 state.catalog = fresh
@@ -215,16 +215,16 @@ public final class MCPServer: Sendable {
             sendError(id: id, code: -32602, "Unknown tool: \(name) (the tools: \(catalog.tools.map(\.name).joined(separator: ", ")))")
             return
         }
-        let (structured, elicitation) = state.withLock { ($0.protocolVersion >= "2025-06-18", $0.elicitation) }
+        let (structured, elicitation) = state.withLockedValue { ($0.protocolVersion >= "2025-06-18", $0.elicitation) }
         let call = Call(id: id, progressToken: params["_meta"]?["progressToken"])
-        let admitted: Int? = state.withLock { state in
+        let admitted: Int? = state.withLockedValue { state in
             guard !state.ended, state.running < configuration.maxConcurrentCalls, state.calls[id] == nil else { return nil }
             state.running += 1
             state.calls[id] = call
             return state.running
         }
         guard admitted != nil else {
-            let running = state.withLock { $0.running }
+            let running = state.withLockedValue { $0.running }
             var report = HandleReport(intent: tool.intent)
             report.error = HostError(
                 .configurationError,
@@ -265,7 +265,7 @@ public final class MCPServer: Sendable {
             if !call.cancellation.isCancelled {
                 send(["jsonrpc": "2.0", "id": id, "result": ToolResult.result(of: report, structured: structured, missingOptions: missing)])
             }
-            state.withLock {
+            state.withLockedValue {
                 $0.calls[id] = nil
                 $0.running -= 1
             }
@@ -281,7 +281,7 @@ public final class MCPServer: Sendable {
     /// when it answered with an error, the call was cancelled or the input ended.
     func ask(_ method: String, _ params: JSONValue, for call: Call) -> JSONValue? {
         let pending = PendingAnswer()
-        let id: String? = state.withLock { state in
+        let id: String? = state.withLockedValue { state in
             guard !state.ended else { return nil }
             let id = "extrun-\(state.nextRequest)"
             state.nextRequest += 1
@@ -297,12 +297,12 @@ public final class MCPServer: Sendable {
         }
         let answer = pending.wait()
         call.done(waiting: id)
-        state.withLock { _ = $0.pending.removeValue(forKey: id) }
+        state.withLockedValue { _ = $0.pending.removeValue(forKey: id) }
         return answer?["result"]
     }
 
     func answer(id: JSONValue, message: JSONValue) {
-        guard let key = id.stringValue, let pending = state.withLock({ $0.pending[key] }) else {
+        guard let key = id.stringValue, let pending = state.withLockedValue({ $0.pending[key] }) else {
             configuration.log?("[extrun mcp] an answer to no request of ours: \(String(decoding: JSONWriter.bytes(id), as: UTF8.self))")
             return
         }
@@ -317,7 +317,7 @@ public final class MCPServer: Sendable {
     func send(_ message: JSONValue, droppable: Bool = false) {
         writer.send(message, droppable: droppable)
         if writer.broken {
-            let (calls, pending) = state.withLock { state in (Array(state.calls.values), Array(state.pending.values)) }
+            let (calls, pending) = state.withLockedValue { state in (Array(state.calls.values), Array(state.pending.values)) }
             if !calls.isEmpty || !pending.isEmpty {
                 configuration.log?("[extrun mcp] the client is not reading (or closed) its input: the calls in flight are cancelled")
             }
@@ -338,14 +338,14 @@ public final class MCPServer: Sendable {
     }
 
     func shutDown(reason: String) {
-        let (calls, pending) = state.withLock { state in
+        let (calls, pending) = state.withLockedValue { state in
             state.ended = true
             return (Array(state.calls.values), Array(state.pending.values))
         }
         for call in calls { call.cancellation.cancel(reason) }
         for answer in pending { answer.fulfil(nil) }
         callsDone.lock()
-        while state.withLock({ $0.running }) > 0 { callsDone.wait() }
+        while state.withLockedValue({ $0.running }) > 0 { callsDone.wait() }
         callsDone.unlock()
         pool.close()
         writer.finish()
@@ -357,7 +357,7 @@ final class Call: Sendable {
     let id: JSONValue
     let progressToken: JSONValue?
     let cancellation = Cancellation()
-    private let state = Mutex(CallState())
+    private let state = NIOLockedValueBox(CallState())
 
     struct CallState {
         var lastProgress = -1.0
@@ -372,16 +372,16 @@ final class Call: Sendable {
     /// `notifications/cancelled`: the run is cancelled, and an elicitation it waits on answers nil.
     func cancel(_ reason: String, server: MCPServer) {
         cancellation.cancel(reason)
-        let waiting = state.withLock { Array($0.waiting.values) }
+        let waiting = state.withLockedValue { Array($0.waiting.values) }
         for answer in waiting { answer.fulfil(nil) }
     }
 
     func waiting(on id: String, _ answer: PendingAnswer) {
-        state.withLock { $0.waiting[id] = answer }
+        state.withLockedValue { $0.waiting[id] = answer }
     }
 
     func done(waiting id: String) {
-        _ = state.withLock { $0.waiting.removeValue(forKey: id) }
+        _ = state.withLockedValue { $0.waiting.removeValue(forKey: id) }
     }
 
     /// The plugin's `progress` as `notifications/progress` (0...1 of a total of 1). MCP's
@@ -389,7 +389,7 @@ final class Call: Sendable {
     /// with a message, a hair above the last.
     func progress(_ params: ProgressParams, server: MCPServer) {
         guard let token = progressToken else { return }
-        let value: Double? = state.withLock { state in
+        let value: Double? = state.withLockedValue { state in
             if let fraction = params.fraction, fraction.isFinite, fraction > state.lastProgress {
                 state.lastProgress = min(fraction, 1)
                 return state.lastProgress

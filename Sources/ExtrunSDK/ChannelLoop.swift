@@ -6,6 +6,7 @@ import Darwin
 import ExtrunProtocol
 import Foundation
 import Synchronization
+import NIOConcurrencyHelpers
 
 /// The thread that serves the protocol: it reads the host's frames from fd 3 and
 /// runs the requests' tasks itself, as their task executor. A request's answer is
@@ -25,12 +26,12 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     }
 
     let inputFD: Int32
-    private let queue = Mutex(Queue())
+    private let queue = NIOLockedValueBox(Queue())
     /// A pipe that wakes the loop from poll (its read end is non-blocking).
     private let wakeRead: Int32
     private let wakeWrite: Int32
     /// Reading and decoding the input, by the loop or by the watchdog.
-    private let input: Mutex<FrameDecoder>
+    private let input: NIOLockedValueBox<FrameDecoder>
     /// What `read` fills (used under `input`'s lock only).
     private nonisolated(unsafe) var readBuffer = [UInt8](repeating: 0, count: 64 << 10)
     private let onMessage: @Sendable (Message, ChannelLoop) -> Void
@@ -52,7 +53,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
         self.inputFD = inputFD
         self.onMessage = onMessage
         self.onError = onError
-        self.input = Mutex(FrameDecoder())
+        self.input = NIOLockedValueBox(FrameDecoder())
         var fds: [Int32] = [-1, -1]
         if pipe(&fds) != 0 { fds = [-1, -1] }
         wakeRead = fds[0]
@@ -67,7 +68,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
 
     func enqueue(_ job: consuming ExecutorJob) {
         let unowned = UnownedJob(job)
-        let wake = queue.withLock { state in
+        let wake = queue.withLockedValue { state in
             state.jobs.append(unowned)
             defer { state.sleeping = false }
             return state.sleeping
@@ -102,14 +103,14 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
         var fds = [pollfd(fd: inputFD, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
         while true {
             runJobs()
-            let sleep = queue.withLock { state in
+            let sleep = queue.withLockedValue { state in
                 if state.jobs.isEmpty { state.sleeping = true }
                 return state.sleeping
             }
             if sleep, shouldSpin() {
                 if spin() {
                     fruitlessSpins = 0
-                    queue.withLock { $0.sleeping = false }
+                    queue.withLockedValue { $0.sleeping = false }
                     continue
                 }
                 fruitlessSpins += 1
@@ -118,7 +119,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
                 fds[0].revents = 0
                 fds[1].revents = 0
                 let ready = poll(&fds, nfds_t(fds.count), -1)
-                queue.withLock { $0.sleeping = false }
+                queue.withLockedValue { $0.sleeping = false }
                 if ready < 0 && errno != EINTR { onError(MessageError("waiting for the host failed: \(String(cString: strerror(errno)))")) }
                 if fds[1].revents != 0 {
                     var sink = [UInt8](repeating: 0, count: 64)
@@ -159,7 +160,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
         let until = Self.now() &+ Self.spinNs
         repeat {
             if readAvailable() { return true }
-            if queue.withLock({ !$0.jobs.isEmpty }) { return true }
+            if queue.withLockedValue({ !$0.jobs.isEmpty }) { return true }
             sched_yield()
         } while Self.now() < until
         return false
@@ -167,7 +168,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
 
     private func runJobs() {
         while true {
-            let jobs = queue.withLock { state -> [UnownedJob] in
+            let jobs = queue.withLockedValue { state -> [UnownedJob] in
                 defer { state.jobs.removeAll(keepingCapacity: true) }
                 return state.jobs
             }
@@ -184,7 +185,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     /// End of file: the host ended the session; the process exits 0.
     @discardableResult
     private func readAvailable() -> Bool {
-        input.withLock { decoder in
+        input.withLockedValue { decoder in
             var got = false
             while true {
                 let count = readBuffer.withUnsafeMutableBytes { read(inputFD, $0.baseAddress, $0.count) }

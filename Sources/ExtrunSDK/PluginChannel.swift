@@ -4,16 +4,16 @@ import Glibc
 import Darwin
 #endif
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The plugin's end of the protocol channels: it reads the host's frames from
 /// fd 3 on a thread of its own and writes frames to fd 4.
 final class PluginChannel: Sendable {
     let inputFD: Int32
     let outputFD: Int32
-    private let writeLock = Mutex<Void>(())
-    private let nextID = Mutex<Int64>(1)
-    private let pending = Mutex<[RequestID: CheckedContinuation<Result<JSONValue, RPCError>, Never>]>([:])
+    private let writeLock = NIOLockedValueBox<Void>(())
+    private let nextID = NIOLockedValueBox<Int64>(1)
+    private let pending = NIOLockedValueBox<[RequestID: CheckedContinuation<Result<JSONValue, RPCError>, Never>]>([:])
 
     init(inputFD: Int32 = ProtocolChannels.hostToPlugin, outputFD: Int32 = ProtocolChannels.pluginToHost) {
         self.inputFD = inputFD
@@ -27,7 +27,7 @@ final class PluginChannel: Sendable {
 
     func send(_ message: Message) {
         let frame = Framing.frame(message.encoded())
-        writeLock.withLock { _ in
+        writeLock.withLockedValue { _ in
             frame.withUnsafeBytes { raw in
                 var offset = 0
                 while offset < raw.count {
@@ -49,19 +49,19 @@ final class PluginChannel: Sendable {
 
     /// Sends a request to the host and waits for its answer.
     func request(_ method: String, _ params: JSONValue?) async -> Result<JSONValue, RPCError> {
-        let id = RequestID.int(nextID.withLock { value in
+        let id = RequestID.int(nextID.withLockedValue { value in
             defer { value += 1 }
             return value
         })
         return await withCheckedContinuation { continuation in
-            pending.withLock { $0[id] = continuation }
+            pending.withLockedValue { $0[id] = continuation }
             send(.request(id: id, method: method, params: params))
         }
     }
 
     /// Delivers the host's answer to a request this plugin sent.
     func deliver(id: RequestID?, _ result: Result<JSONValue, RPCError>) {
-        guard let id, let continuation = pending.withLock({ $0.removeValue(forKey: id) }) else { return }
+        guard let id, let continuation = pending.withLockedValue({ $0.removeValue(forKey: id) }) else { return }
         continuation.resume(returning: result)
     }
 }

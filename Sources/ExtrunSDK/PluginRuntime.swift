@@ -4,7 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The entry point of a Swift plugin: serves the protocol on fds 3 and 4,
 /// dispatching each intent to its handler, until the host closes the channel.
@@ -46,11 +46,11 @@ final class Server: Sendable {
     let handlers: [String: any IntentHandler]
     let activities: [String: any ActivityHandler]
     let channel: PluginChannel
-    let mode = Mutex<Mode>(.extension)
+    let mode = NIOLockedValueBox<Mode>(.extension)
     /// The requests in progress, for `cancel`. A task that finishes before the serve
     /// loop has registered it leaves its id in `finished` instead, so that nothing
     /// stays in the table (a reused process serves thousands of requests).
-    let running = Mutex<(tasks: [RequestID: Task<Void, Never>], finished: Set<RequestID>)>(([:], []))
+    let running = NIOLockedValueBox<(tasks: [RequestID: Task<Void, Never>], finished: Set<RequestID>)>(([:], []))
     /// Declared in every `initialize` result: the host may start another session afterwards.
     let reusable: Bool
 
@@ -94,7 +94,7 @@ final class Server: Sendable {
             }
             let task = Task(executorPreference: loop) {
                 let result = await self.answer(method: method, params: params)
-                self.running.withLock { state in
+                self.running.withLockedValue { state in
                     if state.tasks.removeValue(forKey: id) == nil { state.finished.insert(id) }
                 }
                 switch result {
@@ -102,12 +102,12 @@ final class Server: Sendable {
                 case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))
                 }
             }
-            running.withLock { state in
+            running.withLockedValue { state in
                 if state.finished.remove(id) == nil { state.tasks[id] = task }
             }
         case .notification(let method, _):
             if method == Method.cancel {
-                for task in running.withLock({ Array($0.tasks.values) }) { task.cancel() }
+                for task in running.withLockedValue({ Array($0.tasks.values) }) { task.cancel() }
             }
         case .response(let id, let result):
             channel.deliver(id: id, .success(result))
@@ -121,7 +121,7 @@ final class Server: Sendable {
             switch method {
             case Method.initialize:
                 let p = try readParams(params, InitializeParams.init(jsonValue:))
-                mode.withLock { $0 = p.mode }
+                mode.withLockedValue { $0 = p.mode }
                 // A later session's initialize is answered the same way: the server keeps no
                 // state between sessions but the mode, which each initialize sets again.
                 let result = InitializeResult(
@@ -165,7 +165,7 @@ final class Server: Sendable {
     /// intent, or the intent the activity type is named after, its user info as parameters).
     private func continueActivity(_ activity: UserActivity, interaction: Interaction?) async throws -> IntentResponse {
         if let handler = activities[activity.activityType] {
-            return try await handler.continueActivity(activity, interaction: interaction, context: IntentContext(mode: mode.withLock { $0 }, channel: channel))
+            return try await handler.continueActivity(activity, interaction: interaction, context: IntentContext(mode: mode.withLockedValue { $0 }, channel: channel))
         }
         if let interaction {
             return try await continueIntent(try handler(for: interaction.intent), activity, intent: interaction.intent, values: interaction.parameters, extensionResponse: interaction.response)
@@ -211,7 +211,7 @@ final class Server: Sendable {
                 code: RPCError.invalidParams,
                 message: "the parameters of \(intent) do not decode as \(H.Parameters.self): \(JSONCoding.describe(error))")
         }
-        let context = IntentContext(mode: mode.withLock { $0 }, channel: channel)
+        let context = IntentContext(mode: mode.withLockedValue { $0 }, channel: channel)
         return IntentRequest(intent: intent, parameters: parameters, values: values, context: context)
     }
 

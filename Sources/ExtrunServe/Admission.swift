@@ -1,7 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Who may run now: at most `maxConcurrent` intents at once, at most the caller's limit
 /// per peer uid, and at most `maxQueued` waiting; one more is refused at once with
@@ -36,16 +36,16 @@ final class Admission: Sendable {
         var closed = false
     }
 
-    private let state: Mutex<State>
+    private let state: NIOLockedValueBox<State>
     private let workers: Workers
 
     init(limits: Limits) {
-        state = Mutex(State(limits: limits))
+        state = NIOLockedValueBox(State(limits: limits))
         workers = Workers()
     }
 
     func update(_ limits: Limits) {
-        let ready = state.withLock { state in
+        let ready = state.withLockedValue { state in
             state.limits = limits
             return Self.startable(&state)
         }
@@ -60,13 +60,13 @@ final class Admission: Sendable {
         }
     }
 
-    var running: Int { state.withLock { $0.running } }
-    var queued: Int { state.withLock { $0.queue.count } }
-    var refused: Int { state.withLock { $0.refused } }
+    var running: Int { state.withLockedValue { $0.running } }
+    var queued: Int { state.withLockedValue { $0.queue.count } }
+    var refused: Int { state.withLockedValue { $0.refused } }
 
     /// Runs `start` on a worker thread now, or later when a place frees; or refuses.
     func submit(uid: UInt32, _ start: @escaping @Sendable () -> Void) -> Result<Ticket, HostError> {
-        let outcome = state.withLock { state -> Result<(Ticket, Bool), HostError> in
+        let outcome = state.withLockedValue { state -> Result<(Ticket, Bool), HostError> in
             state.next += 1
             let ticket = Ticket(number: state.next, uid: uid)
             if state.closed {
@@ -120,7 +120,7 @@ final class Admission: Sendable {
 
     /// A queued intent whose caller went away: out of the queue (true), or already running (false).
     func withdraw(_ ticket: Ticket) -> Bool {
-        state.withLock { state in
+        state.withLockedValue { state in
             guard let index = state.queue.firstIndex(where: { $0.ticket == ticket }) else { return false }
             state.queue.remove(at: index)
             return true
@@ -129,7 +129,7 @@ final class Admission: Sendable {
 
     /// A running intent ended: its place goes to the first waiting intent that may run.
     private func finished(_ ticket: Ticket) {
-        let ready = state.withLock { state in
+        let ready = state.withLockedValue { state in
             state.running -= 1
             state.runningByCaller[ticket.uid, default: 1] -= 1
             if state.runningByCaller[ticket.uid] == 0 { state.runningByCaller[ticket.uid] = nil }
@@ -141,7 +141,7 @@ final class Admission: Sendable {
     /// Takes no more intents. The waiting ones run now, outside the limits: the caller
     /// (`ServeEngine.stopAccepting`) has made them refuse at once.
     func close() {
-        let waiting = state.withLock { state in
+        let waiting = state.withLockedValue { state in
             state.closed = true
             defer { state.queue.removeAll() }
             return state.queue

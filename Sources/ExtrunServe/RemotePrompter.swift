@@ -1,7 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// Where a run's events go: the caller's connection (an NDJSON stream when interactive).
 protocol EventSink: Sendable {
@@ -136,12 +136,12 @@ final class InteractiveRun: Prompter, @unchecked Sendable {
 
 /// The interactive runs in flight, by id, for their answers.
 final class RunRegistry: Sendable {
-    private let runs = Mutex<[String: InteractiveRun]>([:])
+    private let runs = NIOLockedValueBox<[String: InteractiveRun]>([:])
 
-    func add(_ run: InteractiveRun) { runs.withLock { $0[run.id] = run } }
-    func remove(_ run: InteractiveRun) { _ = runs.withLock { $0.removeValue(forKey: run.id) } }
-    func run(_ id: String) -> InteractiveRun? { runs.withLock { $0[id] } }
+    func add(_ run: InteractiveRun) { runs.withLockedValue { $0[run.id] = run } }
+    func remove(_ run: InteractiveRun) { _ = runs.withLockedValue { $0.removeValue(forKey: run.id) } }
+    func run(_ id: String) -> InteractiveRun? { runs.withLockedValue { $0[id] } }
     func closeAll() {
-        for run in runs.withLock({ Array($0.values) }) { run.close() }
+        for run in runs.withLockedValue({ Array($0.values) }) { run.close() }
     }
 }

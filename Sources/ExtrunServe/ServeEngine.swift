@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import NIOPosix
 import Synchronization
+import NIOConcurrencyHelpers
 
 /// The host's `Host` (Foundation has a `Host` too).
 typealias Host = ExtrunHost.Host
@@ -30,9 +31,9 @@ final class ServeEngine: Sendable {
     let crashes: CrashTracker
     /// One thread for catalog lookups (`GET /v1/intents`): off the event loop, never a thread per request.
     let lookups: NIOThreadPool
-    private let policyState: Mutex<ServePolicy>
+    private let policyState: NIOLockedValueBox<ServePolicy>
     /// The runs in flight (SIGTERM cancels them after the grace).
-    private let inFlight = Mutex<[UInt64: RunControl]>([:])
+    private let inFlight = NIOLockedValueBox<[UInt64: RunControl]>([:])
     private let counter = Atomic<UInt64>(0)
     /// Request bytes reserved by the connections now reading a body (maxBufferedRequestBytes).
     let bufferedRequestBytes = Atomic<Int>(0)
@@ -46,7 +47,7 @@ final class ServeEngine: Sendable {
         self.host = host
         self.logger = logger
         pool = PluginPool(host: host, limits: policy.warmLimits)
-        policyState = Mutex(policy)
+        policyState = NIOLockedValueBox(policy)
         metrics = ServeMetrics()
         crashes = CrashTracker()
         admission = Admission(limits: Self.admissionLimits(policy))
@@ -54,7 +55,7 @@ final class ServeEngine: Sendable {
         lookups.start()
     }
 
-    var policy: ServePolicy { policyState.withLock { $0 } }
+    var policy: ServePolicy { policyState.withLockedValue { $0 } }
 
     static func admissionLimits(_ policy: ServePolicy) -> Admission.Limits {
         Admission.Limits(maxConcurrent: policy.maxConcurrent, maxQueued: policy.maxQueued, maxQueuedPerCaller: policy.maxQueuedPerCaller) { uid in
@@ -64,7 +65,7 @@ final class ServeEngine: Sendable {
 
     /// A new policy (SIGHUP): the limits apply to the next intents; warm processes over them end now.
     func update(_ policy: ServePolicy) {
-        policyState.withLock { $0 = policy }
+        policyState.withLockedValue { $0 = policy }
         admission.update(Self.admissionLimits(policy))
         pool.update(policy.warmLimits)
     }
@@ -129,9 +130,9 @@ final class ServeEngine: Sendable {
                 HostError(.overloaded, "the service is shutting down and takes no new intents", details: ["reason": "shutdown"]), call: call)
         }
         let number = counter.add(1, ordering: .relaxed).newValue
-        inFlight.withLock { $0[number] = control }
+        inFlight.withLockedValue { $0[number] = control }
         let started = MonotonicClock.now()
-        defer { inFlight.withLock { _ = $0.removeValue(forKey: number) } }
+        defer { inFlight.withLockedValue { _ = $0.removeValue(forKey: number) } }
         let policy = self.policy
         var options = HandleOptions()
         options.cancellation = control.cancellation
@@ -392,7 +393,7 @@ final class ServeEngine: Sendable {
 
     /// Cancels every run in flight (SIGTERM after the grace).
     func cancelAll(_ reason: String) {
-        for control in inFlight.withLock({ Array($0.values) }) { control.cancel(reason) }
+        for control in inFlight.withLockedValue({ Array($0.values) }) { control.cancel(reason) }
         runs.closeAll()
     }
 
@@ -424,17 +425,17 @@ extension ServeCall {
 /// prompt, which the host does not interrupt (a cancelled run's prompt must return nil).
 final class RunControl: Sendable {
     let cancellation = Cancellation()
-    private let prompter = Mutex<InteractiveRun?>(nil)
+    private let prompter = NIOLockedValueBox<InteractiveRun?>(nil)
 
     func attach(_ run: InteractiveRun) {
-        prompter.withLock { $0 = run }
+        prompter.withLockedValue { $0 = run }
         if cancellation.isCancelled { run.close() }
     }
 
     /// The caller went away, or the service is stopping.
     func cancel(_ reason: String) {
         cancellation.cancel(reason)
-        prompter.withLock { $0 }?.close()
+        prompter.withLockedValue { $0 }?.close()
     }
 }
 
@@ -450,12 +451,12 @@ final class CrashTracker: Sendable {
         var backoffs = 0
     }
 
-    private let state = Mutex<[String: Entry]>([:])
+    private let state = NIOLockedValueBox<[String: Entry]>([:])
 
     func check(plugin: String?) throws(HostError) {
         guard let plugin else { return }
         let now = MonotonicClock.now()
-        let entry = state.withLock { $0[plugin] }
+        let entry = state.withLockedValue { $0[plugin] }
         guard let entry, entry.until > now else { return }
         let leftMs = Double((entry.until - now) / 1_000_000)
         throw HostError(
@@ -470,7 +471,7 @@ final class CrashTracker: Sendable {
         let crashed = report.error?.kind == .pluginCrashed || report.steps.contains { $0.error?.kind == .pluginCrashed }
         let now = MonotonicClock.now()
         let window = UInt64(policy.crashWindowSeconds * 1e9)
-        let backoff: UInt64? = state.withLock { state in
+        let backoff: UInt64? = state.withLockedValue { state in
             var entry = state[plugin] ?? Entry()
             defer { state[plugin] = entry.crashes.isEmpty && entry.until <= now ? nil : entry }
             guard crashed else {
@@ -494,7 +495,7 @@ final class CrashTracker: Sendable {
     /// The plugins backed off now, with the milliseconds left.
     func backedOff() -> [String: Int] {
         let now = MonotonicClock.now()
-        return state.withLock { state in
+        return state.withLockedValue { state in
             state.compactMapValues { $0.until > now ? Int(($0.until - now) / 1_000_000) : nil }
         }
     }

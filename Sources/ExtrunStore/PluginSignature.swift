@@ -2,10 +2,10 @@ import Crypto
 import ExtrunProtocol
 import ExtrunSystem
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// `extrun-signature.json` in a plugin's folder: the owner's Ed25519 signature over the
@@ -241,14 +241,14 @@ public enum PluginFiles {
     }
 
     /// Digests by absolute path and identity, for this process.
-    private static let memory = Mutex<[String: (FileStamp, String)]>([:])
+    private static let memory = NIOLockedValueBox<[String: (FileStamp, String)]>([:])
 
     /// The file's SHA-256 in hex and its size, from the cache when its identity is unchanged.
     static func digest(_ path: String, cache slot: DigestCache.Slot) throws(PluginSignatureProblem) -> (sha256: String, size: Int64, computed: Bool) {
         var info = stat()
         guard stat(path, &info) == 0 else { throw .fileChanged(path: path, reason: "it is missing") }
         let identity = FileStamp(info)
-        if let known = memory.withLock({ $0[path] }), known.0 == identity {
+        if let known = memory.withLockedValue({ $0[path] }), known.0 == identity {
             // The home's cache learns it only if it was read anyway (signing reads it): a hit costs no file read.
             if let cache = slot.loaded, cache.entries[path]?.0 != identity {
                 cache.entries[path] = known
@@ -258,7 +258,7 @@ public enum PluginFiles {
         }
         let cache = slot.get()
         if let known = cache?.entries[path], known.0 == identity {
-            memory.withLock { $0[path] = known }
+            memory.withLockedValue { $0[path] = known }
             return (known.1, identity.size, false)
         }
         let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -280,7 +280,7 @@ public enum PluginFiles {
         // Identity after reading: a file written meanwhile is not cached under its old identity.
         var after = stat()
         if fstat(fd, &after) == 0, FileStamp(after) == identity {
-            memory.withLock { cache in
+            memory.withLockedValue { cache in
                 if cache.count > 4096 { cache.removeAll() }
                 cache[path] = (identity, hex)
             }
@@ -356,7 +356,7 @@ final class DigestCache {
     }
 
     /// Signature files (their SHA-256) whose Ed25519 signature held, in this process.
-    static let verifiedInProcess = Mutex<Set<String>>([])
+    static let verifiedInProcess = NIOLockedValueBox<Set<String>>([])
 
     var entries: [String: (FileStamp, String)] = [:]
     var verifiedSignatures: Set<String> = []
@@ -453,13 +453,13 @@ extension PluginSignature {
         }
         let cache = DigestCache.Slot(home: home)
         let digest = PluginFiles.hex(SHA256.hash(data: data))
-        if !DigestCache.verifiedInProcess.withLock({ $0.contains(digest) }) {
+        if !DigestCache.verifiedInProcess.withLockedValue({ $0.contains(digest) }) {
             if cache.get()?.verifiedSignatures.contains(digest) != true {
                 guard signature.isValid else { throw .badSignature }
                 cache.loaded?.verifiedSignatures.insert(digest)
                 cache.loaded?.changed = true
             }
-            DigestCache.verifiedInProcess.withLock { known in
+            DigestCache.verifiedInProcess.withLockedValue { known in
                 if known.count > 4096 { known.removeAll() }
                 known.insert(digest)
             }

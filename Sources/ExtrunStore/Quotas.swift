@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 /// How much one owner may keep in the store (docs/store.md, "Quotas"). The
 /// defaults come from `quota` in `$EXTRUN_HOME/policy.json` (else `builtIn`);
@@ -222,9 +223,9 @@ extension Store {
 
     /// The quota defaults for a write, read once per `Store` (like the host's policy, once per pool).
     func quotaDefaultsForWrite() throws -> OwnerQuota {
-        if let known = quotaDefaults.withLock({ $0 }) { return known }
+        if let known = quotaDefaults.withLockedValue({ $0 }) { return known }
         let quota = try defaultQuota()
-        quotaDefaults.withLock { $0 = quota }
+        quotaDefaults.withLockedValue { $0 = quota }
         return quota
     }
 

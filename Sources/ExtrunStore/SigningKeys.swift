@@ -2,10 +2,10 @@ import Crypto
 import ExtrunProtocol
 import ExtrunSystem
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// An owner's Ed25519 signing key pair: it signs the owner's plugins
@@ -354,9 +354,9 @@ final class KeyFileCache<Value: Sendable>: Sendable {
         var value: Value
     }
 
-    private let entries = Mutex<[String: Entry]>([:])
+    private let entries = NIOLockedValueBox<[String: Entry]>([:])
 
-    func entry(_ owner: String) -> Entry? { entries.withLock { $0[owner] } }
+    func entry(_ owner: String) -> Entry? { entries.withLockedValue { $0[owner] } }
 
     /// The parsed file of `owner` at `path`, nil when there is none.
     func value(
@@ -366,7 +366,7 @@ final class KeyFileCache<Value: Sendable>: Sendable {
         if let cached, cached.settled, Self.privateFileStamp(path) == cached.identity { return cached.value }
         guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner, limit: limit) else { return nil }
         let value = try cached.flatMap { $0.bytes == bytes ? $0.value : nil } ?? parse(bytes, path)
-        entries.withLock { known in
+        entries.withLockedValue { known in
             if known.count >= 64 { known.removeAll() }
             known[owner] = Entry(bytes: bytes, identity: identity, settled: identity.hasSettled, value: value)
         }

@@ -1,10 +1,10 @@
 import ExtrunProtocol
 import Foundation
 import GRDB
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// The store under one home directory (the host passes `$EXTRUN_HOME`):
@@ -29,9 +29,9 @@ public final class Store: Sendable {
     let keystore: Keystore
     let database: StoreDatabase
     /// Keys already checked against the store, by owner.
-    private let verifiedKeys = Mutex<[String: OwnerKey]>([:])
+    private let verifiedKeys = NIOLockedValueBox<[String: OwnerKey]>([:])
     /// The quota defaults from the policy, read on the first write that needs them (Quotas.swift).
-    let quotaDefaults = Mutex<OwnerQuota?>(nil)
+    let quotaDefaults = NIOLockedValueBox<OwnerQuota?>(nil)
     /// Donations of this process's threads, written together (Donations.swift).
     let donationCommits = DonationGroupCommit()
     /// The owners' own public signing keys, with the key file's bytes and identity they were parsed from (SigningKeys.swift).
@@ -89,7 +89,7 @@ public final class Store: Sendable {
     /// (or a new key and key file if `create`), but `keyMissing` for an owner
     /// that has data. A key is never created for an owner that has data.
     func key(for owner: String, create: Bool) throws -> OwnerKey? {
-        if let key = verifiedKeys.withLock({ $0[owner] }) { return key }
+        if let key = verifiedKeys.withLockedValue({ $0[owner] }) { return key }
         var key = try keystore.load(owner)
         if key == nil {
             let recorded = try recordedOwner(owner)
@@ -107,7 +107,7 @@ public final class Store: Sendable {
             throw StoreError(.invalidKeyFile, "key file \(keystore.path(for: owner)) vanished while it was being read", details: ["owner": .string(owner)])
         }
         try verify(key)
-        verifiedKeys.withLock { $0[owner] = key }
+        verifiedKeys.withLockedValue { $0[owner] = key }
         return key
     }
 

@@ -1,9 +1,9 @@
 import ExtrunSystem
 import Foundation
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+import NIOConcurrencyHelpers
 #endif
 
 /// Descriptors of `store.sqlite` that extrun opens itself (to check the header
@@ -30,39 +30,43 @@ enum StoreFileDescriptors {
         var users: Int
     }
 
-    private static let open = Mutex<[FileKey: Entry]>([:])
+    private static let open = NIOLockedValueBox<[FileKey: Entry]>([:])
 
     /// A read-only descriptor of the file `path` names now, for one more user; `release`
     /// its key once that user's SQLite connection is closed.
     static func acquire(_ path: String) throws(SystemCallError) -> (fd: Int32, key: FileKey) {
-        try open.withLock { (open) throws(SystemCallError) -> (fd: Int32, key: FileKey) in
-            var named = stat()
-            if stat(path, &named) == 0 {
-                let key = FileKey(device: UInt64(named.st_dev), inode: UInt64(named.st_ino))
-                if var entry = open[key] {
-                    entry.users += 1
-                    open[key] = entry
-                    return (entry.fd, key)
-                }
-            }
-            let fd = try FileOps.open(path, O_RDONLY)
-            guard let info = try? FileOps.fstat(fd) else { return (fd, FileKey(device: 0, inode: UInt64(UInt32(bitPattern: fd)))) }
-            let key = FileKey(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        try open.withLockedValue { (open) -> Result<(fd: Int32, key: FileKey), SystemCallError> in
+            Result { () throws(SystemCallError) in try acquire(path, in: &open) }
+        }.get()
+    }
+
+    private static func acquire(_ path: String, in open: inout [FileKey: Entry]) throws(SystemCallError) -> (fd: Int32, key: FileKey) {
+        var named = stat()
+        if stat(path, &named) == 0 {
+            let key = FileKey(device: UInt64(named.st_dev), inode: UInt64(named.st_ino))
             if var entry = open[key] {
-                // The file was replaced under the path between stat and open, by one that is
-                // open here already: this descriptor must not be closed either; it stays.
                 entry.users += 1
                 open[key] = entry
                 return (entry.fd, key)
             }
-            open[key] = Entry(fd: fd, users: 1)
-            return (fd, key)
         }
+        let fd = try FileOps.open(path, O_RDONLY)
+        guard let info = try? FileOps.fstat(fd) else { return (fd, FileKey(device: 0, inode: UInt64(UInt32(bitPattern: fd)))) }
+        let key = FileKey(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        if var entry = open[key] {
+            // The file was replaced under the path between stat and open, by one that is
+            // open here already: this descriptor must not be closed either; it stays.
+            entry.users += 1
+            open[key] = entry
+            return (entry.fd, key)
+        }
+        open[key] = Entry(fd: fd, users: 1)
+        return (fd, key)
     }
 
     /// One user less; the last one closes the descriptor.
     static func release(_ key: FileKey) {
-        open.withLock { open in
+        open.withLockedValue { open in
             guard var entry = open[key] else { return }
             entry.users -= 1
             if entry.users > 0 {
