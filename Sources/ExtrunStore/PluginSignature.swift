@@ -151,7 +151,7 @@ struct FileStamp: Equatable, Sendable {
     /// Whether the file has not changed for 2 s. Linux stamps changes with a coarse clock
     /// (a tick, up to 10 ms), so a file changed again within the tick it was read in may
     /// keep its times: a stamp taken that soon ("racy", as Git calls such index entries)
-    /// is not trusted by `KeyFileCache`, which reads the file again until it has settled.
+    /// is not trusted by `KeyFileCache` nor by `PluginFiles.digest`, which read the file again until it has settled.
     var hasSettled: Bool {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
@@ -278,8 +278,12 @@ public enum PluginFiles {
         }
         let hex = hex(hasher.finalize())
         // Identity after reading: a file written meanwhile is not cached under its old identity.
+        // Nor is one changed less than 2 s ago (`FileStamp.hasSettled`): written again within
+        // the same clock tick, it would keep this identity with other contents, and the
+        // cached digest would vouch for them. Such a file is read whole at each check until
+        // it has settled.
         var after = stat()
-        if fstat(fd, &after) == 0, FileStamp(after) == identity {
+        if fstat(fd, &after) == 0, FileStamp(after) == identity, identity.hasSettled {
             memory.withLockedValue { cache in
                 if cache.count > 4096 { cache.removeAll() }
                 cache[path] = (identity, hex)
@@ -362,6 +366,8 @@ final class DigestCache {
     var verifiedSignatures: Set<String> = []
     let path: String
     static let maxEntries = 4096
+    /// The file's format: 2 holds only digests of files that had settled when read.
+    static let version: Int64 = 2
 
     init(home: String) {
         path = home + "/cache/plugin-digests.json"
@@ -373,7 +379,9 @@ final class DigestCache {
             info.st_size < 8 << 20,
             let data = try? FileOps.readAll(fd, limit: 8 << 20), let value = try? JSONParser.parse(data), case .object(let root) = value
         else { return }
-        if case .array(let files)? = root["files"] {
+        // Entries of version 2 on: earlier ones may hold identities taken within a clock
+        // tick of the file's last change (`PluginFiles.digest`), so they are computed again.
+        if case .int(let version)? = root["version"], version >= Self.version, case .array(let files)? = root["files"] {
             for file in files {
                 guard case .object(let f) = file, case .string(let p)? = f["path"], case .string(let hex)? = f["sha256"],
                     case .int(let dev)? = f["dev"], case .int(let ino)? = f["ino"], case .int(let size)? = f["size"],
@@ -399,7 +407,9 @@ final class DigestCache {
                 "ctime": .int(value.0.ctime),
             ])
         }
-        let root = JSONValue.object(["files": .array(files), "signatures": .array(verifiedSignatures.sorted().map { .string($0) })])
+        let root = JSONValue.object([
+            "version": .int(Self.version), "files": .array(files), "signatures": .array(verifiedSignatures.sorted().map { .string($0) }),
+        ])
         let directory = (path as NSString).deletingLastPathComponent
         do {
             try FileOps.makePrivateDirectory(directory)
