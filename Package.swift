@@ -138,6 +138,13 @@ let package = Package(
 )
 
 // Benchmarks (Scripts/bench, docs/benchmarks.md): the in-process harness.
-package.targets.append(
-    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore"], path: "Benchmarks/ExtrunBench")
-)
+package.targets.append(contentsOf: [
+    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore"], path: "Benchmarks/ExtrunBench"),
+    // The listener of `extrun serve` with no intent behind it: the floor under its throughput rows.
+    .executableTarget(
+        name: "ExtrunHTTPFloor",
+        dependencies: [
+            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ], path: "Benchmarks/HTTPFloor"),
+])

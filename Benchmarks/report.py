@@ -394,6 +394,15 @@ def main():
                 share = f"; the service did {served_row['perSecond'] / row['intentsPerSecond']:.2f}x of it" if served_row else ""
                 print(f"  in process, 8 callers, {label}: {row['intentsPerSecond']:,.0f} intents/s "
                       f"(p50 {row['summary']['p50Us']:.0f} µs, p99 {row['summary']['p99Us']:.0f} µs){share}")
+        # The floor: the service's listener answering with the service's own bytes, no intent
+        # behind it (Benchmarks/HTTPFloor), then with each request handed to a worker thread and back.
+        for name, label in [("serve-floor.txt", "the listener alone, a fixed answer"),
+                            ("serve-floor-hop.txt", "the listener and a worker thread hop")]:
+            floor, load = serveload(name)
+            if floor:
+                share = f"; the service, not donating, did {quiet['perSecond'] / floor['perSecond']:.2f}x of it" if quiet else ""
+                print(f"  floor, {label} (ExtrunHTTPFloor): {floor['perSecond']:,.0f} requests/s "
+                      f"(p50 {floor['p50us']} µs, p99 {floor['p99us']} µs, failures {floor['failures']}){share}")
         rss, load = serveload("serve-rss.txt")
         if rss and rss["rssStartBytes"] > 0:
             start, end = rss["rssStartBytes"] / 1048576, rss["rssEndBytes"] / 1048576
