@@ -144,7 +144,7 @@ package.targets.append(contentsOf: [
     .executableTarget(
         name: "ExtrunHTTPFloor",
         dependencies: [
-            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            "ExtrunServe", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
         ], path: "Benchmarks/HTTPFloor"),
 ])

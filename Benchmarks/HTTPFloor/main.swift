@@ -1,16 +1,17 @@
 // ExtrunHTTPFloor: the floor under `extrun serve`'s throughput rows (Scripts/bench, section 7;
-// docs/benchmarks.md, "The HTTP floor"). The service's own listener, on this machine, with no
-// intent behind it: a Unix socket, one SwiftNIO event loop thread and the HTTP/1.1 pipeline the
-// service configures (`configureHTTPServerPipeline(withErrorHandling: true)`), answering every
-// request with the same bytes, a report the real service gave for the same intent.
+// docs/benchmarks.md, "Locks, and the floor under `extrun serve`"). The service's own listener
+// (`ServeService.listener`: a Unix socket, one SwiftNIO event loop thread, the same HTTP/1.1
+// pipeline), with no intent behind it, answering every request with the same bytes: a report
+// the real service gave for the same intent.
 //
 //   ExtrunHTTPFloor --socket PATH --body FILE [--hop]
 //
-// --hop: each request crosses to a worker thread and back (a condition variable, then
+// --hop: each request crosses to a worker thread and back (the service's `Workers`, then
 // `eventLoop.execute`), as every intent of the service does; without it the event loop answers
 // at once. What the same clients (Benchmarks/harness/serveload.c) reach against it is the most
 // any service on this listener could do here; the service's rows are read against it.
 // Runs until SIGTERM or SIGINT.
+import ExtrunServe
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
@@ -21,41 +22,14 @@ import NIOPosix
 import Glibc
 #endif
 
-/// Worker threads waiting on one condition variable: the hand-over the service's `Workers` make.
-final class Hop: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var jobs: [@Sendable () -> Void] = []
-
-    init(threads: Int) {
-        for _ in 0..<threads {
-            Thread.detachNewThread { [self] in
-                while true {
-                    condition.lock()
-                    while jobs.isEmpty { condition.wait() }
-                    let job = jobs.removeFirst()
-                    condition.unlock()
-                    job()
-                }
-            }
-        }
-    }
-
-    func run(_ job: @escaping @Sendable () -> Void) {
-        condition.lock()
-        jobs.append(job)
-        condition.signal()
-        condition.unlock()
-    }
-}
-
 final class FixedAnswer: ChannelInboundHandler, Sendable {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
     let body: [UInt8]
-    let hop: Hop?
+    let hop: Workers?
 
-    init(body: [UInt8], hop: Hop?) {
+    init(body: [UInt8], hop: Workers?) {
         self.body = body
         self.hop = hop
     }
@@ -101,18 +75,11 @@ while let argument = arguments.popFirst() {
 guard let socketPath, let bodyPath else { fail("usage: ExtrunHTTPFloor --socket PATH --body FILE [--hop]") }
 guard let body = FileManager.default.contents(atPath: bodyPath), !body.isEmpty else { fail("cannot read \(bodyPath), or it is empty") }
 
-let hop = hops ? Hop(threads: 8) : nil
+let hop = hops ? Workers() : nil
 let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 let bytes = [UInt8](body)
-let bootstrap = ServerBootstrap(group: group)
-    .serverChannelOption(.backlog, value: 1024)
-    .childChannelInitializer { channel in
-        channel.eventLoop.makeCompletedFuture {
-            try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-            try channel.pipeline.syncOperations.addHandler(FixedAnswer(body: bytes, hop: hop))
-        }
-    }
-    .childChannelOption(.allowRemoteHalfClosure, value: false)
+// The service's own listener (ServeService.listener), with the fixed answer as its handler.
+let bootstrap = ServeService.listener(group: group) { FixedAnswer(body: bytes, hop: hop) }
 unlink(socketPath)
 let channel: any Channel
 do {

@@ -169,8 +169,11 @@ final class Admission: Sendable {
 
 /// Threads for intents: the host blocks for a whole intent, so each running intent has a
 /// thread, never an event loop. Threads are kept for the next intent (at most as many as
-/// ever ran at once: `maxConcurrent`).
-final class Workers: @unchecked Sendable {
+/// ever ran at once: `maxConcurrent`). Public for ExtrunHTTPFloor (Benchmarks/HTTPFloor),
+/// whose `--hop` measures this hand-over.
+public final class Workers: @unchecked Sendable {
+    public init() {}
+
     private let condition = NSCondition()
     private var jobs: [@Sendable () -> Void] = []
     private var idle = 0
@@ -179,7 +182,7 @@ final class Workers: @unchecked Sendable {
     /// (before, it waited for a busy thread to finish its whole intent).
     private var wakeups = 0
 
-    func run(_ job: @escaping @Sendable () -> Void) {
+    public func run(_ job: @escaping @Sendable () -> Void) {
         condition.lock()
         jobs.append(job)
         if idle > wakeups {

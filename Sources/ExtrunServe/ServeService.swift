@@ -122,19 +122,28 @@ public enum ServeService {
         return 0
     }
 
-    static func bind(
-        engine: ServeEngine, group: MultiThreadedEventLoopGroup, token: [UInt8]?,
-        _ how: (ServerBootstrap) -> EventLoopFuture<any Channel>
-    ) throws(HostError) -> any Channel {
-        let bootstrap = ServerBootstrap(group: group)
+    /// The service's listener: each connection gets SwiftNIO's HTTP/1.1 server pipeline
+    /// (with its error handling), then the handler `makeHandler` makes for it. Public for
+    /// ExtrunHTTPFloor (Benchmarks/HTTPFloor), which measures this listener with a fixed answer.
+    public static func listener(
+        group: MultiThreadedEventLoopGroup, makeHandler: @escaping @Sendable () -> any ChannelHandler
+    ) -> ServerBootstrap {
+        ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(ServeHTTPHandler(engine: engine, token: token))
+                    try channel.pipeline.syncOperations.addHandler(makeHandler())
                 }
             }
             .childChannelOption(.allowRemoteHalfClosure, value: false)
+    }
+
+    static func bind(
+        engine: ServeEngine, group: MultiThreadedEventLoopGroup, token: [UInt8]?,
+        _ how: (ServerBootstrap) -> EventLoopFuture<any Channel>
+    ) throws(HostError) -> any Channel {
+        let bootstrap = listener(group: group) { ServeHTTPHandler(engine: engine, token: token) }
         do {
             return try how(bootstrap).wait()
         } catch {
