@@ -296,9 +296,20 @@ enum Typecheck {
 
     static var available: Bool { modules != nil && swiftc != nil }
 
+    /// The module maps of the build's C targets (`<target>.build/module.modulemap`): the SDK
+    /// imports NIOConcurrencyHelpers, which needs CNIOAtomics, as SwiftPM passes them.
+    static func cModuleMaps(in modules: URL) -> [String] {
+        let build = modules.deletingLastPathComponent()
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: build.path)) ?? []
+        return names.filter { $0.hasSuffix(".build") }.sorted()
+            .map { build.appendingPathComponent($0).appendingPathComponent("module.modulemap").path }
+            .filter { FileManager.default.fileExists(atPath: $0) }
+    }
+
     static func run(_ files: [URL]) throws -> (status: Int32, stdout: String, stderr: String) {
         guard let swiftc, let modules else { throw Missing(description: "swiftc or the built modules are missing") }
+        let maps = cModuleMaps(in: modules).flatMap { ["-Xcc", "-fmodule-map-file=\($0)"] }
         return try ExtrunDefinitionsTests.run(
-            swiftc, ["-typecheck", "-swift-version", "6", "-parse-as-library", "-I", modules.path] + files.map(\.path))
+            swiftc, ["-typecheck", "-swift-version", "6", "-parse-as-library", "-I", modules.path] + maps + files.map(\.path))
     }
 }
