@@ -373,16 +373,23 @@ def main():
             result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
             return result, load
 
+        def cpu(row):
+            # serveload -p: the CPU per measured intent of the service, its descendants, the client.
+            if row.get("serviceCpuUsPerIntent", -1) < 0:
+                return ""
+            return (f"; CPU per intent: service {row['serviceCpuUsPerIntent']:.0f} µs, its plugins "
+                    f"{row['descendantsCpuUsPerIntent']:.0f} µs, client {row['clientCpuUsPerIntent']:.0f} µs")
+
         throughput, load = serveload("serve-throughput.txt")
         if throughput:
             print(f"  8 clients: {throughput['perSecond']:,.0f} intents/s over {throughput['intents']:,} "
-                  f"(p50 {throughput['p50us']} µs, p99 {throughput['p99us']} µs, failures {throughput['failures']}; load average {load})")
+                  f"(p50 {throughput['p50us']} µs, p99 {throughput['p99us']} µs, failures {throughput['failures']}; load average {load}{cpu(throughput)})")
             verdicts.append(("8 concurrent clients >= 10,000 intents/s", throughput["perSecond"] >= 10000,
                              f"{throughput['perSecond']:,.0f}/s, p99 {throughput['p99us']} µs"))
         quiet, load = serveload("serve-throughput-nodonate.txt")
         if quiet:
             print(f"  8 clients, not donating (?donate=false): {quiet['perSecond']:,.0f} intents/s "
-                  f"(p50 {quiet['p50us']} µs, p99 {quiet['p99us']} µs, failures {quiet['failures']}; load average {load})")
+                  f"(p50 {quiet['p50us']} µs, p99 {quiet['p99us']} µs, failures {quiet['failures']}; load average {load}{cpu(quiet)})")
         # The same 8 callers through PluginPool.handle in one process, measured right after:
         # the host's core path on this machine now, and the service's rows as a share of it.
         def pool(name):
@@ -402,7 +409,7 @@ def main():
             if floor:
                 share = f"; the service, not donating, did {quiet['perSecond'] / floor['perSecond']:.2f}x of it" if quiet else ""
                 print(f"  floor, {label} (ExtrunHTTPFloor): {floor['perSecond']:,.0f} requests/s "
-                      f"(p50 {floor['p50us']} µs, p99 {floor['p99us']} µs, failures {floor['failures']}){share}")
+                      f"(p50 {floor['p50us']} µs, p99 {floor['p99us']} µs, failures {floor['failures']}{cpu(floor)}){share}")
         rss, load = serveload("serve-rss.txt")
         if rss and rss["rssStartBytes"] > 0:
             start, end = rss["rssStartBytes"] / 1048576, rss["rssEndBytes"] / 1048576

@@ -10,6 +10,11 @@
 //
 // -q adds a query to the request's target (e.g. -q donate=false: the intents are not
 // donated, docs/serve.md "Performance").
+//
+// With -p, also the CPU time (user + system, from /proc) per measured intent: of the
+// service's process, of its descendants alive at both ends (the plugins and their
+// supervisors), and of this client (getrusage): where each intent's CPU goes, so that the
+// rows read as costs and not only as rates (docs/benchmarks.md).
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -122,6 +129,70 @@ static long rss_bytes(long pid) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
+// utime + stime (clock ticks) and the parent of PID, from /proc/PID/stat; -1 when unreadable.
+static long long stat_ticks(long pid, long *parent) {
+    char path[64], text[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *file = fopen(path, "r");
+    if (!file) return -1;
+    size_t n = fread(text, 1, sizeof(text) - 1, file);
+    fclose(file);
+    text[n] = 0;
+    char *close = strrchr(text, ')');  // the command may hold spaces and parentheses
+    if (!close) return -1;
+    // After ")": state (3), ppid (4), ..., utime (14), stime (15).
+    char state;
+    long ppid;
+    unsigned long long utime, stime;
+    if (sscanf(close + 1, " %c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state, &ppid, &utime, &stime) != 4) return -1;
+    if (parent) *parent = ppid;
+    return (long long)(utime + stime);
+}
+
+// The CPU ticks of ROOT itself (*own) and of its descendants alive now (returned).
+static long long tree_ticks(long root, long long *own) {
+    enum { MAX = 65536 };
+    static long pids[MAX], parents[MAX];
+    static long long ticks[MAX];
+    static char inside[MAX];
+    int count = 0;
+    *own = stat_ticks(root, NULL);
+    DIR *proc = opendir("/proc");
+    if (!proc) return -1;
+    struct dirent *entry;
+    while ((entry = readdir(proc)) && count < MAX) {
+        char *end;
+        long pid = strtol(entry->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        long parent = 0;
+        long long t = stat_ticks(pid, &parent);
+        if (t < 0) continue;
+        pids[count] = pid, parents[count] = parent, ticks[count] = t, inside[count] = 0;
+        count++;
+    }
+    closedir(proc);
+    // Descendants: whoever's parent is ROOT or a descendant, until nothing is added.
+    for (int added = 1; added;) {
+        added = 0;
+        for (int i = 0; i < count; i++) {
+            if (inside[i]) continue;
+            int found = parents[i] == root;
+            for (int j = 0; !found && j < count; j++) found = inside[j] && pids[j] == parents[i];
+            if (found) inside[i] = 1, added = 1;
+        }
+    }
+    long long sum = 0;
+    for (int i = 0; i < count; i++)
+        if (inside[i]) sum += ticks[i];
+    return sum;
+}
+
+static double own_cpu_seconds(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
 static int compare(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
@@ -176,14 +247,26 @@ int main(int argc, char **argv) {
     for (int i = 0; i < clients; i++) pthread_create(&threads[i], NULL, client, NULL);
     while (__atomic_load_n(&next_index, __ATOMIC_RELAXED) == 0) usleep(1000);
     long rss_start = rss_bytes(pid);
+    long long service_start = 0, tree_start = pid > 0 ? tree_ticks(pid, &service_start) : -1;
+    double client_start = own_cpu_seconds();
     uint64_t start = now_ns();
     for (int i = 0; i < clients; i++) pthread_join(threads[i], NULL);
     double seconds = (double)(now_ns() - start) / 1e9;
+    double client_end = own_cpu_seconds();
+    long long service_end = 0, tree_end = pid > 0 ? tree_ticks(pid, &service_end) : -1;
     long rss_end = rss_bytes(pid);
+    double tick_us = 1e6 / (double)sysconf(_SC_CLK_TCK);
+    double service_us = -1, descendants_us = -1;
+    if (pid > 0 && service_start >= 0 && service_end >= 0 && tree_start >= 0 && tree_end >= 0) {
+        service_us = (double)(service_end - service_start) * tick_us / (double)total;
+        descendants_us = (double)(tree_end - tree_start) * tick_us / (double)total;
+    }
+    double client_us = (client_end - client_start) * 1e6 / (double)total;
     qsort(latencies, (size_t)total, sizeof(uint32_t), compare);
     printf("{\"clients\": %d, \"intents\": %ld, \"seconds\": %.3f, \"perSecond\": %.1f, \"p50us\": %u, \"p90us\": %u, \"p99us\": %u, "
-           "\"maxus\": %u, \"failures\": %ld, \"rssStartBytes\": %ld, \"rssEndBytes\": %ld}\n",
+           "\"maxus\": %u, \"failures\": %ld, \"rssStartBytes\": %ld, \"rssEndBytes\": %ld, "
+           "\"serviceCpuUsPerIntent\": %.1f, \"descendantsCpuUsPerIntent\": %.1f, \"clientCpuUsPerIntent\": %.1f}\n",
            clients, total, seconds, (double)total / seconds, latencies[total / 2], latencies[total * 9 / 10], latencies[total * 99 / 100],
-           latencies[total - 1], failures, rss_start, rss_end);
+           latencies[total - 1], failures, rss_start, rss_end, service_us, descendants_us, client_us);
     return failures == 0 ? 0 : 1;
 }
