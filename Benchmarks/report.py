@@ -377,8 +377,8 @@ def main():
             # serveload -p: the CPU per measured intent of the service, its descendants, the client.
             if row.get("serviceCpuUsPerIntent", -1) < 0:
                 return ""
-            return (f"; CPU per intent: service {row['serviceCpuUsPerIntent']:.0f} µs, its plugins "
-                    f"{row['descendantsCpuUsPerIntent']:.0f} µs, client {row['clientCpuUsPerIntent']:.0f} µs")
+            plugins = f", its plugins {row['descendantsCpuUsPerIntent']:.0f} µs" if row["descendantsCpuUsPerIntent"] > 0 else ""
+            return f"; CPU per intent: service {row['serviceCpuUsPerIntent']:.0f} µs{plugins}, client {row['clientCpuUsPerIntent']:.0f} µs"
 
         throughput, load = serveload("serve-throughput.txt")
         if throughput:
