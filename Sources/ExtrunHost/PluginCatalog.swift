@@ -48,7 +48,23 @@ public struct CatalogProblem: Sendable, Equatable, CustomStringConvertible {
 /// same id, the first one found is used (like `PATH`). Two different plugins
 /// claiming one intent is an error reported when that intent is asked for.
 public struct PluginCatalog: Sendable {
-    public var plugins: [DiscoveredPlugin]
+    public var plugins: [DiscoveredPlugin] {
+        didSet { claimants = Self.claimants(of: plugins) }
+    }
+    /// Intent name → the indices in `plugins` of the plugins that declare it, kept with
+    /// `plugins`: `handler(for:)` runs for every intent (twice for a served one), and
+    /// filtering every plugin's intents took ~5 µs of it each time.
+    private var claimants: [String: [Int]] = [:]
+
+    private static func claimants(of plugins: [DiscoveredPlugin]) -> [String: [Int]] {
+        var found: [String: [Int]] = [:]
+        for (index, plugin) in plugins.enumerated() {
+            for intent in plugin.manifest.intents where found[intent.name]?.last != index {
+                found[intent.name, default: []].append(index)
+            }
+        }
+        return found
+    }
     public var problems: [CatalogProblem]
     /// Plugins skipped because an earlier directory held one with the same id.
     public var shadowed: [DiscoveredPlugin]
@@ -156,7 +172,7 @@ public struct PluginCatalog: Sendable {
 
     /// The plugin that handles `intent`, or the error that says why there is none.
     public func handler(for intent: String) throws(HostError) -> (DiscoveredPlugin, IntentDefinition) {
-        let claimants = plugins.filter { $0.manifest.intent(named: intent) != nil }
+        let claimants = (self.claimants[intent] ?? []).map { plugins[$0] }
         if claimants.count > 1 {
             let list = claimants.map { "\($0.manifest.id) (\($0.manifestURL.path))" }.joined(separator: " and ")
             throw HostError(
