@@ -145,6 +145,6 @@ package.targets.append(contentsOf: [
         name: "ExtrunHTTPFloor",
         dependencies: [
             "ExtrunServe", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
         ], path: "Benchmarks/HTTPFloor"),
 ])

@@ -13,7 +13,6 @@
 // Runs until SIGTERM or SIGINT.
 import ExtrunServe
 import Foundation
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix

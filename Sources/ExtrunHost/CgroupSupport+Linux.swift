@@ -1,9 +1,9 @@
 import ExtrunSystem
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// Whether the host can put a plugin in a cgroup v2 group with a `memory.max`.

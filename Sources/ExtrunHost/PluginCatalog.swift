@@ -49,25 +49,36 @@ public struct CatalogProblem: Sendable, Equatable, CustomStringConvertible {
 /// claiming one intent is an error reported when that intent is asked for.
 public struct PluginCatalog: Sendable {
     public var plugins: [DiscoveredPlugin] {
-        didSet { claimants = Self.claimants(of: plugins) }
+        get { loaded }
+        set {
+            loaded = []
+            claimants = [:]
+            for plugin in newValue { add(plugin) }
+        }
     }
+    private var loaded: [DiscoveredPlugin] = []
     /// Intent name → the indices in `plugins` of the plugins that declare it, kept with
-    /// `plugins`: `handler(for:)` runs for every intent (twice for a served one), and
+    /// them (`add`): `handler(for:)` runs for every intent (twice for a served one), and
     /// filtering every plugin's intents took ~5 µs of it each time.
     private var claimants: [String: [Int]] = [:]
 
-    private static func claimants(of plugins: [DiscoveredPlugin]) -> [String: [Int]] {
-        var found: [String: [Int]] = [:]
-        for (index, plugin) in plugins.enumerated() {
-            for intent in plugin.manifest.intents where found[intent.name]?.last != index {
-                found[intent.name, default: []].append(index)
-            }
+    private mutating func add(_ plugin: DiscoveredPlugin) {
+        let index = loaded.count
+        loaded.append(plugin)
+        for intent in plugin.manifest.intents where claimants[intent.name]?.last != index {
+            claimants[intent.name, default: []].append(index)
         }
-        return found
     }
     public var problems: [CatalogProblem]
     /// Plugins skipped because an earlier directory held one with the same id.
     public var shadowed: [DiscoveredPlugin]
+
+    init(plugins: [DiscoveredPlugin], problems: [CatalogProblem], shadowed: [DiscoveredPlugin], searchPath: [URL]) {
+        self.problems = problems
+        self.shadowed = shadowed
+        self.searchPath = searchPath
+        for plugin in plugins { add(plugin) }
+    }
 
     public static func discover(paths: HostPaths) -> PluginCatalog {
         var catalog = PluginCatalog(plugins: [], problems: [], shadowed: [], searchPath: paths.pluginSearchPath)
@@ -163,10 +174,10 @@ public struct PluginCatalog: Sendable {
         if let problem = plugin.problem {
             problems.append(CatalogProblem(file: manifestURL.path, message: problem))
         }
-        if plugins.contains(where: { $0.manifest.id == manifest.id }) {
+        if loaded.contains(where: { $0.manifest.id == manifest.id }) {
             shadowed.append(plugin)
         } else {
-            plugins.append(plugin)
+            add(plugin)
         }
     }
 

@@ -1,9 +1,9 @@
 import CExtrunLinux
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// Each plugin process's own directory (its HOME and TMPDIR), made before the launch and removed after it.

@@ -1,10 +1,10 @@
 import CExtrunLinux
 import Foundation
+import NIOConcurrencyHelpers
 import Synchronization
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// The seccomp programs of the plugins' launches, built once per executable and kept

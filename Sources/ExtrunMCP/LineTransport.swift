@@ -1,9 +1,9 @@
 import ExtrunProtocol
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// MCP's stdio transport: one JSON-RPC message per line (UTF-8, no embedded

@@ -6,7 +6,6 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc

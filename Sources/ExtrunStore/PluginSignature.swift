@@ -2,10 +2,10 @@ import Crypto
 import ExtrunProtocol
 import ExtrunSystem
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// `extrun-signature.json` in a plugin's folder: the owner's Ed25519 signature over the
@@ -132,22 +132,6 @@ public enum PluginSignatureProblem: Error, Sendable, Equatable {
 struct FileStamp: Equatable, Sendable {
     var device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64
 
-    init(_ info: stat) {
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
-        size = Int64(info.st_size)
-        mtime = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-        ctime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
-    }
-
-    init(device: UInt64, inode: UInt64, size: Int64, mtime: Int64, ctime: Int64) {
-        self.device = device
-        self.inode = inode
-        self.size = size
-        self.mtime = mtime
-        self.ctime = ctime
-    }
-
     /// Whether the file has not changed for 2 s. Linux stamps changes with a coarse clock
     /// (a tick, up to 10 ms), so a file changed again within the tick it was read in may
     /// keep its times: a stamp taken that soon ("racy", as Git calls such index entries)
@@ -157,6 +141,15 @@ struct FileStamp: Equatable, Sendable {
         clock_gettime(CLOCK_REALTIME, &now)
         let nowNs = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
         return nowNs - ctime >= 2_000_000_000 && nowNs - mtime >= 2_000_000_000
+    }
+}
+
+extension FileStamp {
+    init(_ info: stat) {
+        self.init(
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+            mtime: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+            ctime: Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec))
     }
 }
 

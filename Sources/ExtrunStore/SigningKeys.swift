@@ -2,10 +2,10 @@ import Crypto
 import ExtrunProtocol
 import ExtrunSystem
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// An owner's Ed25519 signing key pair: it signs the owner's plugins

@@ -1,10 +1,10 @@
 import ExtrunProtocol
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// The store under one home directory (the host passes `$EXTRUN_HOME`):

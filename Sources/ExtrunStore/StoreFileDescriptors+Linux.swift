@@ -1,9 +1,9 @@
 import ExtrunSystem
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
-import NIOConcurrencyHelpers
 #endif
 
 /// Descriptors of `store.sqlite` that extrun opens itself (to check the header
