@@ -168,47 +168,65 @@ final class Admission: Sendable {
 }
 
 /// Threads for intents: the host blocks for a whole intent, so each running intent has a
-/// thread, never an event loop. Threads are kept for the next intent (at most as many as
-/// ever ran at once: `maxConcurrent`). Public for ExtrunHTTPFloor (Benchmarks/HTTPFloor),
-/// whose `--hop` measures this hand-over.
+/// thread, never an event loop. A thread that finished its intent waits for the next one,
+/// so there are never more threads than intents that ran at once (at most `maxConcurrent`
+/// through `Admission`). The thread that went idle last takes the next job (a stack, each
+/// thread woken by its own semaphore): its stack and caches are the warmest, and the
+/// threads that are not needed stay asleep. Public for ExtrunHTTPFloor
+/// (Benchmarks/HTTPFloor), whose `--hop` measures this hand-over.
 public final class Workers: @unchecked Sendable {
     public init() {}
 
-    private let condition = NSCondition()
-    private var jobs: [@Sendable () -> Void] = []
-    private var idle = 0
-    /// Signals sent to idle threads that have not woken yet: an idle thread already
-    /// signalled cannot take a second job, so a second job then gets another thread
-    /// (before, it waited for a busy thread to finish its whole intent).
-    private var wakeups = 0
+    /// One thread and the job handed to it (set under `lock`, taken after `wake`).
+    private final class Worker: @unchecked Sendable {
+        let wake = DispatchSemaphore(value: 0)
+        var job: (@Sendable () -> Void)?
+    }
+
+    private let lock = NIOLock()
+    /// Threads waiting for a job, the most recently idle last.
+    private var idle: [Worker] = []
+    /// Threads started (for tests: never more than the jobs that ran at once).
+    private var started = 0
 
     public func run(_ job: @escaping @Sendable () -> Void) {
-        condition.lock()
-        jobs.append(job)
-        if idle > wakeups {
-            wakeups += 1
-            condition.signal()
-            condition.unlock()
+        let waiting: Worker? = lock.withLock {
+            guard let worker = idle.popLast() else {
+                started += 1
+                return nil
+            }
+            worker.job = job
+            return worker
+        }
+        if let waiting {
+            waiting.wake.signal()
             return
         }
-        condition.unlock()
-        let thread = Thread { [self] in loop() }
-        thread.name = "extrun-intent"
+        let worker = Worker()
+        worker.job = job
+        let thread = Thread { [self] in
+            // Named from inside: a name set before start() does not reach the thread on Linux.
+            Thread.current.name = "extrun-intent"
+            loop(worker)
+        }
         thread.start()
     }
 
-    private func loop() {
+    /// Threads started so far.
+    public var threads: Int { lock.withLock { started } }
+
+    /// Threads waiting for a job now.
+    public var idleThreads: Int { lock.withLock { idle.count } }
+
+    private func loop(_ worker: Worker) {
         while true {
-            condition.lock()
-            while jobs.isEmpty {
-                idle += 1
-                condition.wait()
-                idle -= 1
-                if wakeups > 0 { wakeups -= 1 }
+            let job = lock.withLock {
+                defer { worker.job = nil }
+                return worker.job
             }
-            let job = jobs.removeFirst()
-            condition.unlock()
-            job()
+            job?()
+            lock.withLock { idle.append(worker) }
+            worker.wake.wait()
         }
     }
 }
