@@ -169,10 +169,11 @@ final class Admission: Sendable {
 
 /// Threads for intents: the host blocks for a whole intent, so each running intent has a
 /// thread, never an event loop. A thread that finished its intent waits for the next one,
-/// so there are never more threads than intents that ran at once (at most `maxConcurrent`
-/// through `Admission`). The thread that went idle last takes the next job (a stack, each
-/// thread woken by its own semaphore): its stack and caches are the warmest, and the
-/// threads that are not needed stay asleep. Public for ExtrunHTTPFloor
+/// so there are about as many threads as intents ran at once (`maxConcurrent` through
+/// `Admission`; a thread whose intent has just ended may not be waiting yet, and the next
+/// intent then starts another). The thread that went idle last takes the next job (a
+/// stack, each thread woken by its own semaphore): its stack and caches are the warmest,
+/// and the threads that are not needed stay asleep. Public for ExtrunHTTPFloor
 /// (Benchmarks/HTTPFloor), whose `--hop` measures this hand-over.
 public final class Workers: @unchecked Sendable {
     public init() {}
@@ -186,7 +187,7 @@ public final class Workers: @unchecked Sendable {
     private let lock = NIOLock()
     /// Threads waiting for a job, the most recently idle last.
     private var idle: [Worker] = []
-    /// Threads started (for tests: never more than the jobs that ran at once).
+    /// Threads started.
     private var started = 0
 
     public func run(_ job: @escaping @Sendable () -> Void) {
@@ -213,10 +214,10 @@ public final class Workers: @unchecked Sendable {
     }
 
     /// Threads started so far.
-    public var threads: Int { lock.withLock { started } }
+    var threads: Int { lock.withLock { started } }
 
     /// Threads waiting for a job now.
-    public var idleThreads: Int { lock.withLock { idle.count } }
+    var idleThreads: Int { lock.withLock { idle.count } }
 
     private func loop(_ worker: Worker) {
         while true {

@@ -14,24 +14,24 @@ import Testing
         }
     }
 
-    /// Runs `count` jobs that all wait for `release`, so that they run at once; returns
-    /// when each has started, with the ids of their threads.
-    private func runBlocked(_ workers: Workers, count: Int, release: DispatchSemaphore, done: DispatchGroup) throws -> [UInt] {
+    /// Runs a job per semaphore of `releases`, each waiting for its own, so that they run at
+    /// once; returns when each has started, with the ids of their threads in that order.
+    private func runBlocked(_ workers: Workers, releases: [DispatchSemaphore], done: DispatchGroup) throws -> [UInt] {
         let started = DispatchSemaphore(value: 0)
         let ids = ThreadIDs()
-        for _ in 0..<count {
+        for (index, release) in releases.enumerated() {
             done.enter()
             workers.run {
-                ids.add(UInt(pthread_self()))
+                ids.set(index, UInt(pthread_self()))
                 started.signal()
                 release.wait()
                 done.leave()
             }
         }
-        for _ in 0..<count {
-            guard started.wait(timeout: .now() + 10) == .success else { throw WorkersTestFailure("a job did not start") }
+        for _ in releases {
+            guard started.wait(timeout: .now() + 10) == .success else { throw WorkersTestFailure("a job to start") }
         }
-        return ids.all
+        return (0..<releases.count).compactMap { ids.get($0) }
     }
 
     @Test("Workers: a thread per job running at once, kept and reused afterwards; no more threads than that")
@@ -39,14 +39,14 @@ import Testing
         let workers = Workers()
         let release = DispatchSemaphore(value: 0)
         let done = DispatchGroup()
-        let first = try runBlocked(workers, count: 4, release: release, done: done)
+        let first = try runBlocked(workers, releases: Array(repeating: release, count: 4), done: done)
         #expect(Set(first).count == 4)
         #expect(workers.threads == 4)
         for _ in 0..<4 { release.signal() }
         #expect(done.wait(timeout: .now() + 10) == .success)
         try eventually("four idle threads") { workers.idleThreads == 4 }
         // The same number at once again: the same threads, none started.
-        let second = try runBlocked(workers, count: 4, release: release, done: done)
+        let second = try runBlocked(workers, releases: Array(repeating: release, count: 4), done: done)
         #expect(Set(second) == Set(first))
         #expect(workers.threads == 4)
         for _ in 0..<4 { release.signal() }
@@ -68,18 +68,7 @@ import Testing
         let done = DispatchGroup()
         // Three jobs at once, each released on its own, so that their threads go idle in a known order.
         let releases = (0..<3).map { _ in DispatchSemaphore(value: 0) }
-        let started = DispatchSemaphore(value: 0)
-        let ids = ThreadIDs()
-        for index in 0..<3 {
-            done.enter()
-            workers.run {
-                ids.set(index, UInt(pthread_self()))
-                started.signal()
-                releases[index].wait()
-                done.leave()
-            }
-        }
-        for _ in 0..<3 { #expect(started.wait(timeout: .now() + 10) == .success) }
+        let ids = try runBlocked(workers, releases: releases, done: done)
         for (count, index) in [2, 0, 1].enumerated() {
             releases[index].signal()
             try eventually("thread \(index) idle") { workers.idleThreads == count + 1 }
@@ -88,17 +77,7 @@ import Testing
         // each held until the end, so that the next job cannot take its thread back.
         let hold = DispatchSemaphore(value: 0)
         for expected in [1, 0] {
-            let ran = DispatchSemaphore(value: 0)
-            let on = ThreadIDs()
-            done.enter()
-            workers.run {
-                on.add(UInt(pthread_self()))
-                ran.signal()
-                hold.wait()
-                done.leave()
-            }
-            #expect(ran.wait(timeout: .now() + 10) == .success)
-            #expect(on.all == [ids.get(expected)])
+            #expect(try runBlocked(workers, releases: [hold], done: done) == [ids[expected]])
         }
         for _ in 0..<2 { hold.signal() }
         #expect(done.wait(timeout: .now() + 10) == .success)
@@ -108,16 +87,13 @@ import Testing
 
 private struct WorkersTestFailure: Error, CustomStringConvertible {
     let description: String
-    init(_ description: String) { self.description = "timed out waiting for \(description)" }
+    init(_ what: String) { description = "timed out waiting for \(what)" }
 }
 
-/// Thread ids recorded by jobs on other threads.
+/// Thread ids recorded by jobs on other threads, by job.
 private final class ThreadIDs: @unchecked Sendable {
     private let lock = NSLock()
-    private var ids: [UInt] = []
     private var byIndex: [Int: UInt] = [:]
-    func add(_ id: UInt) { lock.withLock { ids.append(id) } }
     func set(_ index: Int, _ id: UInt) { lock.withLock { byIndex[index] = id } }
     func get(_ index: Int) -> UInt? { lock.withLock { byIndex[index] } }
-    var all: [UInt] { lock.withLock { ids } }
 }
