@@ -74,9 +74,49 @@ build_is_stale() {
   return 1
 }
 
+# Builds with swift build, quietly: the whole output goes to .build/build.log; what is
+# shown is the progress (every tenth), errors, and the warnings of extrun's own files.
+# Warnings from dependencies are only counted: they are theirs. With CI=true (or
+# EXTRUN_WARNINGS_AS_ERRORS=1) a warning in extrun's own files fails the build.
 build_debug() {
-  log "Building (swift build)..."
-  (cd "$ROOT" && swift build "$@" >&2)
+  mkdir -p "$ROOT/.build"
+  local build_log="$ROOT/.build/build.log"
+  if [ ! -x "$BIN_DIR/extrun" ]; then
+    log "Building extrun (swift build $*). The first build compiles every dependency: 10 to 20 minutes on 2 cores; later ones take seconds to a few minutes. Its whole output: .build/build.log"
+  else
+    log "Building (swift build $*; output in .build/build.log)..."
+  fi
+  local statuses=()
+  {
+    (cd "$ROOT" && swift build "$@" 2>&1) | tee "$build_log" | awk '
+      /^\[[0-9]+\/[0-9]+\]/ {
+        split(substr($1, 2, length($1) - 2), n, "/")
+        if (n[2] + 0 < total) shown = 0
+        total = n[2] + 0
+        if (total >= 20) { step = int(10 * n[1] / total); if (step > shown) { shown = step; printf "  built %d%% (%s of %s steps)\n", 10 * step, n[1], total; fflush() } }
+        next
+      }
+      /^error:|^[^ ].*: error:/ && !seen[$0]++ { print; fflush() }
+    ' >&2
+    statuses=("${PIPESTATUS[@]}")
+  } || true
+  local status=${statuses[0]:-1}
+  local own dependency
+  own=$(grep -E "^$ROOT/(Sources|Tests|Examples|Plugins|Benchmarks|Fuzz|Package\.swift)[^:]*:[0-9]+:([0-9]+:)? warning:" "$build_log" | sort -u || true)
+  dependency=$(grep -E "warning:" "$build_log" | grep -vE "^$ROOT/(Sources|Tests|Examples|Plugins|Benchmarks|Fuzz|Package\.swift)" | grep -v "macro expansion" | grep -cvE '^ +[|`]' || true)
+  if [ "$status" != 0 ]; then
+    log "The build FAILED (exit $status). Its errors are above; the whole output is in .build/build.log."
+    exit "$status"
+  fi
+  if [ -n "$own" ]; then
+    log "Warnings in extrun's own files:"
+    printf '%s\n' "$own" >&2
+    if [ "${CI:-}" = true ] || [ "${EXTRUN_WARNINGS_AS_ERRORS:-0}" = 1 ]; then
+      log "Warnings in extrun's own files fail the build here (CI=true or EXTRUN_WARNINGS_AS_ERRORS=1): fix them."
+      exit 1
+    fi
+  fi
+  log "Built. Warnings from dependencies (not extrun's code; in .build/build.log): ${dependency:-0}."
   "$ROOT/Scripts/stage-plugins" "$BIN_DIR" "$STAGED_PLUGINS"
   touch "$STAMP"
 }
