@@ -504,12 +504,12 @@ final class StoreDatabase: Sendable {
         let soon = StoreDeadline.now() + 50_000_000
         let bound = min(StoreDeadline.current ?? soon, soon)
         let folded = StoreDeadline.$current.withValue(bound) {
-            try? queue.writeWithoutTransaction { db -> Bool in
+            queue.writeWithoutTransaction { db -> Bool in
                 guard let connection = db.sqliteConnection else { return false }
                 return extrun_sqlite_checkpoint_truncate(UnsafeMutableRawPointer(connection)) == 0
             }
         }
-        return folded ?? false
+        return folded
     }
 
     /// A `StoreError` for anything thrown while using the database at `path`.

@@ -353,7 +353,7 @@ final class TransferReader {
         }
         do {
             // Read the preamble through a temporary reader state (self is not fully initialized yet).
-            var preamble = PreambleReader(fd: fd, path: path)
+            let preamble = PreambleReader(fd: fd, path: path)
             let magic = try preamble.read(TransferFormat.magic.count)
             guard magic == TransferFormat.magic else {
                 throw StoreError(.invalidDocument, "\(path) is not an extrun transfer bundle (wrong magic bytes); nothing was imported", details: ["file": .string(path)])

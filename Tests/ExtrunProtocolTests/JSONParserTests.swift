@@ -40,7 +40,7 @@ struct JSONParserTests {
         ("9223372036854775807", .int(Int64.max)), ("-9223372036854775808", .int(Int64.min)),
         ("9223372036854775808", .double(9223372036854775808.0)), ("-9223372036854775809", .double(-9223372036854775809.0)),
         ("1.0", .double(1)), ("-3.0", .double(-3)), ("1e2", .double(100)), ("1E+2", .double(100)), ("2.50", .double(2.5)),
-        ("1e-2", .double(0.01)), ("-0.0", .double(-0.0)), ("1e300", .double(1e300)), ("5e-324", .double(5e-324)),
+        ("1e-2", .double(0.01)), ("-0.0", .double(-0.0)), ("1e300", .double(1e300)), ("5e-324", .double(.leastNonzeroMagnitude)),
         ("123456789012345678901234567890", .double(123456789012345678901234567890.0)),
     ])
     func numbers(text: String, expected: JSONValue) throws {
@@ -131,7 +131,7 @@ struct JSONParserTests {
     @Test("the writer's output parses back to the same value, doubles staying doubles")
     func writerRoundTrip() throws {
         let value: JSONValue = [
-            "int": .int(Int64.min), "max": .int(Int64.max), "whole": .double(3), "half": 0.5, "tiny": .double(5e-324),
+            "int": .int(Int64.min), "max": .int(Int64.max), "whole": .double(3), "half": 0.5, "tiny": .double(.leastNonzeroMagnitude),
             "big": .double(1e300), "neg": .double(-0.25), "text": "quote \" backslash \\ slash / tab \t nl \n cr \r ctl \u{1} é 😀",
             "list": [nil, true, false, [], [:]], "nested": ["z": ["y": [1, 2, 3]]],
         ]

@@ -257,7 +257,7 @@ struct PrettyJSONTests {
     static func random(_ depth: Int, _ generator: inout some RandomNumberGenerator) -> JSONValue {
         let scalars: [JSONValue] = [
             .null, true, false, 0, -1, .int(Int64.max), .int(Int64.min), 0.5, 1.0, -0.0, 1e-7, 5e20, 123456789.123, 1.7976931348623157e308,
-            4.9e-324, 100.0, .double(0.1 + 0.2), "", "a/b", "é ✓ \u{1F600}", "quote \" backslash \\ nl \n tab \t cr \r bs \u{8} ff \u{C} nul \u{0} del \u{7F} \u{1F} \u{2028}",
+            .double(.leastNonzeroMagnitude), 100.0, .double(0.1 + 0.2), "", "a/b", "é ✓ \u{1F600}", "quote \" backslash \\ nl \n tab \t cr \r bs \u{8} ff \u{C} nul \u{0} del \u{7F} \u{1F} \u{2028}",
         ]
         if depth == 0 || Int.random(in: 0..<3, using: &generator) == 0 {
             return scalars[Int.random(in: 0..<scalars.count, using: &generator)]
