@@ -85,7 +85,47 @@ final class ElicitingPrompter: Prompter, Sendable {
             "requestedSchema": ["type": "object", "properties": [property: schema], "required": [.string(property)]],
         ]
         guard let result = server.ask("elicitation/create", params, for: call), result["action"]?.stringValue == "accept" else { return nil }
-        return result["content"]?[property]
+        guard let value = result["content"]?[property] else { return nil }
+        if let expected = Self.mismatch(value, schema) {
+            // Nothing is coerced: an answer of another type than the one asked ends the run with an error that says so.
+            let answer = String(decoding: JSONWriter.bytes(value), as: UTF8.self)
+            call.refuse(
+                HostError(
+                    .parameterUnresolved,
+                    "the client answered the question for '\(property)' with \(value.typeNameWithArticle) (\(answer.prefix(200))), but it asked for \(expected): nothing is coerced; call again and answer with \(expected)",
+                    details: ["parameter": .string(property), "expected": .string(expected), "answer": value]))
+            return nil
+        }
+        return value
+    }
+
+    /// What `schema` (one property of MCP's restricted elicitation schema) asked for, when
+    /// `value` is not that; nil when it is.
+    static func mismatch(_ value: JSONValue, _ schema: JSONValue) -> String? {
+        let type = schema["type"]?.stringValue ?? "string"
+        switch (type, value) {
+        case ("integer", .int): return nil
+        case ("integer", .double(let d)) where d.isFinite && d.rounded() == d: return nil
+        case ("integer", _): return "an integer"
+        case ("number", .int), ("number", .double): return nil
+        case ("number", _): return "a number"
+        case ("boolean", .bool): return nil
+        case ("boolean", _): return "a boolean (true or false)"
+        case ("array", .array(let items)):
+            let allowed = schema["items"]?["anyOf"]?.arrayValue?.compactMap { $0["const"]?.stringValue }
+            for item in items {
+                guard let text = item.stringValue else { return "an array of strings" }
+                if let allowed, !allowed.contains(text) { return "an array of the options' values (\(allowed.joined(separator: ", ")))" }
+            }
+            return nil
+        case ("array", _): return "an array of strings"
+        case (_, .string(let text)):
+            if let allowed = schema["oneOf"]?.arrayValue?.compactMap({ $0["const"]?.stringValue }), !allowed.contains(text) {
+                return "one of the options' values (\(allowed.joined(separator: ", ")))"
+            }
+            return nil
+        default: return "a string"
+        }
     }
 
     /// An answer as a person would have typed it.

@@ -91,6 +91,20 @@ public final class MCPServer: Sendable {
             return
         }
         let id = fields["id"]
+        // JSON-RPC 2.0: every message says so, and an id is a string or an integer (MCP: not null).
+        if let id {
+            switch id {
+            case .string, .int: break
+            default:
+                sendError(id: .null, code: -32600, "an id must be a string or an integer, not \(id.typeNameWithArticle)")
+                return
+            }
+        }
+        guard fields["jsonrpc"] == .string("2.0") else {
+            let said = fields["jsonrpc"].map { String(decoding: JSONWriter.bytes($0), as: UTF8.self) } ?? "nothing"
+            sendError(id: id ?? .null, code: -32600, "\"jsonrpc\" must be \"2.0\" (it was \(said)): extrun mcp speaks JSON-RPC 2.0")
+            return
+        }
         if let method = fields["method"]?.stringValue {
             let params = fields["params"] ?? .object([:])
             if let id {
@@ -129,7 +143,7 @@ public final class MCPServer: Sendable {
             guard let id = params["requestId"] else { return }
             let reason = params["reason"]?.stringValue ?? "cancelled by the client"
             let call = state.withLockedValue { $0.calls[id] }
-            call?.cancel(reason, server: self)
+            call?.cancel(reason, byClient: true, server: self)
         default:
             // notifications/initialized, notifications/progress, roots...: nothing to do.
             break
@@ -251,7 +265,7 @@ public final class MCPServer: Sendable {
         let callOptions = options
         Thread { [self] in
             let options = callOptions
-            let report = pool.handle(invocation, options: options)
+            var report = pool.handle(invocation, options: options)
             var missing: [OptionItem]?
             if !elicitation, let error = report.error, error.kind == .parameterUnresolved, error.details["options"] == nil,
                 error.details["value"] == nil, let parameter = error.details["parameter"]?.stringValue,
@@ -260,9 +274,17 @@ public final class MCPServer: Sendable {
                 // Without elicitation, the model is told the values the app offers, to call again with one.
                 missing = host.options(invocation, parameter: parameter, search: nil, options: options).options?.allItems
             }
+            if let refused = call.refusedAnswer, let error = report.error,
+                error.kind == .parameterUnresolved || error.kind == .confirmationDeclined
+            {
+                // The run stopped because the client's answer was not of the type asked: say that, not "no answer".
+                report.error = refused
+            }
             configuration.log?(
                 "[extrun mcp] \(name): \(report.error.map { "error \($0.kind.rawValue)" } ?? report.response.map { "answered \($0.code)" } ?? "no answer")")
-            if !call.cancellation.isCancelled {
+            // A call the client cancelled gets no answer (MCP: the receiver of notifications/cancelled
+            // sends none); one cancelled by the end of the input or a signal gets its result, an error.
+            if !call.cancelledByClient {
                 send(["jsonrpc": "2.0", "id": id, "result": ToolResult.result(of: report, structured: structured, missingOptions: missing)])
             }
             state.withLockedValue {
@@ -362,6 +384,8 @@ final class Call: Sendable {
     struct CallState {
         var lastProgress = -1.0
         var waiting: [String: PendingAnswer] = [:]
+        var cancelledByClient = false
+        var refusedAnswer: HostError?
     }
 
     init(id: JSONValue, progressToken: JSONValue?) {
@@ -369,8 +393,20 @@ final class Call: Sendable {
         self.progressToken = progressToken
     }
 
-    /// `notifications/cancelled`: the run is cancelled, and an elicitation it waits on answers nil.
-    func cancel(_ reason: String, server: MCPServer) {
+    /// Whether the client cancelled the call (`notifications/cancelled`): it is then not answered.
+    var cancelledByClient: Bool { state.withLockedValue { $0.cancelledByClient } }
+
+    /// Why an elicitation's answer was refused (of another type than the one asked), if one was.
+    var refusedAnswer: HostError? { state.withLockedValue { $0.refusedAnswer } }
+
+    func refuse(_ error: HostError) {
+        state.withLockedValue { if $0.refusedAnswer == nil { $0.refusedAnswer = error } }
+    }
+
+    /// `notifications/cancelled` (`byClient`) or the server's end: the run is cancelled, and an
+    /// elicitation it waits on answers nil.
+    func cancel(_ reason: String, byClient: Bool, server: MCPServer) {
+        if byClient { state.withLockedValue { $0.cancelledByClient = true } }
         cancellation.cancel(reason)
         let waiting = state.withLockedValue { Array($0.waiting.values) }
         for answer in waiting { answer.fulfil(nil) }

@@ -209,6 +209,19 @@ import Glibc
         #expect(report["asked"]?.arrayValue?.count == 2)
     }
 
+    @Test func anAnswerOfAnotherTypeThanAskedIsRefusedNotCoerced() throws {
+        // The confirmation asks for a boolean; the client answers the text "yes".
+        let report = try Session().run("elicit-mistyped")
+        let result = report["result"]
+        #expect(result?["isError"] == true, "\(result ?? .null)")
+        let error = result?["structuredContent"]?["error"]
+        #expect(error?["kind"] == "parameterUnresolved", "\(result ?? .null)")
+        #expect(error?["expected"]?.stringValue?.hasPrefix("a boolean") == true, "\(error ?? .null)")
+        #expect(error?["answer"] == "yes")
+        #expect(error?["message"]?.stringValue?.contains("nothing is coerced") == true)
+        #expect(report["asked"]?.arrayValue?.count == 2)
+    }
+
     @Test func withoutElicitationTheResultSaysWhatIsMissingAndTheModelCallsAgain() throws {
         let report = try Session().run("no-elicitation")
         let first = report["first"]

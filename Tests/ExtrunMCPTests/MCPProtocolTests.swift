@@ -130,8 +130,11 @@ import Glibc
             "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
         ]
         let input = Pipe()
+        let output = home.url.appendingPathComponent("stdout")
+        FileManager.default.createFile(atPath: output.path, contents: nil)
+        let outHandle = try FileHandle(forWritingTo: output)
         process.standardInput = input
-        process.standardOutput = FileHandle.nullDevice
+        process.standardOutput = outHandle
         process.standardError = FileHandle.nullDevice
         try process.run()
         input.fileHandleForWriting.write(Data((#"""
@@ -163,6 +166,49 @@ import Glibc
         let files = ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
         #expect(files.isEmpty, "scratch folders left: \(files)")
         try? input.fileHandleForWriting.close()
+        try outHandle.close()
+        // The call in flight was answered before the server ended: an error result saying it was cancelled.
+        let messages = try String(contentsOf: output, encoding: .utf8).split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }
+        let call = Self.answer(2, in: messages)
+        #expect(call?["result"]?["isError"] == true, "no answer to the call in flight: \(messages)")
+        #expect(call?["result"]?["structuredContent"]?["error"]?["kind"] == "cancelled")
+    }
+
+    @Test func everyRequestReadIsAnsweredWhenTheInputEnds() throws {
+        // The obvious first try by hand: a few lines piped in. The call still running when the
+        // input ends is cancelled, and answered with an error result before the server exits.
+        let (status, messages) = try Self.serve([
+            #"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "by-hand", "version": "1"}}}"#,
+            #"{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}"#,
+            #"{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}"#,
+        ])
+        #expect(status == 0)
+        #expect(Self.answer(1, in: messages)?["result"]?["protocolVersion"] == "2025-11-25")
+        #expect(Self.answer(2, in: messages)?["result"]?["tools"]?.arrayValue?.isEmpty == false)
+        let call = Self.answer(3, in: messages)?["result"]
+        #expect(call?["isError"] == true, "no answer to the call: \(messages)")
+        #expect(call?["structuredContent"]?["error"]?["kind"] == "cancelled")
+    }
+
+    @Test func onlyJSONRPC2WithStringOrIntegerIdsIsServed() throws {
+        let (_, messages) = try Self.serve([
+            #"{"id": 1, "method": "ping"}"#,
+            #"{"jsonrpc": "1.0", "id": 2, "method": "ping"}"#,
+            #"{"jsonrpc": "2.0", "id": 3.5, "method": "ping"}"#,
+            #"{"jsonrpc": "2.0", "id": true, "method": "ping"}"#,
+            #"{"jsonrpc": "2.0", "id": null, "method": "ping"}"#,
+            #"{"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}"#,
+            #"{"jsonrpc": "2.0", "id": 7, "method": "ping"}"#,
+        ])
+        #expect(Self.answer(1, in: messages)?["error"]?["code"] == -32600)
+        #expect(Self.answer(1, in: messages)?["error"]?["message"]?.stringValue?.contains("2.0") == true)
+        #expect(Self.answer(2, in: messages)?["error"]?["code"] == -32600)
+        // A float, a boolean, null or an object is no id: the error goes to id null.
+        let refused = messages.filter { $0["id"] == .null }.compactMap { $0["error"]?["message"]?.stringValue }
+        #expect(refused.count == 4, "\(messages)")
+        #expect(refused.allSatisfy { $0.contains("string or an integer") })
+        #expect(!messages.contains { $0["id"] == .double(3.5) || $0["result"] != nil && $0["id"] != .int(7) })
+        #expect(Self.answer(7, in: messages)?["result"] == .object([:]))
     }
 
     @Test func toolNamesStayWithTheirIntentsWhateverElseIsInstalled() throws {

@@ -114,6 +114,9 @@ class Answers:
             value = True
         elif action == "no":
             value = False
+        elif action.startswith("text:"):
+            # A client that answers a boolean question with text (not what the schema asked).
+            value = action[len("text:"):]
         else:
             value = action
         return types.ElicitResult(action="accept", content={name: value})
@@ -124,7 +127,7 @@ async def main():
     params = StdioServerParameters(command=extrun, args=["mcp"], env=dict(os.environ))
     out = {"scenario": scenario}
     plan = {"elicit-choose": ["first", "yes"], "elicit-decline": ["decline"], "elicit-confirm-no": ["first", "no"],
-            "elicit-cancel": ["wait"]}.get(scenario)
+            "elicit-cancel": ["wait"], "elicit-mistyped": ["first", "text:yes"]}.get(scenario)
     answers = Answers(plan) if plan is not None else None
     notices = []
 
