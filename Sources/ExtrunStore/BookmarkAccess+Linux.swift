@@ -162,9 +162,11 @@ public struct BookmarkAccess: Sendable {
             let (dirfd, leaf, info) = try openFileParent(record)
             defer { close(dirfd) }
             afterResolving?()
-            let written = try io(path) { () throws(SystemCallError) in
-                try FileOps.writeAtomically(
-                    dirfd: dirfd, name: leaf, data: contents, createMode: 0o600, exactMode: info.permissions & 0o777, replace: true)
+            let written = try charged(Int64(contents.count) - info.size, path) {
+                try io(path) { () throws(SystemCallError) in
+                    try FileOps.writeAtomically(
+                        dirfd: dirfd, name: leaf, data: contents, createMode: 0o600, exactMode: info.permissions & 0o777, replace: true)
+                }
             }
             // The rename gave the file a new inode: record it, or the bookmark would turn stale.
             var updated = record
@@ -184,10 +186,30 @@ public struct BookmarkAccess: Sendable {
             if !overwrite { throw error(.alreadyExists, "'\(path)' already exists in bookmark '\(name)'", path) }
         }
         let exactMode = existing.flatMap { $0.isRegularFile ? $0.permissions & 0o777 : nil }
-        let written = try io(path) { () throws(SystemCallError) in
-            try FileOps.writeAtomically(dirfd: dirfd, name: leaf, data: contents, createMode: 0o666, exactMode: exactMode, replace: overwrite)
+        let replaced = existing.map { $0.isRegularFile ? $0.size : 0 } ?? 0
+        let written = try charged(Int64(contents.count) - replaced, path) {
+            try io(path) { () throws(SystemCallError) in
+                try FileOps.writeAtomically(dirfd: dirfd, name: leaf, data: contents, createMode: 0o666, exactMode: exactMode, replace: overwrite)
+            }
         }
         return fileInfo(parts.joined(separator: "/"), written)
+    }
+
+    /// Runs `write`, counting the `delta` bytes it adds toward the owner's `fileBytes` quota
+    /// (docs/store.md, "Quotas"): growth is counted first, and a write that would go over
+    /// the quota is `quotaExceeded` with nothing written; a failed write gives it back; a
+    /// shrink is given back after the write.
+    private func charged<T>(_ delta: Int64, _ path: String, _ write: () throws -> T) throws -> T {
+        if delta > 0 { try store.chargeFileBytes(owner: owner, delta, what: "writing \(delta) more bytes to '\(path)' through bookmark '\(name)'") }
+        let result: T
+        do {
+            result = try write()
+        } catch {
+            if delta > 0 { try? store.chargeFileBytes(owner: owner, -delta, what: "") }
+            throw error
+        }
+        if delta < 0 { try? store.chargeFileBytes(owner: owner, delta, what: "") }
+        return result
     }
 
     /// Creates the folder at `path`; its parent must exist.

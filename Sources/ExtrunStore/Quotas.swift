@@ -12,17 +12,28 @@ public struct OwnerQuota: Sendable, Equatable {
     public var globals: Int64
     public var bookmarks: Int64
     public var donations: Int64
+    /// Bytes the owner's plugins added to files through its bookmarks (`BookmarkAccess.write`):
+    /// a file created or grown counts its growth, one shrunk gives its shrink back.
+    public var fileBytes: Int64
 
-    public init(bytes: Int64, globals: Int64, bookmarks: Int64, donations: Int64) {
+    public init(bytes: Int64, globals: Int64, bookmarks: Int64, donations: Int64, fileBytes: Int64 = OwnerQuota.builtInFileBytes) {
         self.bytes = bytes
         self.globals = globals
         self.bookmarks = bookmarks
         self.donations = donations
+        self.fileBytes = fileBytes
     }
 
-    public static let builtIn = OwnerQuota(bytes: 256 << 20, globals: 100_000, bookmarks: 10_000, donations: 100_000)
+    public static let builtInFileBytes: Int64 = 1 << 30
+    public static let builtIn = OwnerQuota(bytes: 256 << 20, globals: 100_000, bookmarks: 10_000, donations: 100_000, fileBytes: builtInFileBytes)
 
-    public static let fieldNames = ["bytes", "globals", "bookmarks", "donations"]
+    public static let fieldNames = ["bytes", "globals", "bookmarks", "donations", "fileBytes"]
+
+    /// The fields counted in bytes (the others count items).
+    public static func isByteField(_ field: String) -> Bool { field == "bytes" || field == "fileBytes" }
+
+    /// The command-line option that sets `field` (`extrun owners quota`).
+    public static func option(for field: String) -> String { field == "fileBytes" ? "file-bytes" : field }
 
     public subscript(field: String) -> Int64 {
         get {
@@ -30,6 +41,7 @@ public struct OwnerQuota: Sendable, Equatable {
             case "bytes": bytes
             case "globals": globals
             case "bookmarks": bookmarks
+            case "fileBytes": fileBytes
             default: donations
             }
         }
@@ -38,13 +50,16 @@ public struct OwnerQuota: Sendable, Equatable {
             case "bytes": bytes = newValue
             case "globals": globals = newValue
             case "bookmarks": bookmarks = newValue
+            case "fileBytes": fileBytes = newValue
             default: donations = newValue
             }
         }
     }
 
     public var json: JSONValue {
-        .object(["bytes": .int(bytes), "globals": .int(globals), "bookmarks": .int(bookmarks), "donations": .int(donations)])
+        .object([
+            "bytes": .int(bytes), "globals": .int(globals), "bookmarks": .int(bookmarks), "donations": .int(donations), "fileBytes": .int(fileBytes),
+        ])
     }
 }
 
@@ -54,12 +69,14 @@ public struct OwnerUsage: Sendable, Equatable {
     public var globals: Int64 = 0
     public var bookmarks: Int64 = 0
     public var donations: Int64 = 0
+    public var fileBytes: Int64 = 0
 
-    public init(bytes: Int64 = 0, globals: Int64 = 0, bookmarks: Int64 = 0, donations: Int64 = 0) {
+    public init(bytes: Int64 = 0, globals: Int64 = 0, bookmarks: Int64 = 0, donations: Int64 = 0, fileBytes: Int64 = 0) {
         self.bytes = bytes
         self.globals = globals
         self.bookmarks = bookmarks
         self.donations = donations
+        self.fileBytes = fileBytes
     }
 
     public subscript(field: String) -> Int64 {
@@ -67,6 +84,7 @@ public struct OwnerUsage: Sendable, Equatable {
         case "bytes": bytes
         case "globals": globals
         case "bookmarks": bookmarks
+        case "fileBytes": fileBytes
         default: donations
         }
     }
@@ -153,18 +171,26 @@ enum Quotas {
             + triggers("donation", "donations", donation)
     }()
 
+    /// Schema migration v6: the bytes written through bookmarks (`Store.chargeFileBytes`), kept
+    /// by the writes themselves (no table holds them), and their per-owner limit.
+    static let fileBytesSQL = """
+        ALTER TABLE ownerUsage ADD COLUMN fileBytes INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE ownerQuota ADD COLUMN fileBytes INTEGER CHECK (fileBytes >= 0);
+        """
+
     static func usage(_ db: Database, owner: String) throws -> OwnerUsage {
         guard
             let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT bytes, globals, bookmarks, donations FROM ownerUsage WHERE owner = ?"), arguments: [owner])
+                db.cachedStatement(sql: "SELECT bytes, globals, bookmarks, donations, fileBytes FROM ownerUsage WHERE owner = ?"), arguments: [owner])
         else { return OwnerUsage() }
-        return OwnerUsage(bytes: row["bytes"], globals: row["globals"], bookmarks: row["bookmarks"], donations: row["donations"])
+        return OwnerUsage(
+            bytes: row["bytes"], globals: row["globals"], bookmarks: row["bookmarks"], donations: row["donations"], fileBytes: row["fileBytes"])
     }
 
     static func overrides(_ db: Database, owner: String) throws -> [String: Int64] {
         guard
             let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT bytes, globals, bookmarks, donations FROM ownerQuota WHERE owner = ?"), arguments: [owner])
+                db.cachedStatement(sql: "SELECT bytes, globals, bookmarks, donations, fileBytes FROM ownerQuota WHERE owner = ?"), arguments: [owner])
         else { return [:] }
         var found: [String: Int64] = [:]
         for field in OwnerQuota.fieldNames {
@@ -182,10 +208,10 @@ enum Quotas {
         for (field, value) in try overrides(db, owner: owner) { quota[field] = value }
         for field in OwnerQuota.fieldNames where after[field] > quota[field] && after[field] > before[field] {
             let limit = quota[field]
-            let unit = field == "bytes" ? " bytes" : " \(field)"
+            let unit = OwnerQuota.isByteField(field) ? " bytes" : " \(field)"
             throw StoreError(
                 .quotaExceeded,
-                "\(what) would take owner '\(owner)' to \(after[field])\(unit); its quota is \(limit)\(unit) (it has \(before[field])). Nothing was written, and what it has is kept. To let it in, raise the quota: extrun owners quota \(owner) --\(field) N",
+                "\(what) would take owner '\(owner)' to \(after[field])\(unit); its quota is \(limit)\(unit) (it has \(before[field])). Nothing was written, and what it has is kept. To let it in, raise the quota: extrun owners quota \(owner) --\(OwnerQuota.option(for: field)) N",
                 details: [
                     "owner": .string(owner), "quota": .string(field), "limit": .int(limit), "usage": .int(before[field]),
                     "adding": .int(after[field] - before[field]),
@@ -258,5 +284,20 @@ extension Store {
             }
         }
         return try quota(of: owner)
+    }
+
+    /// Counts `delta` bytes written through one of `owner`'s bookmarks (negative: given back,
+    /// never below 0). Growth past the owner's `fileBytes` quota is `quotaExceeded`, and
+    /// nothing is counted: the caller writes nothing then.
+    func chargeFileBytes(owner: String, _ delta: Int64, what: @autoclosure () -> String) throws {
+        guard delta != 0 else { return }
+        let quota = try quotaDefaultsForWrite()
+        try database.write { db in
+            let before = try Quotas.usage(db, owner: owner)
+            try db.execute(
+                sql: "INSERT INTO ownerUsage (owner) SELECT ? WHERE NOT EXISTS (SELECT 1 FROM ownerUsage WHERE owner = ?)", arguments: [owner, owner])
+            try db.execute(sql: "UPDATE ownerUsage SET fileBytes = MAX(0, fileBytes + ?) WHERE owner = ?", arguments: [delta, owner])
+            if delta > 0 { try Quotas.enforce(db, owner: owner, before: before, defaults: quota, what: what()) }
+        }
     }
 }

@@ -370,6 +370,10 @@ final class StoreDatabase: Sendable {
         migrator.registerMigration("v5-migration-writes") { db in
             try db.execute(sql: MigrationRecord.writtenSQL)
         }
+        // The bytes an owner's plugins added to files through its bookmarks, and their quota (Quotas.swift).
+        migrator.registerMigration("v6-bookmark-file-bytes") { db in
+            try db.execute(sql: Quotas.fileBytesSQL)
+        }
         return migrator
     }()
 

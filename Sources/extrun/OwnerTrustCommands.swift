@@ -92,7 +92,7 @@ struct OwnersUntrust: ParsableCommand {
 struct OwnersQuota: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quota",
-        abstract: "Show or set an owner's quota: stored bytes and counts of globals, bookmarks, donations.",
+        abstract: "Show or set an owner's quota: stored bytes, counts of globals, bookmarks, donations, and bytes written through bookmarks.",
         discussion: """
             Without options, prints the owner's limits, where each comes from (the owner's own, \
             or the default: `quota` in $EXTRUN_HOME/policy.json, else the built-in one) and its \
@@ -111,18 +111,24 @@ struct OwnersQuota: ParsableCommand {
     @Option(help: ArgumentHelp("Most globals, or `default`.", valueName: "count")) var globals: String?
     @Option(help: ArgumentHelp("Most bookmarks, or `default`.", valueName: "count")) var bookmarks: String?
     @Option(help: ArgumentHelp("Most donations, or `default`.", valueName: "count")) var donations: String?
+    @Option(
+        name: .customLong("file-bytes"),
+        help: ArgumentHelp("Bytes its plugins may add to files through its bookmarks (e.g. 1GiB), or `default`.", valueName: "size"))
+    var fileBytes: String?
     @Option(help: "Output format: text or json.") var format: OutputFormat = .text
 
     func changes() throws -> [String: Int64?] {
         var changes: [String: Int64?] = [:]
-        for (field, text) in [("bytes", bytes), ("globals", globals), ("bookmarks", bookmarks), ("donations", donations)] {
+        for (field, text) in [("bytes", bytes), ("globals", globals), ("bookmarks", bookmarks), ("donations", donations), ("fileBytes", fileBytes)] {
             guard let text else { continue }
+            let isSize = OwnerQuota.isByteField(field)
             if text == "default" {
                 changes[field] = .some(nil)
-            } else if let value = field == "bytes" ? ByteCount.parse(text) : Int64(text), value >= 0 {
+            } else if let value = isSize ? ByteCount.parse(text) : Int64(text), value >= 0 {
                 changes[field] = value
             } else {
-                throw ValidationError("--\(field) \(text): expected \(field == "bytes" ? "a size such as 64MiB or 1000000" : "a whole number of 0 or more") or `default`")
+                throw ValidationError(
+                    "--\(OwnerQuota.option(for: field)) \(text): expected \(isSize ? "a size such as 64MiB or 1000000" : "a whole number of 0 or more") or `default`")
             }
         }
         return changes
@@ -142,8 +148,8 @@ extension OwnerQuotaReport {
     /// One line per limit: `BANKTEAM bytes: 1.2 MiB of 256 MiB (default)`.
     var lines: [String] {
         OwnerQuota.fieldNames.map { field in
-            let limit = field == "bytes" ? ByteCount.format(quota[field]) : "\(quota[field])"
-            let used = field == "bytes" ? ByteCount.format(usage[field]) : "\(usage[field])"
+            let limit = OwnerQuota.isByteField(field) ? ByteCount.format(quota[field]) : "\(quota[field])"
+            let used = OwnerQuota.isByteField(field) ? ByteCount.format(usage[field]) : "\(usage[field])"
             return "\(owner) \(field): \(used) of \(limit) (\(overridden.contains(field) ? "set for \(owner)" : "default"))"
         }
     }

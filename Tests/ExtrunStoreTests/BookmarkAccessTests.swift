@@ -40,6 +40,39 @@ private final class RunningFlag: Sendable {
 }
 
 @Suite struct BookmarkAccessTests {
+    @Test("writes through a bookmark count toward the owner's fileBytes quota: over it, quotaExceeded and nothing written")
+    func writesCountTowardTheFileBytesQuota() throws {
+        let box = try Sandbox()
+        let access = box.access
+        let store = box.test.store
+        try store.setQuota(of: "TEAM", ["fileBytes": 1000])
+        try access.write("a.txt", contents: Data(repeating: 65, count: 600))
+        #expect(try store.quota(of: "TEAM").usage.fileBytes == 600)
+        // Growing a file counts its growth; replacing it with the same size adds nothing.
+        try access.write("a.txt", contents: Data(repeating: 66, count: 900))
+        #expect(try store.quota(of: "TEAM").usage.fileBytes == 900)
+        try access.write("a.txt", contents: Data(repeating: 67, count: 900))
+        #expect(try store.quota(of: "TEAM").usage.fileBytes == 900)
+        // Past the quota: refused with its numbers, and neither the file nor the usage changes.
+        let error = try #require(throws: StoreError.self) { try access.write("b.txt", contents: Data(repeating: 68, count: 200)) }
+        #expect(error.kind == .quotaExceeded)
+        #expect(error.details["quota"] == "fileBytes")
+        #expect(error.details["limit"] == 1000)
+        #expect(error.details["usage"] == 900)
+        #expect(error.details["adding"] == 200)
+        #expect(error.message.contains("extrun owners quota TEAM --file-bytes"))
+        #expect(!FileManager.default.fileExists(atPath: box.directory.sub("root/b.txt")))
+        #expect(try store.quota(of: "TEAM").usage.fileBytes == 900)
+        // Shrinking gives bytes back, and then the write fits.
+        try access.write("a.txt", contents: Data(repeating: 69, count: 100))
+        #expect(try store.quota(of: "TEAM").usage.fileBytes == 100)
+        try access.write("b.txt", contents: Data(repeating: 68, count: 200))
+        #expect(try store.quota(of: "TEAM").usage.fileBytes == 300)
+        // A write refused (its folder is missing) counts nothing.
+        expectStoreError(.notFound) { try access.write("missing/c.txt", contents: Data(repeating: 1, count: 50)) }
+        #expect(try store.quota(of: "TEAM").usage.fileBytes == 300)
+    }
+
     @Test func aBookmarkOverTheHomeNeverReachesTheStoreOrTheKeys() throws {
         // A bookmark of a folder that holds extrun's home (as a bookmark of the user's home folder would).
         let test = try TestStore()
