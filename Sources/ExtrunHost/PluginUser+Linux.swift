@@ -118,22 +118,31 @@ enum PluginUser {
     static func name(of uid: uid_t) -> String? { passwordEntry(uid: uid)?.name }
 
     private static func passwordEntry(name: String) -> (name: String, uid: uid_t, gid: gid_t)? {
-        withEntry { entry, buffer, size, result in getpwnam_r(name, &entry, buffer, size, &result) }
+        passwordEntry { String(cString: $0.pw_name) == name }
     }
 
     private static func passwordEntry(uid: uid_t) -> (name: String, uid: uid_t, gid: gid_t)? {
-        withEntry { entry, buffer, size, result in getpwuid_r(uid, &entry, buffer, size, &result) }
+        passwordEntry { $0.pw_uid == uid }
     }
 
-    private static func withEntry(
-        _ call: (inout passwd, UnsafeMutablePointer<CChar>, Int, inout UnsafeMutablePointer<passwd>?) -> Int32
-    ) -> (name: String, uid: uid_t, gid: gid_t)? {
+    /// The first entry of /etc/passwd that `matches`, read with `fgetpwent_r` (the file
+    /// itself, not NSS: the CLI is a static executable, and glibc's getpwnam_r would load
+    /// NSS modules of the machine's glibc at run time, which the linker warns of). The
+    /// plugin user is a local user: `useradd` puts it there.
+    private static func passwordEntry(_ matches: (passwd) -> Bool) -> (name: String, uid: uid_t, gid: gid_t)? {
+        guard let file = fopen("/etc/passwd", "re") else { return nil }
+        defer { fclose(file) }
         var entry = passwd()
         var result: UnsafeMutablePointer<passwd>?
         var buffer = [CChar](repeating: 0, count: 4096)
-        let status = buffer.withUnsafeMutableBufferPointer { call(&entry, $0.baseAddress!, $0.count, &result) }
-        guard status == 0, result != nil, let name = entry.pw_name else { return nil }
-        return (String(cString: name), entry.pw_uid, entry.pw_gid)
+        return buffer.withUnsafeMutableBufferPointer { buffer -> (name: String, uid: uid_t, gid: gid_t)? in
+            guard let base = buffer.baseAddress else { return nil }
+            while fgetpwent_r(file, &entry, base, buffer.count, &result) == 0, result != nil {
+                guard entry.pw_name != nil, matches(entry) else { continue }
+                return (String(cString: entry.pw_name), entry.pw_uid, entry.pw_gid)
+            }
+            return nil
+        }
     }
 }
 
