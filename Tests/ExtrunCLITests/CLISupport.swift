@@ -64,8 +64,8 @@ struct CLI {
         // Files, not pipes: nothing can fill up and block while we wait.
         let out = home.url.appendingPathComponent("stdout-\(UUID().uuidString)")
         let err = home.url.appendingPathComponent("stderr-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: out.path, contents: nil)
-        FileManager.default.createFile(atPath: err.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: err.path, contents: nil)
         let outHandle = try FileHandle(forWritingTo: out)
         let errHandle = try FileHandle(forWritingTo: err)
         process.standardOutput = outHandle

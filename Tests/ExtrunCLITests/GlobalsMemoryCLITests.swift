@@ -58,7 +58,7 @@ struct GlobalsMemoryCLITests {
         let rss = dir.appendingPathComponent("rss")
         let out = dir.appendingPathComponent("out")
         let err = dir.appendingPathComponent("err")
-        for file in [out, err] { FileManager.default.createFile(atPath: file.path, contents: nil) }
+        for file in [out, err] { _ = FileManager.default.createFile(atPath: file.path, contents: nil) }
         defer { for file in [rss, out, err] { try? FileManager.default.removeItem(at: file) } }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
@@ -77,7 +77,7 @@ struct GlobalsMemoryCLITests {
 
     /// An export document of `count` globals, each a 1 KB string in an object, written as it goes.
     func writeDocument(_ url: URL, count: Int) throws {
-        FileManager.default.createFile(atPath: url.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: url.path, contents: nil)
         let handle = try FileHandle(forWritingTo: url)
         defer { try? handle.close() }
         let filler = String(repeating: "v", count: 1000)

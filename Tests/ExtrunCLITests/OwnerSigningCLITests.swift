@@ -51,7 +51,7 @@ struct OwnerSigningCLITests {
 
     @Test("an author's key: pubkey carries it, trust lists it in owners show, the author's plugin verifies, untrust revokes")
     func trustAnAuthor() throws {
-        var author = try CLI()
+        let author = try CLI()
         let plugin = try pluginCopy(author)
         #expect(try author.run(["plugins", "sign", plugin.path, "--owner", "EXAMPLETEAM"]).status == 0)
         let pub = author.home.url.appendingPathComponent("author.pub")

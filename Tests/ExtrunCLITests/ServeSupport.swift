@@ -26,7 +26,7 @@ final class RunningService {
         tmp = try directory.directory("tmp")
         chmod(tmp.path, 0o1777)
         log = directory.url.appendingPathComponent("serve.log")
-        FileManager.default.createFile(atPath: log.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         var args = ["serve", "--socket", socket] + arguments
         if let policy {
             let file = try directory.write("serve.json", policy, mode: 0o600)
@@ -84,7 +84,7 @@ final class RunningService {
         process.environment = cli.environmentForRun()
         process.currentDirectoryURL = StagedPlugins.packageRoot
         let out = directory.url.appendingPathComponent("client-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: out.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: out)
         process.standardError = FileHandle.nullDevice
         process.standardInput = FileHandle.nullDevice
@@ -202,8 +202,8 @@ enum ProgramRun {
         let directory = try TempDirectory("run")
         let out = directory.url.appendingPathComponent("out")
         let err = directory.url.appendingPathComponent("err")
-        FileManager.default.createFile(atPath: out.path, contents: nil)
-        FileManager.default.createFile(atPath: err.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: err.path, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: out)
         process.standardError = try FileHandle(forWritingTo: err)
         process.standardInput = FileHandle.nullDevice

@@ -81,8 +81,8 @@ struct HostBoundsTests {
             let rssFile = tmp.url.appendingPathComponent("rss-\(UUID().uuidString.prefix(6))")
             let out = tmp.url.appendingPathComponent("out-\(UUID().uuidString.prefix(6))")
             let err = tmp.url.appendingPathComponent("err-\(UUID().uuidString.prefix(6))")
-            FileManager.default.createFile(atPath: out.path, contents: nil)
-            FileManager.default.createFile(atPath: err.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: err.path, contents: nil)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
             process.arguments = [wrapper.path, rssFile.path, try ExtrunBinary.url().path, command, intent.path] + arguments
@@ -322,7 +322,7 @@ struct HostBoundsTests {
         try f.sign()
         // 60 MB, sparse: under the store's read limit (64 MiB), its answer (80 MB of base64) over maxMessageBytes.
         let file = f.tmp.url.appendingPathComponent("big.bin")
-        FileManager.default.createFile(atPath: file.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: file.path, contents: nil)
         #expect(truncate(file.path, 60_000_000) == 0)
         chmod(file.path, 0o644)
         _ = try Store(home: f.home).bookmarks(of: "TESTTEAM").add("big", path: file.path, readOnly: true)
@@ -450,7 +450,7 @@ struct HostBoundsTests {
         let idle = try Self.idlePeak()
         let f = try Fixture("bigintent", script: "serve()")
         let file = f.tmp.url.appendingPathComponent("huge.json")
-        FileManager.default.createFile(atPath: file.path, contents: Data("{\"intent\": \"Echo\", \"parameters\": {\"text\": \"".utf8))
+        _ = FileManager.default.createFile(atPath: file.path, contents: Data("{\"intent\": \"Echo\", \"parameters\": {\"text\": \"".utf8))
         // Sparse: 200 MB that cost no disk.
         #expect(truncate(file.path, 200_000_000) == 0)
         let run = try f.handle(intentFile: file)
@@ -469,7 +469,7 @@ struct HostBoundsTests {
         let idle = try Self.idlePeak()
         let f = try Fixture("bigactivity", script: "serve()")
         let file = f.tmp.url.appendingPathComponent("huge-activity.json")
-        FileManager.default.createFile(atPath: file.path, contents: Data("{\"activityType\": \"x\", \"title\": \"".utf8))
+        _ = FileManager.default.createFile(atPath: file.path, contents: Data("{\"activityType\": \"x\", \"title\": \"".utf8))
         #expect(truncate(file.path, 200_000_000) == 0)
         let run = try f.handle(command: "continue", intentFile: file)
         #expect(run.kind == "invalidIntent", "\(run.report.map { String(describing: $0) } ?? run.stderr)")

@@ -42,8 +42,8 @@ import Glibc
             process.currentDirectoryURL = StagedPlugins.packageRoot
             let out = home.url.appendingPathComponent("client-stdout")
             let err = home.url.appendingPathComponent("client-stderr")
-            FileManager.default.createFile(atPath: out.path, contents: nil)
-            FileManager.default.createFile(atPath: err.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: err.path, contents: nil)
             let outHandle = try FileHandle(forWritingTo: out)
             let errHandle = try FileHandle(forWritingTo: err)
             defer {

@@ -23,7 +23,7 @@ import Glibc
         ]
         let input = Pipe()
         let output = home.url.appendingPathComponent("stdout")
-        FileManager.default.createFile(atPath: output.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         let outHandle = try FileHandle(forWritingTo: output)
         process.standardInput = input
         process.standardOutput = outHandle
@@ -131,7 +131,7 @@ import Glibc
         ]
         let input = Pipe()
         let output = home.url.appendingPathComponent("stdout")
-        FileManager.default.createFile(atPath: output.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         let outHandle = try FileHandle(forWritingTo: output)
         process.standardInput = input
         process.standardOutput = outHandle

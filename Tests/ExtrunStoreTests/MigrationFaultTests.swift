@@ -116,10 +116,10 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
             let newWritesMeanwhile = newWrites != "never"
             let fixture = try MigrationFixture()
             let changed = ChangeOnce {
-                try? fixture.test.reopen().globals(of: "OLD").set("text", to: "changed during the migration")
+                _ = try? fixture.test.reopen().globals(of: "OLD").set("text", to: "changed during the migration")
             }
             let newWrite = ChangeOnce {
-                try? fixture.test.reopen().globals(of: "NEW").set("text", to: "NEW's own")
+                _ = try? fixture.test.reopen().globals(of: "NEW").set("text", to: "NEW's own")
             }
             let options = MigrationOptions(removeSource: true)
             let first = try fixture.store.migrate(from: "OLD", to: "NEW", options: options) { progress in
