@@ -91,7 +91,7 @@ build_debug() {
     (cd "$ROOT" && swift build "$@" 2>&1) | tee "$build_log" | awk '
       /^\[[0-9]+\/[0-9]+\]/ {
         split(substr($1, 2, length($1) - 2), n, "/")
-        if (n[2] + 0 < total) shown = 0
+        if (2 * n[2] < total) shown = 0
         total = n[2] + 0
         if (total >= 20) { step = int(10 * n[1] / total); if (step > shown) { shown = step; printf "  built %d%% (%s of %s steps)\n", 10 * step, n[1], total; fflush() } }
         next
