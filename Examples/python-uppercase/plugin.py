@@ -4,9 +4,13 @@
 extrun_plugin.py (SDKs/python in the extrun repository) is one file of
 standard-library Python that speaks docs/protocol.md: it lives beside this
 script, in the plugin's folder, so that the host signs it with the plugin and
-Python finds it when the sandbox starts the script. Here it is a link to
-SDKs/python/extrun_plugin.py; Scripts/stage-plugins puts a copy in the staged
-folder.
+Python finds it when the sandbox starts the script. Here it is a copy of
+SDKs/python/extrun_plugin.py (a file, not a link, so that a copy of this folder
+works anywhere; a test keeps the two identical).
+
+To make it yours: the id in extrun.run(...) below and the manifest's "id", the
+class's name attribute and the manifest's intent "name", and what handle()
+answers.
 """
 
 import sys

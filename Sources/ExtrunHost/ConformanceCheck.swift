@@ -8,7 +8,7 @@ public struct ConformanceResult: Sendable, Equatable {
     public enum Outcome: String, Sendable {
         case pass, fail, skip
     }
-    /// A short name: `manifest`, `executable`, `signature`, `handshake`, `memory at rest`,
+    /// A short name: `manifest`, `files`, `executable`, `signature`, `handshake`, `memory at rest`,
     /// `unknown method`, `end of input`, `cancel`, `intent NAME (MODE)`, `reuse`.
     public var name: String
     public var outcome: Outcome
@@ -81,6 +81,7 @@ public struct ConformanceCheck {
         guard let plugin else { return report }
         report.plugin = plugin.manifest.id
         report.version = plugin.manifest.version
+        checkFiles(plugin, into: &report)
         guard checkExecutable(plugin, into: &report), checkSignature(plugin, into: &report) else { return report }
 
         let policy: SandboxPolicy
@@ -181,6 +182,25 @@ public struct ConformanceCheck {
                     ? "fits docs/schemas/\(BundledSchema.definitions.fileName) and extrun-intentgen's checks, and generates this manifest"
                     : "\(problems.count) problem\(problems.count == 1 ? "" : "s") (docs/definitions.md)",
                 problems: problems))
+    }
+
+    /// The folder's files as `extrun plugins install` takes them: what install would refuse
+    /// (a dangling link, a link leading out, a named pipe...), found by install's own walk and
+    /// said in its words. A link to nothing fails the check (the plugin is broken where it is);
+    /// the rest is listed under a pass, since the plugin runs from where it is (the staged
+    /// examples' executables are links into .build) but cannot be installed as it is. The
+    /// other checks still run: their failures often follow from a broken file.
+    func checkFiles(_ plugin: DiscoveredPlugin, into report: inout ConformanceReport) {
+        let (problems, broken, entries) = PluginInstaller.layoutProblems(of: plugin)
+        let summary: String
+        if problems.isEmpty {
+            summary = "\(entries) files and folders, as install takes them"
+        } else if !broken.isEmpty {
+            summary = "\(broken.count) broken (a link to nothing)\(problems.count > broken.count ? ", and \(problems.count - broken.count) more that install would refuse" : "") (docs/plugin-guide.md, section 6.2)"
+        } else {
+            summary = "it runs from here, but extrun plugins install would refuse it: \(problems.count) problem\(problems.count == 1 ? "" : "s") (docs/plugin-guide.md, section 6.2)"
+        }
+        report.results.append(ConformanceResult(name: "files", outcome: broken.isEmpty ? .pass : .fail, summary: summary, problems: problems))
     }
 
     /// The executable exists, is executable, and the plugin's user reaches it as the sandbox will.

@@ -17,11 +17,13 @@ import Glibc
 /// so that a failed install leaves the old one as it was and nothing else behind.
 ///
 /// The copy is what the plugin's user can run: folders 0755, files 0644, 0755 for the
-/// executable and any file that was executable. Symbolic links are kept as the signature
-/// sees them: one that leads inside the folder is made again, relative, to the same file;
-/// one that leads out of it is replaced by the file it leads to when the plugin is
-/// unsigned, and refused when it is signed (its signature names the link, which an
-/// installed copy must not keep: it would depend on a file elsewhere).
+/// executable and any file that was executable. A symbolic link that leads inside the
+/// folder is made again, relative, to the same file; one that leads out of it is refused,
+/// naming the link and its target: the install reads nothing from outside the folder, where
+/// it would read with its own rights (root's) what the folder's owner may not read. When the
+/// installer is not the folder's owner, a file of another user in it (a hard link) is
+/// copied only when others may read it, with its own mode (`FolderCopy`).
+/// `extrun plugins check` runs the same walk without copying (`layoutProblems`).
 public struct PluginInstaller: Sendable {
     public var host: Host
 
@@ -54,11 +56,7 @@ public struct PluginInstaller: Sendable {
         var plugin = try PluginCatalog.plugin(in: source)
         let manifest = plugin.manifest
         var notes: [String] = []
-        if manifest.id.hasPrefix(".") {
-            throw HostError(
-                .configurationError, "\(plugin.manifestPath): id: '\(manifest.id)' cannot be installed: it would be a hidden folder (use reverse-DNS, e.g. com.example.uppercase)",
-                details: ["file": .string(plugin.manifestPath)])
-        }
+        if let hidden = Self.hiddenID(plugin) { throw hidden }
         let executable = try Self.executableInside(plugin)
         if let problem = plugin.problem {
             // Not executable here: the copy gets its executable bit. Missing: nothing to copy.
@@ -163,6 +161,38 @@ public struct PluginInstaller: Sendable {
     }
 
     // MARK: Checks
+
+    /// What `install` would refuse in the folder of `plugin`, in install's own words and by
+    /// its own code (`FolderCopy` walking without copying): `extrun plugins check`'s `files`.
+    /// Nothing is written. `broken`: those that break the plugin where it is too (a link to
+    /// nothing); the others only keep it from being installed. Also the number of entries walked.
+    public static func layoutProblems(of plugin: DiscoveredPlugin) -> (problems: [String], broken: [String], entries: Int) {
+        var problems: [String] = []
+        if let hidden = hiddenID(plugin) { problems.append(hidden.message) }
+        var executable: String?
+        do throws(HostError) {
+            executable = try executableInside(plugin)
+        } catch {
+            problems.append(error.message)
+        }
+        let source = plugin.directory.standardizedFileURL.path
+        let signed = FileManager.default.fileExists(atPath: plugin.directory.appendingPathComponent(PluginSignature.fileName).path)
+        var walk = FolderCopy(source: source, destination: nil, executable: executable, signed: signed)
+        do throws(HostError) {
+            try walk.copy()
+        } catch {
+            problems.append(error.message)
+        }
+        return (problems + walk.problems.map(\.message), walk.broken.map(\.message), walk.count)
+    }
+
+    /// An id starting with "." would be a hidden folder in `$EXTRUN_HOME/plugins`.
+    static func hiddenID(_ plugin: DiscoveredPlugin) -> HostError? {
+        guard plugin.manifest.id.hasPrefix(".") else { return nil }
+        return HostError(
+            .configurationError, "\(plugin.manifestPath): id: '\(plugin.manifest.id)' cannot be installed: it would be a hidden folder (use reverse-DNS, e.g. com.example.uppercase)",
+            details: ["file": .string(plugin.manifestPath)])
+    }
 
     /// The folder in `$EXTRUN_HOME/plugins` that holds `id`: `<id>`, or another folder whose manifest says `id`.
     func installedFolder(of id: String) throws(HostError) -> URL {
@@ -291,18 +321,34 @@ struct InstallLock {
     }
 }
 
-/// Copies a plugin folder file by file, as `PluginInstaller` describes.
+/// Walks a plugin folder as `PluginInstaller` describes and copies it file by file, or, with
+/// no destination, only checks it (`extrun plugins check`, in the same words).
+///
+/// Every entry is reached from its folder's descriptor without following links (`openat`
+/// with `O_NOFOLLOW`), so that a folder or file swapped for a link meanwhile is never
+/// followed. What is read is what the folder's owner could read: a link leading out of the
+/// folder is refused (its target may be a file only the installer can read), and when the
+/// installer is not the folder's owner (root installing a user's folder), a file of the folder
+/// that belongs to another user (a hard link) must be readable by others, and keeps its mode.
 struct FolderCopy {
     let source: String
-    let destination: String
+    /// Where the copy goes; nil: the folder is only checked.
+    let destination: String?
     /// The manifest's executable, relative to the folder (nil: outside it).
     let executable: String?
     let signed: Bool
     private(set) var count = 0
     private(set) var notes: [String] = []
+    /// Every problem found when only checking (an install stops at the first).
+    private(set) var problems: [HostError] = []
+    /// Those of `problems` that break the plugin where it is too (a link to nothing), not only its install.
+    private(set) var broken: [HostError] = []
     private var realSource = ""
+    /// The folder's owner, when it is not the installer's own uid nor root: files that are not
+    /// that owner's must be readable by others.
+    private var foreignOwner: uid_t?
 
-    init(source: String, destination: String, executable: String?, signed: Bool) {
+    init(source: String, destination: String?, executable: String?, signed: Bool) {
         self.source = source
         self.destination = destination
         self.executable = executable
@@ -315,12 +361,26 @@ struct FolderCopy {
         }
         realSource = String(cString: real)
         free(real)
-        try walk("")
+        let folder = open(realSource, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folder >= 0 else { throw Self.failure("cannot read the folder", source) }
+        defer { close(folder) }
+        var info = stat()
+        guard fstat(folder, &info) == 0 else { throw Self.failure("cannot read the folder", source) }
+        foreignOwner = info.st_uid != geteuid() && info.st_uid != 0 ? info.st_uid : nil
+        try walk(folder, "")
     }
 
-    private mutating func walk(_ relative: String) throws(HostError) {
+    /// An install throws `problem`; a check notes it and goes on with the next entry.
+    private mutating func refuse(_ problem: HostError) throws(HostError) {
+        if destination != nil { throw problem }
+        problems.append(problem)
+    }
+
+    private mutating func walk(_ folder: Int32, _ relative: String) throws(HostError) {
         let from = relative.isEmpty ? source : source + "/" + relative
-        guard let dir = opendir(from) else {
+        let listing = dup(folder)
+        guard listing >= 0, let dir = fdopendir(listing) else {
+            if listing >= 0 { close(listing) }
             throw HostError(.configurationError, "cannot read the folder \(from): \(SystemCall.lastReason)", details: ["file": .string(from)])
         }
         var names: [String] = []
@@ -332,55 +392,87 @@ struct FolderCopy {
                     .configurationError,
                     "\(from)/\(String(decoding: bytes, as: UTF8.self)) has a name that is not UTF-8; rename or remove that file before installing",
                     details: ["file": .string(from)])
-                break
+                continue
             }
             if name != "." && name != ".." { names.append(name) }
         }
         closedir(dir)
-        if let problem { throw problem }
+        if let problem { try refuse(problem) }
         for name in names.sorted() {
-            let path = relative.isEmpty ? name : relative + "/" + name
-            try copyEntry(path)
+            try entry(folder, name, relative.isEmpty ? name : relative + "/" + name)
         }
     }
 
-    private mutating func copyEntry(_ path: String) throws(HostError) {
+    private mutating func entry(_ folder: Int32, _ name: String, _ path: String) throws(HostError) {
         let from = source + "/" + path
-        let to = destination + "/" + path
+        let to = destination.map { $0 + "/" + path }
         count += 1
         if count > PluginSignature.maxFiles {
             throw HostError(.configurationError, "\(source) holds over \(PluginSignature.maxFiles) files; the limit is \(PluginSignature.maxFiles)", details: ["file": .string(source)])
         }
         var info = stat()
-        guard lstat(from, &info) == 0 else { throw Self.failure("cannot read", from) }
+        guard fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { throw Self.failure("cannot read", from) }
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
-            guard mkdir(to, 0o755) == 0 else { throw Self.failure("cannot make", to) }
-            chmod(to, 0o755)
-            try walk(path)
+            let inner = openat(folder, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard inner >= 0 else { throw Self.failure("cannot read the folder", from) }
+            defer { close(inner) }
+            if let to {
+                guard mkdir(to, 0o755) == 0 else { throw Self.failure("cannot make", to) }
+                chmod(to, 0o755)
+            }
+            try walk(inner, path)
         case S_IFREG:
-            try copyFile(from, to, executable: info.st_mode & 0o111 != 0 || path == executable)
+            // O_NONBLOCK: a file swapped for a named pipe meanwhile is not waited on (fstat refuses it below).
+            let input = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard input >= 0 else {
+                if errno == ELOOP { return try refuse(Self.changed(from)) }
+                throw Self.failure("cannot read", from)
+            }
+            defer { close(input) }
+            var opened = stat()
+            guard fstat(input, &opened) == 0 else { throw Self.failure("cannot read", from) }
+            guard opened.st_mode & S_IFMT == S_IFREG else { return try refuse(Self.changed(from)) }
+            var mode: mode_t = opened.st_mode & 0o111 != 0 || path == executable ? 0o755 : 0o644
+            if let owner = foreignOwner, opened.st_uid != owner {
+                guard opened.st_mode & 0o004 != 0 else {
+                    return try refuse(
+                        HostError(
+                            .configurationError,
+                            "\(from) belongs to uid \(opened.st_uid), not to the folder's owner (uid \(owner)), and others cannot read it (mode \(String(opened.st_mode & 0o777, radix: 8))): install copies only what the folder's owner could read; remove it from the folder (a hard link to another user's file, say) or make it readable by others",
+                            details: ["file": .string(from)]))
+                }
+                // Not the owner's: its mode is kept (at most rwxr-xr-x), never widened.
+                mode = opened.st_mode & 0o755
+            }
+            if let to { try copyFile(input, from, to, mode: mode) }
         case S_IFLNK:
-            try copyLink(path, from, to)
+            try link(path, from, to)
         default:
-            throw HostError(
-                .configurationError,
-                "\(from) is not a regular file, folder or link (a named pipe, socket or device), which cannot be installed; remove it from the plugin's folder",
-                details: ["file": .string(from)])
+            try refuse(
+                HostError(
+                    .configurationError,
+                    "\(from) is not a regular file, folder or link (a named pipe, socket or device), which cannot be installed; remove it from the plugin's folder",
+                    details: ["file": .string(from)]))
         }
     }
 
-    private mutating func copyLink(_ path: String, _ from: String, _ to: String) throws(HostError) {
+    private static func changed(_ from: String) -> HostError {
+        HostError(.configurationError, "\(from) changed while it was read (it is no longer a regular file); install again once the folder is left alone", details: ["file": .string(from)])
+    }
+
+    private mutating func link(_ path: String, _ from: String, _ to: String?) throws(HostError) {
         guard let resolved = realpath(from, nil) else {
-            throw HostError(
+            let problem = HostError(
                 .configurationError, "\(from) is a symbolic link to nothing; remove it or point it at the file", details: ["file": .string(from)])
+            if destination == nil { broken.append(problem) }
+            return try refuse(problem)
         }
         let target = String(cString: resolved)
         free(resolved)
-        var info = stat()
-        guard stat(target, &info) == 0 else { throw Self.failure("cannot read", target) }
         if target == realSource || target.hasPrefix(realSource + "/") {
             // Inside the folder: the same link, relative, so that it leads to the copy's file.
+            guard let to else { return }
             let inside = target == realSource ? "" : String(target.dropFirst(realSource.count + 1))
             let depth = path.split(separator: "/").count - 1
             let link = String(repeating: "../", count: depth) + (inside.isEmpty ? "." : inside)
@@ -388,28 +480,24 @@ struct FolderCopy {
             return
         }
         if signed {
-            throw HostError(
+            return try refuse(
+                HostError(
+                    .configurationError,
+                    "\(from) is a symbolic link to \(target), outside the plugin's folder, and the plugin's signature covers it as that link: an installed copy cannot keep it (it would depend on a file elsewhere) nor replace it with the file (the signature would no longer hold). Replace the link with the file (cp --remove-destination '\(target)' '\(from)'), sign again (extrun plugins sign), then install",
+                    details: ["file": .string(from), "target": .string(target)]))
+        }
+        try refuse(
+            HostError(
                 .configurationError,
-                "\(from) is a symbolic link to \(target), outside the plugin's folder, and the plugin's signature covers it as that link: an installed copy cannot keep it (it would depend on a file elsewhere) nor replace it with the file (the signature would no longer hold). Replace the link with the file (cp --remove-destination '\(target)' '\(from)'), sign again (extrun plugins sign), then install",
-                details: ["file": .string(from)])
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else {
-            throw HostError(
-                .configurationError, "\(from) is a symbolic link to a folder outside the plugin's folder (\(target)); copy the folder in to install it",
-                details: ["file": .string(from)])
-        }
-        try copyFile(target, to, executable: info.st_mode & 0o111 != 0 || path == executable)
-        notes.append("\(path) is a link to \(target), outside the folder: the installed copy holds the file itself")
+                "\(from) is a symbolic link to \(target), outside the plugin's folder: an installed copy cannot keep it (it would depend on a file elsewhere), and install copies nothing from outside the folder (it would read the file with the installer's rights, not the folder owner's). Put the file itself in the folder (cp --remove-destination '\(target)' '\(from)'), or copy the folder with its links followed (cp -RL)",
+                details: ["file": .string(from), "target": .string(target)]))
     }
 
-    private func copyFile(_ from: String, _ to: String, executable: Bool) throws(HostError) {
-        let input = open(from, O_RDONLY | O_CLOEXEC)
-        guard input >= 0 else { throw Self.failure("cannot read", from) }
-        defer { close(input) }
-        let mode: mode_t = executable ? 0o755 : 0o644
+    private func copyFile(_ input: Int32, _ from: String, _ to: String, mode: mode_t) throws(HostError) {
         let output = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)
         guard output >= 0 else { throw Self.failure("cannot write", to) }
         defer { close(output) }
+        // The descriptor was opened non-blocking; a regular file reads the same either way.
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
             let count: Int

@@ -130,7 +130,9 @@ import Glibc
         #expect(verified.status == 0, "\(verified)")
     }
 
-    @Test func aSignedLinkLeadingOutIsRefusedAnUnsignedOneCopiedIn() throws {
+    /// A link leading out is refused, signed or not: install reads nothing from outside the folder
+    /// (PluginInstallOwnerTests: root would read what the folder's owner cannot). The file put in its place installs.
+    @Test func aLinkLeadingOutIsRefusedSignedOrNot() throws {
         let work = try TempDirectory("install")
         let outside = try work.write("shared/data.txt", "shared\n")
         let source = try Self.pythonPlugin(in: work, name: "linked", id: "com.test.linked", intent: "LinkedShout")
@@ -145,9 +147,17 @@ import Glibc
         #expect(Self.installedEntries(cli).isEmpty, "\(Self.installedEntries(cli))")
 
         try FileManager.default.removeItem(at: source.appendingPathComponent("extrun-signature.json"))
+        let unsigned = try cli.run(["plugins", "install", source.path])
+        #expect(unsigned.status == 11, "\(unsigned)")
+        #expect(unsigned.stderr.contains("data.txt is a symbolic link to \(outside.path), outside the plugin's folder"), "\(unsigned)")
+        #expect(unsigned.stderr.contains("cp -RL"), "\(unsigned)")
+        #expect(Self.installedEntries(cli).isEmpty, "\(Self.installedEntries(cli))")
+
+        // As the error says: the file itself in place of the link.
+        try FileManager.default.removeItem(at: source.appendingPathComponent("data.txt"))
+        try FileManager.default.copyItem(at: outside, to: source.appendingPathComponent("data.txt"))
         let copied = try cli.run(["plugins", "install", source.path])
         #expect(copied.status == 0, "\(copied)")
-        #expect(copied.stdout.contains("holds the file itself"), "\(copied)")
         let installed = cli.home.url.appendingPathComponent("plugins/com.test.linked/data.txt").path
         #expect(Self.mode(installed) == 0o644)
         #expect(try String(contentsOfFile: installed, encoding: .utf8) == "shared\n")
