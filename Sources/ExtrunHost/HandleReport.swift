@@ -89,7 +89,8 @@ public struct HandleReport: Sendable, Equatable {
     public var options: OptionsResult?
     /// Whether the response code counts as success for this intent.
     public var responseIsSuccess = false
-    /// Every process run, in order; the top-level fields describe the last one.
+    /// Every process run, in order; the top-level fields describe the last one. The JSON
+    /// lists them only when there are two or more (one would repeat the top-level fields).
     public var steps: [StepReport] = []
     /// Why the app was not launched although the extension asked for it (or went over its
     /// memory cap with `retryInAppOnMemoryLimit`): `--no-app-launch`, or a plugin without in-app mode.
@@ -123,7 +124,8 @@ public struct HandleReport: Sendable, Equatable {
         if let metrics { object["metrics"] = metrics.json }
         if let limits { object["limits"] = limits.json }
         if let activity { object["activity"] = activity.jsonValue }
-        if !steps.isEmpty { object["steps"] = .array(steps.map(\.json)) }
+        // One step is the top-level fields again: `steps` appears when a second process ran (the app).
+        if steps.count > 1 { object["steps"] = .array(steps.map(\.json)) }
         if let appLaunch { object["appLaunch"] = .string(appLaunch) }
         if let donation { object["donation"] = donation.json }
         return .object(object)
@@ -170,7 +172,9 @@ public struct HandleReport: Sendable, Equatable {
             }
             if let reason = steps.last?.reason { lines.append("step \(steps.count) (\(mode?.rawValue ?? "?")): \(reason)") }
         }
-        let head = [intent, plugin.map { "by \($0)" }, mode.map { "(\($0.rawValue))" }].compactMap { $0 }.joined(separator: " ")
+        // `continue` has no intent of its own: its activity type names what ran.
+        let head = [intent ?? activity?.activityType, plugin.map { "by \($0)" }, mode.map { "(\($0.rawValue))" }].compactMap { $0 }.joined(
+            separator: " ")
         if let response {
             lines.append("\(head): \(response.code)")
             if let full = response.dialog?.full { lines.append("  \(full)") }

@@ -194,6 +194,7 @@ public struct PluginCatalog: Sendable {
         guard let plugin = claimants.first, let definition = plugin.manifest.intent(named: intent) else {
             var message = "no plugin handles the intent '\(intent)'"
             let known = plugins.flatMap { $0.manifest.intents.map(\.name) }.sorted()
+            if let close = Suggestion.closest(to: intent, among: known) { message += " (did you mean '\(close)'?)" }
             message += known.isEmpty ? "; no plugins were found" : "; known intents: \(known.joined(separator: ", "))"
             message += " (plugin path: \(searchPathDescription))"
             let loaded = plugins + shadowed

@@ -120,7 +120,7 @@ final class ProgressBar {
 
 /// Prints a summary and exits 18 when it is not clean.
 func finishMigration(_ summary: MigrationSummary) throws {
-    Output.printJSON(summary.json)
+    Output.printJSON(summary.options.dryRun ? planJSON(summary.json) : summary.json)
     if !summary.isClean {
         let reason = summary.stoppedBecause ?? "some items were not migrated or were kept in the old owner; see \"items\" in the summary"
         Output.printError("extrun: \(summary.options.dryRun ? "the migration plan is" : "the migration is") incomplete: \(reason)")
@@ -253,4 +253,27 @@ struct MigrateImport: ParsableCommand {
             try finishMigration(summary)
         }
     }
+}
+
+/// A dry run's summary says what the migration would do: `wouldMigrate` (and `wouldRemove`,
+/// `wouldKeep`) in place of `migrated` (`removed`, `kept`), per kind too, and no `complete`
+/// (nothing ran, so nothing is complete or incomplete; `clean` says whether it would finish
+/// cleanly). docs/migration.md, "The summary".
+func planJSON(_ summary: JSONValue) -> JSONValue {
+    guard case .object(var object) = summary else { return summary }
+    let renamed = ["migrated": "wouldMigrate", "removed": "wouldRemove", "kept": "wouldKeep"]
+    func rename(_ fields: inout [String: JSONValue]) {
+        for (old, new) in renamed {
+            if let value = fields.removeValue(forKey: old) { fields[new] = value }
+        }
+    }
+    rename(&object)
+    object.removeValue(forKey: "complete")
+    for kind in ["globals", "bookmarks"] {
+        if case .object(var counts)? = object[kind] {
+            rename(&counts)
+            object[kind] = .object(counts)
+        }
+    }
+    return .object(object)
 }

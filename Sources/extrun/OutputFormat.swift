@@ -39,6 +39,14 @@ enum Output {
         write(Data((text + "\n").utf8), to: STDERR_FILENO)
     }
 
+    /// How extrun is named in the commands it suggests ("Try it: …"): `EXTRUN_COMMAND`, which
+    /// `Scripts/extrun` sets to the path it was run by (`Scripts/extrun` in a checkout), else `extrun`.
+    static var commandName: String {
+        let named = ProcessInfo.processInfo.environment["EXTRUN_COMMAND"] ?? ""
+        let plain = !named.isEmpty && named.count <= 256 && named.allSatisfy { !$0.isWhitespace && $0 != "'" && $0 != "\"" && !$0.isNewline }
+        return plain ? named : "extrun"
+    }
+
     private static let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
 
     static func write(_ data: some ContiguousBytes, to fd: Int32) {

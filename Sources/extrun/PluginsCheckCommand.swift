@@ -49,7 +49,11 @@ struct PluginsCheck: ParsableCommand {
     func run() throws {
         let folder = URL(fileURLWithPath: directory, isDirectory: true)
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isDirectory), isDirectory.boolValue else {
+        guard FileManager.default.fileExists(atPath: folder.path, isDirectory: &isDirectory) else {
+            Output.printError("extrun: configurationError: \(folder.path) does not exist; give the plugin's folder (the one holding manifest.json)")
+            throw ExitCode(ErrorKind.configurationError.exitCode)
+        }
+        guard isDirectory.boolValue else {
             Output.printError("extrun: configurationError: \(folder.path) is not a folder; give the plugin's folder (the one holding manifest.json)")
             throw ExitCode(ErrorKind.configurationError.exitCode)
         }

@@ -65,7 +65,7 @@ struct PluginsInstall: ParsableCommand {
             Output.printLine("  \(installed.signature.summary)")
             Output.printLine("  intents: \(m.intents.map(\.name).joined(separator: ", "))")
             for note in installed.notes { Output.printLine("  note: \(note)") }
-            if let first = m.intents.first { Output.printLine("Try it: extrun describe \(first.name)") }
+            if let first = m.intents.first { Output.printLine("Try it: \(Output.commandName) describe \(first.name)") }
         }
     }
 }

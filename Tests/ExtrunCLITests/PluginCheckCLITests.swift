@@ -155,6 +155,9 @@ import Testing
         #expect(result.stdout.contains("FAIL  manifest"), "\(result)")
         let missing = try cli.run(["plugins", "check", empty.url.appendingPathComponent("nothing").path])
         #expect(missing.status == 11, "\(missing)")
-        #expect(missing.stderr.contains("is not a folder"), "\(missing)")
+        #expect(missing.stderr.contains("nothing does not exist"), "\(missing)")
+        let file = try cli.run(["plugins", "check", StagedPlugins.packageRoot.appendingPathComponent("README.md").path])
+        #expect(file.status == 11, "\(file)")
+        #expect(file.stderr.contains("README.md is not a folder"), "\(file)")
     }
 }
