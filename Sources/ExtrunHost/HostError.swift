@@ -37,6 +37,9 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     /// its caller at its limit, or the plugin backed off after repeated crashes. Nothing ran;
     /// `details` has the numbers (docs/serve.md).
     case overloaded
+    /// What a request names does not exist for its caller: `extrun serve`'s endpoint, or an
+    /// interactive run that ended, never was, or is another caller's (answered alike).
+    case notFound
     /// The host could not do its own work (spawn failed, out of descriptors...).
     case internalError
 
@@ -58,6 +61,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .signatureInvalid: 19
         case .cancelled: 20
         case .overloaded: 21
+        case .notFound: 22
         case .internalError: 70
         }
     }

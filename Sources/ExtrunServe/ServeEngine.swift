@@ -39,8 +39,14 @@ final class ServeEngine: Sendable {
     let bufferedRequestBytes = Atomic<Int>(0)
     /// Answer bytes written and not yet taken by their callers (maxPendingResponseBytes).
     let pendingResponseBytes = Atomic<Int>(0)
-    /// Connections open now (maxConnections).
-    let openConnections = Atomic<Int>(0)
+    /// Connections open now, in all and per caller (maxConnections, maxConnectionsPerCaller).
+    let connections = ConnectionLedger()
+    /// Refusals in the log, summed up per caller every 10 s.
+    let refusals: RefusalLog
+    /// The service's own uid: limited only by maxConnections unless serve.json's callers names it.
+    let serviceUID = getuid()
+    /// Answer bytes released since the last return of free memory to the system (`trimMemory`).
+    private let releasedSinceTrim = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
 
     init(host: Host, policy: ServePolicy, logger: Logger) {
@@ -49,6 +55,7 @@ final class ServeEngine: Sendable {
         pool = PluginPool(host: host, limits: policy.warmLimits)
         policyState = NIOLockedValueBox(policy)
         metrics = ServeMetrics()
+        refusals = RefusalLog(logger: logger)
         crashes = CrashTracker()
         admission = Admission(limits: Self.admissionLimits(policy))
         lookups = NIOThreadPool(numberOfThreads: 1)
@@ -107,8 +114,11 @@ final class ServeEngine: Sendable {
         case .success(let ticket):
             return ticket
         case .failure(let error):
-            metrics.breach(error.details["reason"]?.stringValue ?? "overloaded")
-            logger.warning("refused", metadata: ["uid": "\(caller.uid)", "call": "\(call.label)", "error": "\(error.message)"])
+            let reason = error.details["reason"]?.stringValue ?? "overloaded"
+            metrics.breach(reason)
+            refusals.refused(
+                caller.tcp ? "TCP callers" : "uid \(caller.uid)", reason: reason, message: "refused: \(error.message)",
+                metadata: ["uid": "\(caller.uid)", "call": "\(call.label)"])
             finish(refusal(error, call: call))
             return nil
         }
@@ -304,7 +314,25 @@ final class ServeEngine: Sendable {
     }
 
     func releaseResponseBytes(_ bytes: Int) {
-        if bytes > 0 { pendingResponseBytes.subtract(bytes, ordering: .relaxed) }
+        if bytes > 0 {
+            pendingResponseBytes.subtract(bytes, ordering: .relaxed)
+            releasedSinceTrim.add(bytes, ordering: .relaxed)
+        }
+    }
+
+    /// After a burst of answers (at least `trimAfterBytes` released, none held now), the
+    /// allocator's free memory goes back to the system (malloc_trim): glibc keeps what
+    /// intents' threads freed in their arenas otherwise, and the service's RSS stayed at its
+    /// peak (issue 30: 52 -> 128 MB over three rounds of callers that never read). Called
+    /// once a second by the reaper thread; true when it trimmed.
+    @discardableResult
+    func trimMemoryIfDue(trimAfterBytes: Int = 4 << 20) -> Bool {
+        guard releasedSinceTrim.load(ordering: .relaxed) >= trimAfterBytes, pendingResponseBytes.load(ordering: .relaxed) == 0,
+            bufferedRequestBytes.load(ordering: .relaxed) == 0
+        else { return false }
+        releasedSinceTrim.store(0, ordering: .relaxed)
+        ServeMemory.trim()
+        return true
     }
 
     func releaseRequestBytes(_ bytes: Int) {
@@ -314,16 +342,19 @@ final class ServeEngine: Sendable {
     // MARK: Answers, describe
 
     func answer(run id: String, prompt: String, value: JSONValue, caller: Caller) -> Outcome {
-        guard let run = runs.run(id) else {
+        // Only the caller that started the run: the same uid over the Unix socket; over TCP
+        // (whose callers hold the token) only a run started over TCP. Another caller's run is
+        // answered as one that does not exist, with the same body: a caller learns nothing of
+        // the others' runs (issue 30).
+        guard let run = runs.run(id), caller.tcp == run.tcp, caller.tcp || caller.uid == run.uid else {
             return Outcome(
                 status: 404,
-                body: .object(["error": HostError(.invalidIntent, "no interactive run '\(id.prefix(64))' is in flight (it ended, or never asked)").json]))
-        }
-        // Only the caller that started the run: the same uid over the Unix socket; over TCP
-        // (whose callers hold the token) only a run started over TCP.
-        guard caller.tcp == run.tcp, caller.tcp || caller.uid == run.uid else {
-            return Outcome(
-                status: 403, body: .object(["error": HostError(.invalidIntent, "run \(id) belongs to another caller").json]))
+                body: .object([
+                    "error": HostError(
+                        .notFound, "no interactive run '\(id.prefix(64))' of yours is in flight (it ended, never asked, or was never yours)",
+                        details: ["run": .string(String(id.prefix(64)))]
+                    ).json
+                ]))
         }
         do throws(InteractiveRun.Refusal) {
             try run.answer(prompt, value)
@@ -380,7 +411,7 @@ final class ServeEngine: Sendable {
     }
 
     func renderMetrics() -> [UInt8] {
-        metrics.render(pool: pool, admission: admission, backedOff: crashes.backedOff().count)
+        metrics.render(pool: pool, admission: admission, backedOff: crashes.backedOff().count, openConnections: connections.open)
     }
 
     // MARK: Shutdown

@@ -25,9 +25,11 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var body: [UInt8] = []
     /// Bytes of the service's request budget (maxBufferedRequestBytes) this connection holds.
     private var reserved = 0
-    /// Whether this connection counts in `openConnections` (maxConnections).
-    private var counted = false
-    /// Refused at once for maxConnections: whatever it sends is ignored until it is closed.
+    /// Who this connection counts for (maxConnectionsPerCaller), once counted.
+    private var holder: ConnectionHolder?
+    /// Over TCP: whether it counts for the token's holders too, since a request showed the token.
+    private var countedForToken = false
+    /// Refused at its accept (a connection limit): whatever it sends is ignored until it is closed.
     private var overCap = false
     /// An interactive stream's bytes written and not yet taken by the caller, and the
     /// progress events dropped because of them (progress is lossy; prompts and the report are not).
@@ -37,6 +39,8 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     static let progressBudgetBytes = 256 << 10
     private var refused = false
     private var requestTimer: Scheduled<Void>?
+    /// The head's deadline (requestHeadTimeoutSeconds), cancelled when the head arrives.
+    private var headTimer: Scheduled<Void>?
     /// The run this connection waits for, and its stream when interactive.
     private var control: RunControl?
     private var ticket: Admission.Ticket?
@@ -49,42 +53,96 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        counted = true
-        let open = engine.openConnections.add(1, ordering: .relaxed).newValue
-        let most = engine.policy.maxConnections
-        if open > most {
-            // Closed at once, before a byte is read (HTTP has no answer before a request);
-            // the log and the metric have the numbers.
-            engine.metrics.breach("connections")
-            engine.logger.warning(
-                "connection refused: too many open (serve.json maxConnections)",
-                metadata: ["open": "\(open - 1)", "maxConnections": "\(most)"])
-            refused = true
-            overCap = true
-            context.close(promise: nil)
-            context.fireChannelActive()
-            return
-        }
         if token != nil {
             caller = Caller(uid: ServeService.tcpCallerUID, pid: nil, tcp: true)
+            admitConnection(.address(context.channel.remoteAddress?.ipAddress ?? "unknown"), context: context)
         } else if let provider = context.channel as? any SocketOptionProvider {
+            // On the event loop the option is read at once and the future is already complete.
             let future: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(
                 level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: SO_PEERCRED))
-            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-            future.whenSuccess { credentials in
-                bound.value.caller = Caller(uid: credentials.uid, pid: credentials.pid, tcp: false)
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            future.whenComplete { result in
+                let (handler, context) = bound.value
+                if case .success(let credentials) = result {
+                    handler.caller = Caller(uid: credentials.uid, pid: credentials.pid, tcp: false)
+                }
+                handler.admitConnection(.uid(handler.caller.uid), context: context)
             }
+        } else {
+            admitConnection(.uid(caller.uid), context: context)
         }
-        armRequestTimer(context: context)
         context.fireChannelActive()
     }
 
+    /// Counts the connection for its holder, or refuses it: 503 `overloaded` with the numbers,
+    /// written before any byte is read, then closed (the refusal in the log at most a few lines
+    /// per 10 s, and in `extrun_connections_refused_total`).
+    private func admitConnection(_ holder: ConnectionHolder, context: ChannelHandlerContext) {
+        guard active else { return }
+        let policy = engine.policy
+        let limit: Int
+        switch holder {
+        case .uid(let uid): limit = policy.maxConnections(forCaller: uid, serviceUID: engine.serviceUID)
+        case .address, .token: limit = policy.maxConnectionsPerCaller
+        }
+        if let error = engine.connections.open(holder, limit: limit, total: policy.maxConnections) {
+            overCap = true
+            refuseConnection(error, holder: holder, context: context, atAccept: true)
+            return
+        }
+        self.holder = holder
+        armRequestTimer(context: context)
+    }
+
+    private func refuseConnection(_ error: HostError, holder: ConnectionHolder, context: ChannelHandlerContext, atAccept: Bool) {
+        refused = true
+        let reason = error.details["reason"]?.stringValue ?? "connections"
+        engine.metrics.connectionRefused(reason: reason)
+        engine.refusals.refused(
+            reason == "connections" ? "the service" : "\(holder)", reason: reason,
+            message: "connection refused: \(error.message)",
+            metadata: [
+                "open": "\(error.details["open"]?.intValue ?? 0)", "limit": "\(error.details["limit"]?.stringValue ?? "")",
+                "limitValue": "\(error.details["limitValue"]?.intValue ?? 0)",
+            ])
+        var body = JSONWriter.bytes(ServeResponse.early(error))
+        body.append(0x0A)
+        guard atAccept else {
+            var headers = HTTPHeaders()
+            headers.add(name: "retry-after", value: "1")
+            respond(context: context, status: 503, bytes: body, contentType: "application/json", close: true, extraHeaders: headers, budgeted: false)
+            return
+        }
+        // No request has come: the answer goes out as bytes from the first handler (the
+        // response encoder), past the HTTP pipeline, which has no request to answer.
+        let text = "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
+        var buffer = context.channel.allocator.buffer(capacity: text.utf8.count + body.count)
+        buffer.writeString(text)
+        buffer.writeBytes(body)
+        guard let first = try? context.pipeline.syncOperations.context(handlerType: HTTPResponseEncoder.self) else {
+            context.close(promise: nil)
+            return
+        }
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        let timeout = context.eventLoop.scheduleTask(in: .seconds(1)) { bound.value.close(promise: nil) }
+        first.writeAndFlush(NIOAny(buffer)).whenComplete { _ in
+            timeout.cancel()
+            bound.value.close(promise: nil)
+        }
+    }
+
+    /// The deadlines of the next request: its head within requestHeadTimeoutSeconds, all of it
+    /// within requestTimeoutSeconds (the caller's own, when serve.json's callers names its uid).
     private func armRequestTimer(context: ChannelHandlerContext) {
         requestTimer?.cancel()
-        let seconds = engine.policy.requestTimeoutSeconds
+        headTimer?.cancel()
+        let (head, whole) = engine.policy.requestDeadlines(forCaller: caller.uid)
         let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        requestTimer = context.eventLoop.scheduleTask(in: .milliseconds(Int64(seconds * 1000))) {
+        requestTimer = context.eventLoop.scheduleTask(in: .milliseconds(Int64(whole * 1000))) {
             // The caller did not send a whole request in time (or stayed idle between two): closed.
+            bound.value.close(promise: nil)
+        }
+        headTimer = context.eventLoop.scheduleTask(in: .milliseconds(Int64(head * 1000))) {
             bound.value.close(promise: nil)
         }
     }
@@ -92,11 +150,16 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     func channelInactive(context: ChannelHandlerContext) {
         active = false
         dropBody()
-        if counted {
-            counted = false
-            engine.openConnections.subtract(1, ordering: .relaxed)
+        if let holder {
+            self.holder = nil
+            engine.connections.close(holder)
+        }
+        if countedForToken {
+            countedForToken = false
+            engine.connections.close(.token, counted: false)
         }
         requestTimer?.cancel()
+        headTimer?.cancel()
         stream?.close()
         if let control {
             if let ticket, engine.admission.withdraw(ticket) {
@@ -112,28 +175,68 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let request):
             guard active, !overCap else { return }
+            headTimer?.cancel()
+            headTimer = nil
             head = request
             dropBody()
             refused = false
-            // Over TCP the token is checked at the head, before any byte of the body is read.
+            // Over TCP the token is checked at the head, before any byte of the body is read;
+            // two Authorization headers are refused, whichever holds the token.
             if let token {
-                let sent = request.headers.first(name: "authorization").map { Array($0.utf8) } ?? []
-                guard ServeService.constantTimeEqual(sent, Array("Bearer ".utf8) + token) else {
+                let sent = request.headers["authorization"]
+                guard sent.count <= 1 else {
+                    refused = true
+                    let error = HostError(
+                        .invalidIntent, "the request has \(sent.count) Authorization headers; send one: 'Authorization: Bearer TOKEN'",
+                        details: ["field": "authorization", "measured": .int(Int64(sent.count))])
+                    respond(context: context, status: 400, body: ServeResponse.early(error), close: true)
+                    return
+                }
+                guard ServeService.constantTimeEqual(sent.first.map { Array($0.utf8) } ?? [], Array("Bearer ".utf8) + token) else {
                     refused = true
                     let error = HostError(.invalidIntent, "this TCP listener needs 'Authorization: Bearer TOKEN' with the token of the service's --token-file")
                     respond(context: context, status: 401, body: .object(["error": error.json]), close: true)
                     return
+                }
+                if !countedForToken {
+                    // The token's holders together: maxConnectionsPerCaller.
+                    if let error = engine.connections.add(.token, limit: engine.policy.maxConnectionsPerCaller) {
+                        refuseConnection(error, holder: .token, context: context, atAccept: false)
+                        return
+                    }
+                    countedForToken = true
                 }
             }
             let limit = engine.policy.maxRequestBytes
             if let length = request.headers.first(name: "content-length").flatMap(Int.init), length > 0 {
                 if length > limit {
                     refuseTooLarge(context: context, size: length, exact: true)
+                    return
                 } else if let error = engine.reserveRequestBytes(length) {
                     refuseBudget(error, context: context)
+                    return
                 } else {
                     reserved = length
                     body.reserveCapacity(length)
+                }
+            }
+            // Expect (RFC 9110 10.1.1): 100-continue is answered 100 now, once the head passed
+            // the checks above (a refused body is answered at once, without 100); any other
+            // expectation is refused 417.
+            let expectations = request.headers["expect"]
+            if !expectations.isEmpty {
+                if expectations.count == 1, expectations[0].lowercased() == "100-continue" {
+                    if request.version.major == 1, request.version.minor >= 1 {
+                        context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: request.version, status: .continue))), promise: nil)
+                    }
+                } else {
+                    refused = true
+                    dropBody()
+                    let error = HostError(
+                        .invalidIntent, "the service meets only 'Expect: 100-continue'; this request expects '\(expectations.joined(separator: ", ").prefix(200))'",
+                        details: ["field": "expect"])
+                    respond(context: context, status: 417, body: ServeResponse.early(error), close: true)
+                    return
                 }
             }
         case .body(var buffer):
@@ -283,7 +386,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             }
             context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
                 timeout.cancel()
-                context.close(promise: nil)
+                bound.value.close(promise: nil)
             }
             return
         }
@@ -346,18 +449,19 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private func respond(
         context: ChannelHandlerContext, status: Int, bytes: [UInt8], contentType: String, close: Bool, lingering: Bool = false,
-        extraHeaders: HTTPHeaders = [:]
+        extraHeaders: HTTPHeaders = [:], budgeted: Bool = true
     ) {
         guard active else { return }
         var status = status
         var bytes = bytes
         var contentType = contentType
-        var reservedAnswer = bytes.count
-        if let error = engine.reserveResponseBytes(bytes.count) {
+        var reservedAnswer = budgeted ? bytes.count : 0
+        if budgeted, let error = engine.reserveResponseBytes(bytes.count) {
             // Callers that do not read hold too much already: this answer is dropped for a
             // refusal with the numbers (small, and not counted).
             engine.metrics.breach("responseBudget")
-            engine.logger.warning("answer dropped", metadata: ["error": "\(error.message)"])
+            engine.refusals.refused(
+                caller.tcp ? "TCP callers" : "uid \(caller.uid)", reason: "responseBudget", message: "answer dropped: \(error.message)")
             status = 503
             bytes = JSONWriter.bytes(ServeResponse.envelope(ServeResponse.refusal(error), text: false))
             bytes.append(0x0A)
@@ -380,12 +484,13 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             bound.value.close(promise: nil)
         }
         let engine = self.engine
+        let reservedBytes = reservedAnswer
         done.whenComplete { _ in
             timeout.cancel()
-            engine.releaseResponseBytes(reservedAnswer)
+            engine.releaseResponseBytes(reservedBytes)
         }
         if close {
-            done.whenComplete { _ in context.close(promise: nil) }
+            done.whenComplete { _ in bound.value.close(promise: nil) }
         } else if !lingering {
             armRequestTimer(context: context)
         }
@@ -424,8 +529,9 @@ final class StreamSink: EventSink, Sendable {
     @discardableResult
     private func send(_ event: JSONValue, lossy: Bool) -> Bool {
         guard !closed.load(ordering: .relaxed) else { return false }
-        var line = JSONWriter.bytes(event)
-        line.append(0x0A)
+        var bytes = JSONWriter.bytes(event)
+        bytes.append(0x0A)
+        let line = bytes
         let bound = self.bound
         eventLoop.execute {
             let (handler, context) = bound.value

@@ -5,6 +5,10 @@ import Metrics
 import Prometheus
 import NIOConcurrencyHelpers
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The service's metrics (swift-metrics, rendered by swift-prometheus at `GET /metrics`;
 /// docs/serve.md, "Metrics").
 final class ServeMetrics: Sendable {
@@ -50,6 +54,21 @@ final class ServeMetrics: Sendable {
         Counter(label: "extrun_limit_breaches_total", dimensions: [("kind", kind)], factory: factory).increment()
     }
 
+    /// Connections refused at their accept or their head, by reason (`callerConnections`,
+    /// `connections`), made once per reason.
+    private let refusedConnections = NIOLockedValueBox<[String: CoreMetrics.Counter]>([:])
+
+    func connectionRefused(reason: String) {
+        let counter = refusedConnections.withLockedValue { made -> CoreMetrics.Counter in
+            if let counter = made[reason] { return counter }
+            let counter = Counter(label: "extrun_connections_refused_total", dimensions: [("reason", reason)], factory: factory)
+            if made.count < 16 { made[reason] = counter }
+            return counter
+        }
+        counter.increment()
+        breach(reason)
+    }
+
     /// The HTTP requests' counters by status, made once (as `made`: making one per request
     /// was 2.5% of the event loop's samples).
     private let requests = NIOLockedValueBox<[Int: CoreMetrics.Counter]>([:])
@@ -66,7 +85,7 @@ final class ServeMetrics: Sendable {
     }
 
     /// The gauges, read now, then the whole text.
-    func render(pool: PluginPool, admission: Admission, backedOff: Int) -> [UInt8] {
+    func render(pool: PluginPool, admission: Admission, backedOff: Int, openConnections: Int) -> [UInt8] {
         func gauge(_ name: String, _ value: Double, _ labels: [(String, String)] = []) {
             Gauge(label: name, dimensions: labels, factory: factory).record(value)
         }
@@ -78,6 +97,7 @@ final class ServeMetrics: Sendable {
         gauge("extrun_warm_replaced", Double(pool.replacedProcesses))
         gauge("extrun_warm_retired", Double(pool.retiredProcesses))
         gauge("extrun_plugins_backed_off", Double(backedOff))
+        gauge("extrun_open_connections", Double(openConnections))
         if let rss = ServeMemory.residentBytes() { gauge("extrun_service_resident_bytes", Double(rss)) }
         var buffer: [UInt8] = []
         registry.emit(into: &buffer)
@@ -87,6 +107,15 @@ final class ServeMetrics: Sendable {
 
 /// The service's own memory (VmRSS of /proc/self/status).
 enum ServeMemory {
+    /// glibc's malloc_trim (left out of the Glibc module), looked up once.
+    private typealias MallocTrim = @convention(c) (Int) -> Int32
+    private static let mallocTrim: MallocTrim? = dlsym(dlopen(nil, RTLD_NOW), "malloc_trim").map { unsafeBitCast($0, to: MallocTrim.self) }
+
+    /// Gives the allocator's free memory back to the system (glibc's malloc_trim, every arena).
+    static func trim() {
+        _ = mallocTrim?(0)
+    }
+
     static func residentBytes() -> Int64? {
         guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {

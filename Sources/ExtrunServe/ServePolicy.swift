@@ -14,8 +14,15 @@ public struct ServePolicy: Sendable, Equatable {
     public var maxConcurrentPerCaller = 6
     /// The most intents one caller may have waiting (its share of `maxQueued`).
     public var maxQueuedPerCaller = 16
-    /// Per uid: `{"1000": {"maxConcurrent": 2}}` overrides `maxConcurrentPerCaller`.
-    public var callers: [UInt32: Int] = [:]
+    /// Per uid: `{"1000": {"maxConcurrent": 2, "maxConnections": 16}}` overrides
+    /// `maxConcurrentPerCaller`, `maxConnectionsPerCaller` and the request deadlines for that uid.
+    public var callers: [UInt32: CallerLimits] = [:]
+    /// Connections one caller may hold open at once, whatever they are doing (a request's head
+    /// or body on its way, an idle kept-alive connection, a stream): a peer uid on the Unix
+    /// socket, a source address over TCP, and the token's holders over TCP. One more is
+    /// answered 503 `overloaded` (reason `callerConnections`) and closed. The service's own
+    /// uid is held only by `maxConnections`, unless `callers` names it.
+    public var maxConnectionsPerCaller = 128
     /// Warm processes kept per plugin, and overall.
     public var maxWarmPerPlugin = 2
     public var maxWarm = 16
@@ -29,8 +36,12 @@ public struct ServePolicy: Sendable, Equatable {
     public var crashBackoffSeconds = 5.0
     /// How long a prompt waits for its answer before it counts as declined.
     public var promptTimeoutSeconds = 60.0
-    /// How long a caller has to send its whole request once connected.
+    /// How long a caller has to send its whole request once connected (or once its previous answer was written).
     public var requestTimeoutSeconds = 10.0
+    /// How long a caller has to send a request's head (method, target, headers) once
+    /// connected or once its previous answer was written: a slow head, or an idle kept-alive
+    /// connection, is closed after it.
+    public var requestHeadTimeoutSeconds = 5.0
     /// How long an answer may take to be written: a caller that does not read it is disconnected after this.
     public var writeTimeoutSeconds = 30.0
     /// On SIGTERM, how long intents in flight may take before they are cancelled.
@@ -58,7 +69,21 @@ public struct ServePolicy: Sendable, Equatable {
     }
 
     public func maxConcurrent(forCaller uid: UInt32) -> Int {
-        callers[uid] ?? maxConcurrentPerCaller
+        callers[uid]?.maxConcurrent ?? maxConcurrentPerCaller
+    }
+
+    /// What one uid may hold open: its `callers` entry, else `maxConnectionsPerCaller`; the
+    /// service's own uid (`serviceUID`) only `maxConnections` unless `callers` names it.
+    public func maxConnections(forCaller uid: UInt32, serviceUID: UInt32) -> Int {
+        if let limit = callers[uid]?.maxConnections { return limit }
+        return uid == serviceUID ? maxConnections : maxConnectionsPerCaller
+    }
+
+    /// The head and whole-request deadlines of one uid, in seconds.
+    public func requestDeadlines(forCaller uid: UInt32) -> (head: Double, request: Double) {
+        let request = callers[uid]?.requestTimeoutSeconds ?? requestTimeoutSeconds
+        let head = callers[uid]?.requestHeadTimeoutSeconds ?? requestHeadTimeoutSeconds
+        return (min(head, request), request)
     }
 
     /// The file's path: `--config`, else `$EXTRUN_HOME/serve.json`.
@@ -110,6 +135,7 @@ public struct ServePolicy: Sendable, Equatable {
             "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "maxQueuedPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
             "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
+            "maxConnectionsPerCaller", "requestHeadTimeoutSeconds",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
             throw fail(unknown, "unknown field (the fields: \(known.sorted().joined(separator: ", ")); docs/serve.md)")
@@ -126,24 +152,57 @@ public struct ServePolicy: Sendable, Equatable {
         policy.crashBackoffSeconds = try seconds("crashBackoffSeconds", 0...86_400) ?? policy.crashBackoffSeconds
         policy.promptTimeoutSeconds = try seconds("promptTimeoutSeconds", 0.001...86_400) ?? policy.promptTimeoutSeconds
         policy.requestTimeoutSeconds = try seconds("requestTimeoutSeconds", 0.001...3600) ?? policy.requestTimeoutSeconds
+        policy.requestHeadTimeoutSeconds = try seconds("requestHeadTimeoutSeconds", 0.001...3600) ?? policy.requestHeadTimeoutSeconds
         policy.writeTimeoutSeconds = try seconds("writeTimeoutSeconds", 0.001...3600) ?? policy.writeTimeoutSeconds
         policy.shutdownGraceSeconds = try seconds("shutdownGraceSeconds", 0...3600) ?? policy.shutdownGraceSeconds
         policy.maxRequestBytes = try count("maxRequestBytes", 1024...(1 << 30)) ?? policy.maxRequestBytes
         policy.maxBufferedRequestBytes = try count("maxBufferedRequestBytes", 1024...(1 << 34)) ?? policy.maxBufferedRequestBytes
         policy.maxConnections = try count("maxConnections", 1...1_000_000) ?? policy.maxConnections
+        policy.maxConnectionsPerCaller = try count("maxConnectionsPerCaller", 1...1_000_000) ?? policy.maxConnectionsPerCaller
         policy.maxPendingResponseBytes = try count("maxPendingResponseBytes", 1024...(1 << 34)) ?? policy.maxPendingResponseBytes
         if let callers = object["callers"] {
-            guard case .object(let entries) = callers else { throw fail("callers", "expected an object of uid: {\"maxConcurrent\": N}") }
+            let shape = "expected an object of uid: {\"maxConcurrent\": N, \"maxConnections\": N, \"requestHeadTimeoutSeconds\": S, \"requestTimeoutSeconds\": S} (each optional)"
+            guard case .object(let entries) = callers else { throw fail("callers", shape) }
             for (key, entry) in entries {
                 guard let uid = UInt32(key) else { throw fail("callers.\(key)", "the key is a numeric uid") }
-                guard case .object(let fields) = entry, let limit = fields["maxConcurrent"]?.intValue, (1...1024).contains(limit),
-                    fields.count == 1
-                else {
-                    throw fail("callers.\(key)", "expected {\"maxConcurrent\": N} with N from 1 to 1024; got \(entry)")
+                guard case .object(let fields) = entry else { throw fail("callers.\(key)", shape) }
+                var limits = CallerLimits()
+                for (name, field) in fields {
+                    let path = "callers.\(key).\(name)"
+                    switch name {
+                    case "maxConcurrent", "maxConnections":
+                        let range = name == "maxConcurrent" ? 1...1024 : 1...1_000_000
+                        guard let number = field.intValue, range.contains(Int(number)) else {
+                            throw fail(path, "expected a whole number from \(range.lowerBound) to \(range.upperBound); got \(field)")
+                        }
+                        if name == "maxConcurrent" { limits.maxConcurrent = Int(number) } else { limits.maxConnections = Int(number) }
+                    case "requestHeadTimeoutSeconds", "requestTimeoutSeconds":
+                        guard let number = field.doubleValue, (0.001...3600).contains(number) else {
+                            throw fail(path, "expected seconds from 0.001 to 3600; got \(field)")
+                        }
+                        if name == "requestTimeoutSeconds" { limits.requestTimeoutSeconds = number } else { limits.requestHeadTimeoutSeconds = number }
+                    default:
+                        throw fail(path, "unknown field; \(shape)")
+                    }
                 }
-                policy.callers[uid] = Int(limit)
+                policy.callers[uid] = limits
             }
         }
         return policy
+    }
+}
+
+/// One uid's own limits (`callers` in serve.json); nil fields keep the policy's.
+public struct CallerLimits: Sendable, Equatable {
+    public var maxConcurrent: Int?
+    public var maxConnections: Int?
+    public var requestHeadTimeoutSeconds: Double?
+    public var requestTimeoutSeconds: Double?
+
+    public init(maxConcurrent: Int? = nil, maxConnections: Int? = nil, requestHeadTimeoutSeconds: Double? = nil, requestTimeoutSeconds: Double? = nil) {
+        self.maxConcurrent = maxConcurrent
+        self.maxConnections = maxConnections
+        self.requestHeadTimeoutSeconds = requestHeadTimeoutSeconds
+        self.requestTimeoutSeconds = requestTimeoutSeconds
     }
 }

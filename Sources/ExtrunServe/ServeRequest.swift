@@ -174,7 +174,7 @@ public enum ServeRequestDecoder {
             return .answer(run: s[2], prompt: prompt, answer: object["answer"] ?? .null)
         default:
             throw ServeRequestError(
-                404, .invalidIntent,
+                404, .notFound,
                 "no such endpoint: \(method) \(path) (the API: GET /v1/health, GET /v1/intents[/NAME], POST /v1/handle, /v1/options, /v1/continue, /v1/phrase, /v1/runs/RUN/answers, GET /metrics; docs/serve.md)"
             )
         }

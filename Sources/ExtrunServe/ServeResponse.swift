@@ -11,7 +11,7 @@ enum ServeResponse {
         guard let error else { return exitStatus == ErrorKind.internalError.exitCode ? 500 : 200 }
         switch error {
         case .invalidIntent, .parameterUnresolved, .confirmationDeclined: return 422
-        case .noHandler: return 404
+        case .noHandler, .notFound: return 404
         case .pluginCrashed, .protocolError, .pluginError, .sandboxViolation, .memoryLimitExceeded, .diskLimitExceeded: return 502
         case .timeout: return 504
         case .overloaded: return 503
@@ -23,6 +23,15 @@ enum ServeResponse {
     static func envelope(_ report: HandleReport, text: Bool) -> JSONValue {
         var object: [String: JSONValue] = ["exitStatus": .int(Int64(report.exitCode)), "report": report.json]
         if text { object["text"] = .string(report.text) }
+        return .object(object)
+    }
+
+    /// A refusal before the request's endpoint is known or looked at (a connection limit at
+    /// the accept, two Authorization headers, an expectation the service does not meet): the
+    /// body has both shapes, `{"error"}` of the other endpoints and a run's envelope.
+    static func early(_ error: HostError) -> JSONValue {
+        guard case .object(var object) = envelope(refusal(error), text: false) else { return .object(["error": error.json]) }
+        object["error"] = error.json
         return .object(object)
     }
 

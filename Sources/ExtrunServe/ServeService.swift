@@ -47,9 +47,14 @@ public enum ServeService {
             setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files)
         }
         let engine = ServeEngine(host: host, policy: policy, logger: logger)
+        let stop = StopSignal()
+        // Before the socket exists: a SIGTERM sent as soon as the socket answers is taken, not lost.
+        // Kept alive to the end (withExtendedLifetime below): in an optimized build a source no
+        // longer used is released at once, and SIGTERM, ignored in favour of the source, would do nothing.
+        let sources = installSignals(stop: stop, engine: engine, policyPath: policyPath, required: options.config != nil, logger: logger)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         var channels: [any Channel] = []
-        var socketPath: String?
+        var socketDirectory: SocketDirectory?
         do throws(HostError) {
             let token = try options.tokenFile.map(readToken)
             if let inherited = try activationDescriptor() {
@@ -67,17 +72,16 @@ public enum ServeService {
                 logger.info("listening", metadata: ["fd": "\(inherited)", "activation": "LISTEN_FDS"])
             } else {
                 let path = options.socket ?? defaultSocketPath(home: host.paths.home)
-                try prepareSocketPath(path)
-                let previous = umask(0o177)
-                let channel = try? bind(engine: engine, group: group, token: nil) { $0.bind(unixDomainSocketPath: path) }
+                let directory = try prepareSocketPath(path)
+                // The socket is made with its mode (the umask's complement), through the
+                // directory opened above: never through the path's links again.
+                let previous = umask(mode_t(~options.socketPermissions & 0o777))
+                let channel = try? bind(engine: engine, group: group, token: nil) { $0.bind(unixDomainSocketPath: directory.pinnedPath) }
                 umask(previous)
                 guard let channel else {
                     throw HostError(.configurationError, "cannot listen on \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
                 }
-                socketPath = path
-                guard chmod(path, mode_t(options.socketPermissions)) == 0 else {
-                    throw HostError(.configurationError, "cannot set the mode of \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
-                }
+                socketDirectory = directory
                 channels.append(channel)
                 logger.info("listening", metadata: ["socket": "\(path)", "mode": "\(options.socketMode)"])
             }
@@ -88,20 +92,17 @@ public enum ServeService {
         } catch {
             for channel in channels { try? channel.close().wait() }
             try? group.syncShutdownGracefully()
+            withExtendedLifetime(sources) {}
             return fail(error)
         }
 
-        let stop = StopSignal()
-        // Kept alive to the end (withExtendedLifetime below): in an optimized build a source no
-        // longer used is released at once, and SIGTERM, ignored in favour of the source, would do nothing.
-        let sources = installSignals(stop: stop, engine: engine, policyPath: policyPath, required: options.config != nil, logger: logger)
         startIdleReaper(engine: engine, stop: stop)
         stop.wait()
 
         // Stop accepting; give intents in flight the grace; cancel the rest; end every plugin.
         logger.info("stopping", metadata: ["running": "\(engine.runningCount)", "graceSeconds": "\(engine.policy.shutdownGraceSeconds)"])
         for channel in channels { try? channel.close().wait() }
-        if let socketPath { unlink(socketPath) }
+        socketDirectory?.unlinkSocket()
         engine.stopAccepting()
         let graceEnd = MonotonicClock.now() + UInt64(engine.policy.shutdownGraceSeconds * 1e9)
         while engine.runningCount > 0, MonotonicClock.now() < graceEnd { usleep(10_000) }
@@ -156,35 +157,28 @@ public enum ServeService {
         return home.appendingPathComponent("extrun.sock").path
     }
 
-    /// Refuses a path where another service answers; removes a stale socket file; never removes anything else.
-    static func prepareSocketPath(_ path: String) throws(HostError) {
+    /// Opens the socket's directory without following another user's links (`SocketDirectory`);
+    /// refuses a path where another service answers; removes a stale socket file; never
+    /// removes anything else.
+    static func prepareSocketPath(_ path: String) throws(HostError) -> SocketDirectory {
         guard path.utf8.count < 108 else {
             throw HostError(
                 .configurationError, "the socket path \(path) is \(path.utf8.count) bytes; a Unix socket's path must be under 108",
                 details: ["file": .string(path)])
         }
-        var info = stat()
-        guard lstat(path, &info) == 0 else {
-            let parent = (path as NSString).deletingLastPathComponent
-            if !parent.isEmpty, !FileManager.default.fileExists(atPath: parent) {
-                do {
-                    try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-                } catch {
-                    throw HostError(.configurationError, "cannot create \(parent) for the socket: \(error)", details: ["file": .string(parent)])
-                }
-            }
-            return
-        }
+        let directory = try SocketDirectory.open(path)
+        guard let info = directory.status() else { return directory }
         guard (info.st_mode & S_IFMT) == S_IFSOCK else {
             throw HostError(
                 .configurationError, "\(path) exists and is not a socket; name another path with --socket", details: ["file": .string(path)])
         }
-        if connects(to: path) {
+        if connects(to: directory.pinnedPath) {
             throw HostError(
                 .configurationError, "another service already listens on \(path); stop it, or name another path with --socket",
                 details: ["file": .string(path)])
         }
-        unlink(path)
+        directory.unlinkSocket()
+        return directory
     }
 
     static func connects(to path: String) -> Bool {
@@ -284,7 +278,9 @@ public enum ServeService {
         return sources
     }
 
-    /// Ends warm processes idle past `idleTimeoutSeconds` (checked 4 times per timeout, at least every second).
+    /// Ends warm processes idle past `idleTimeoutSeconds` (checked 4 times per timeout, at
+    /// least every second); writes the refusals' sums when their window is over; gives free
+    /// memory back after a burst of answers (`ServeEngine.trimMemoryIfDue`).
     static func startIdleReaper(engine: ServeEngine, stop: StopSignal) {
         Thread.detachNewThread {
             while !stop.isStopped {
@@ -292,6 +288,8 @@ public enum ServeService {
                 usleep(useconds_t(seconds * 1e6))
                 let ended = engine.pool.endIdleProcesses()
                 if ended > 0 { engine.logger.debug("idle warm processes ended", metadata: ["count": "\(ended)"]) }
+                engine.refusals.flushIfDue()
+                engine.trimMemoryIfDue()
             }
         }
     }

@@ -477,7 +477,7 @@ extension ServeTests {
         let kinds = Set(document["components"]?["schemas"]?["Error"]?["properties"]?["kind"]?["enum"]?.arrayValue?.compactMap(\.stringValue) ?? [])
         #expect(kinds == Set(["invalidIntent", "noHandler", "parameterUnresolved", "confirmationDeclined", "pluginCrashed", "protocolError",
             "pluginError", "timeout", "memoryLimitExceeded", "sandboxViolation", "diskLimitExceeded", "configurationError",
-            "signatureInvalid", "overloaded", "cancelled", "internalError"]))
+            "signatureInvalid", "overloaded", "cancelled", "notFound", "internalError"]))
     }
 }
 
@@ -560,13 +560,15 @@ extension ServeTests {
         #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
     }
 
-    @Test("A connection over maxConnections is closed at once, logged with the numbers; the others are served")
+    @Test("A connection over maxConnections is answered 503 overloaded (reason connections) at once and closed, logged with the numbers; the others are served")
     func connectionCap() throws {
         let service = try RunningService(cli: cli, policy: #"{"maxConnections": 4}"#)
         defer { service.stop() }
         let result = try service.python("connection-cap")
         #expect(result.status == 0, "\(result)\n\(service.logText.suffix(2000))")
-        #expect(service.logText.contains("too many open") && service.logText.contains(#""maxConnections":4"#), "\(service.logText)")
+        #expect(
+            service.logText.contains("serve.json maxConnections") && service.logText.contains(#""limit":"maxConnections""#)
+                && service.logText.contains(#""limitValue":4"#), "\(service.logText)")
     }
 }
 

@@ -536,7 +536,7 @@ def check_tcp_head(path):
 
 
 def check_connection_cap(path):
-    """With maxConnections 4, four idle connections are held; the fifth is closed at once (logged with the numbers)."""
+    """With maxConnections 4, four idle connections are held; the fifth is answered 503 overloaded (reason connections) at once and closed (logged with the numbers)."""
     held = []
     for _ in range(4):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -553,7 +553,9 @@ def check_connection_cap(path):
             break
         reply += data
     sock.close()
-    expect(reply == b"", "the fifth connection was answered: %r" % reply[:200])
+    expect(reply.startswith(b"HTTP/1.1 503"), "the fifth connection: %r" % reply[:200])
+    error = json.loads(reply.partition(b"\r\n\r\n")[2])["error"]
+    expect(error["kind"] == "overloaded" and error["reason"] == "connections" and error["limitValue"] == 4 and error["open"] == 4, "refusal: %s" % error)
     for sock in held:
         sock.close()
     time.sleep(0.3)
@@ -670,7 +672,7 @@ def check_caller_share(path):
 
 
 def check_tcp_answer(path):
-    """A TCP token holder cannot answer the prompt of a run started on the Unix socket (403);
+    """A TCP token holder cannot answer the prompt of a run started on the Unix socket (404 notFound, as an unknown run);
     the caller that started it can."""
     port, token = int(os.environ["EXTRUN_TCP_PORT"]), os.environ["EXTRUN_TOKEN"]
     connection = UnixConnection(path)
@@ -684,7 +686,7 @@ def check_tcp_answer(path):
             reply = tcp.getresponse()
             answer = reply.read()
             tcp.close()
-            expect(reply.status == 403, "a TCP caller answered a Unix caller's prompt: %s %s" % (reply.status, answer))
+            expect(reply.status == 404 and json.loads(answer)["error"]["kind"] == "notFound", "a TCP caller answered a Unix caller's prompt: %s %s" % (reply.status, answer))
             status, answer, _ = call(path, "POST", "/v1/runs/%s/answers" % event["run"], {"prompt": event["prompt"], "answer": "mine"})
             expect(status == 200, "the run's own caller: %s %s" % (status, answer))
         elif event["event"] == "report":
