@@ -119,13 +119,14 @@ extension Host {
 
     /// An intent's lifecycle with `plugin`, bound to this host's home: its owner's store
     /// services, and the home the sandbox hides. A plugin whose signature does not hold
-    /// is not started (`signatureInvalid`).
+    /// is not started (`signatureInvalid`); a signed one runs from its private copy.
     func lifecycle(
         _ plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions,
         sealMaxAgeNs: UInt64 = 0
     ) throws(HostError) -> IntentLifecycle {
-        var lifecycle = IntentLifecycle(plugin: plugin, definition: definition, limits: limits, policy: policy, options: options)
-        let seal = try PluginVerification.seal(of: plugin, home: paths.home, maxAgeNs: sealMaxAgeNs)
+        // A signed plugin runs from the private copy of what was checked (PluginVerification).
+        let (seal, running) = try PluginVerification.running(plugin, home: paths.home, maxAgeNs: sealMaxAgeNs)
+        var lifecycle = IntentLifecycle(plugin: running, definition: definition, limits: limits, policy: policy, options: options)
         lifecycle.services = StoreServices(
             home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, directory: plugin.directory, seal: seal,
             donate: options.donate, log: options.log)

@@ -10,44 +10,106 @@ import NIOConcurrencyHelpers
 /// store request (`StoreServices.authorize`). A folder without a signature runs, but
 /// gets none of its owner's data.
 ///
+/// A signed plugin runs from a private copy of the files that were checked
+/// (`PluginCopies`), never from its folder: a file swapped in the folder after the check
+/// is not the one that runs. A signed plugin whose folder, files, or a folder above
+/// them, a uid other than root and the host's could change is refused
+/// (`PluginFilePermissions`).
+///
 /// The files' digests are cached by identity (device, inode, size, modification and
 /// change time) in the process and in `<home>/cache/plugin-digests.json`: a run reads
 /// the signature file and `stat`s the plugin's files, and reads none of them whole
-/// unless it changed.
+/// unless it changed. The cache only tells whether the folder still is as signed; what
+/// runs is the copy, whose bytes were hashed as they were copied.
 enum PluginVerification {
     /// The last answer per plugin folder and when it was found (monotonic ns).
-    private static let recent = NIOLockedValueBox<[String: (seal: PluginSeal, at: UInt64)]>([:])
+    /// (The copy lies in a home: an answer is reused only for the same home.)
+    private static let recent = NIOLockedValueBox<[String: (seal: PluginSeal, plugin: DiscoveredPlugin, home: URL, at: UInt64)]>([:])
+    /// The plugin (its folder) each private copy was made for, by the copy's folder, in this process.
+    private static let copies = NIOLockedValueBox<[String: DiscoveredPlugin]>([:])
 
-    /// The seal of `plugin`. `maxAgeNs`: an answer found that recently for the same
+    /// The seal of `plugin`, checked now (no copy is made: `extrun plugins verify`, and the
+    /// app's step of a run, whose plugin runs from its copy already: then the folder the copy
+    /// was made from is checked again, so that a file changed there meanwhile is refused by name).
+    static func seal(of plugin: DiscoveredPlugin, home: URL) throws(HostError) -> PluginSeal {
+        if PluginCopies.contains(plugin.directory.path, home: home.path),
+            let original = copies.withLockedValue({ $0[plugin.directory.path] })
+        {
+            return try verify(original, home: home, pin: false).seal
+        }
+        return try verify(plugin, home: home, pin: false).seal
+    }
+
+    /// The seal of `plugin`, and the plugin as it runs: a signed plugin's private copy
+    /// (`PluginCopies`: its manifest, executable and modules, as checked), an unsigned
+    /// plugin's own folder. `maxAgeNs`: an answer found that recently for the same
     /// folder is reused without looking at the files (a pool's 10 ms, as for its
     /// file identities: a change is seen by the intents that start 10 ms after it); 0 looks every time.
-    static func seal(of plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64 = 0) throws(HostError) -> PluginSeal {
+    static func running(_ plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64 = 0) throws(HostError) -> (seal: PluginSeal, plugin: DiscoveredPlugin) {
         // Keyed by the manifest's path, which is kept (a URL's `path` costs microseconds per intent).
         let now = maxAgeNs > 0 ? MonotonicClock.now() : 0
-        if maxAgeNs > 0, let known = recent.withLockedValue({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs {
-            return known.seal
+        if maxAgeNs > 0, let known = recent.withLockedValue({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs,
+            known.home == home, known.plugin.manifest == plugin.manifest
+        {
+            return (known.seal, known.plugin)
         }
-        let directory = String(plugin.manifestPath.dropLast("/manifest.json".count))
-        let seal: PluginSeal
-        do {
-            seal = try PluginSignature.check(
-                directory: directory, owner: plugin.manifest.owner, plugin: plugin.manifest.id, executable: plugin.executablePath,
-                home: home.path)
-        } catch {
-            var details: [String: JSONValue] = ["plugin": .string(plugin.manifest.id), "directory": .string(directory)]
-            details["file"] = .string(error.file ?? directory + "/" + PluginSignature.fileName)
-            throw HostError(
-                .signatureInvalid,
-                "\(plugin.manifest.id) (\(directory)) is not started: \(error.text). Sign it again if the change is yours (extrun plugins sign '\(directory)' --owner \(plugin.manifest.owner)), or reinstall it",
-                details: details)
-        }
+        let found = try verify(plugin, home: home, pin: true)
         if maxAgeNs > 0 {
             recent.withLockedValue { recent in
                 if recent.count > 256 { recent.removeAll() }
-                recent[plugin.manifestPath] = (seal, now)
+                recent[plugin.manifestPath] = (found.seal, found.plugin, home, now)
             }
         }
-        return seal
+        return found
+    }
+
+    private static func verify(_ plugin: DiscoveredPlugin, home: URL, pin: Bool) throws(HostError) -> (seal: PluginSeal, plugin: DiscoveredPlugin) {
+        let directory = String(plugin.manifestPath.dropLast("/manifest.json".count))
+        func refusal(_ text: String, file: String?) -> HostError {
+            var details: [String: JSONValue] = ["plugin": .string(plugin.manifest.id), "directory": .string(directory)]
+            details["file"] = .string(file ?? directory + "/" + PluginSignature.fileName)
+            return HostError(
+                .signatureInvalid,
+                "\(plugin.manifest.id) (\(directory)) is not started: \(text). Sign it again if the change is yours (extrun plugins sign '\(directory)' --owner \(plugin.manifest.owner)), or reinstall it",
+                details: details)
+        }
+        let seal: PluginSeal
+        let copy: PinnedPlugin?
+        do {
+            if pin {
+                (seal, copy) = try PluginSignature.checkAndPin(
+                    directory: directory, owner: plugin.manifest.owner, plugin: plugin.manifest.id, executable: plugin.executablePath,
+                    home: home.path)
+            } else {
+                seal = try PluginSignature.check(
+                    directory: directory, owner: plugin.manifest.owner, plugin: plugin.manifest.id, executable: plugin.executablePath,
+                    home: home.path)
+                copy = nil
+            }
+        } catch {
+            throw refusal(error.text, file: error.file)
+        }
+        guard let copy else { return (seal, plugin) }
+        // The manifest the catalog read is the one in the copy (else it was read before or
+        // after a change of the folder's, which the copy would not run).
+        let manifestPath = copy.directory + "/manifest.json"
+        let copied: PluginManifest
+        do {
+            copied = try ManifestLoader.load(URL(fileURLWithPath: manifestPath))
+        } catch {
+            throw refusal("its signed manifest cannot be read from its copy \(manifestPath): \(error.message)", file: directory + "/manifest.json")
+        }
+        guard copied == plugin.manifest else {
+            throw refusal("manifest.json changed while it was read and checked: the manifest read is not the one signed", file: directory + "/manifest.json")
+        }
+        let running = DiscoveredPlugin(
+            manifest: plugin.manifest, directory: URL(fileURLWithPath: copy.directory, isDirectory: true),
+            executableURL: URL(fileURLWithPath: copy.executable))
+        copies.withLockedValue { copies in
+            if copies.count > 256 { copies.removeAll() }
+            copies[copy.directory] = plugin
+        }
+        return (seal, running)
     }
 }
 
@@ -120,12 +182,27 @@ extension Host {
 
 extension Host {
     /// Signs the plugin in `directory` for its manifest's owner with that owner's signing key
-    /// in this host's home (made on first need), as `extrun plugins sign` does.
+    /// in this host's home (made on first need), as `extrun plugins sign` does. It first
+    /// takes write access away from group and others on the folder and what it holds (links
+    /// not followed): a signed plugin that another uid could change is not started
+    /// (docs/sandbox.md, "Who a plugin is").
     @discardableResult
     public func sign(pluginIn directory: URL, store: Store? = nil) throws -> PluginSignature {
         let plugin = try PluginCatalog.plugin(in: directory)
+        Self.removeOthersWrite(plugin.directory.path)
         return try PluginSignature.sign(
             directory: plugin.directory.path, owner: plugin.manifest.owner, plugin: plugin.manifest.id, executable: plugin.executablePath,
             store: store ?? Store(home: paths.home))
+    }
+}
+
+extension Host {
+    /// `chmod -R go-w` on `path`, links not followed.
+    static func removeOthersWrite(_ path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFLNK else { return }
+        if info.st_mode & 0o022 != 0 { _ = chmod(path, info.st_mode & 0o7755) }
+        guard info.st_mode & S_IFMT == S_IFDIR, let names = try? FileManager.default.contentsOfDirectory(atPath: path) else { return }
+        for name in names { removeOthersWrite(path + "/" + name) }
     }
 }

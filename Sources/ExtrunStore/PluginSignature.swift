@@ -122,6 +122,9 @@ public enum PluginSignatureProblem: Error, Sendable, Equatable {
     case fileChanged(path: String, reason: String)
     /// Too many files, or a folder linked in: the numbers or the path in the message.
     case unsupported(String)
+    /// A uid other than root and the host's own could change the file or folder at `path`
+    /// (mode `mode`, octal): the signature cannot prove what would run (`PluginFilePermissions`).
+    case writableByOthers(path: String, mode: String, reason: String)
 }
 
 /// A file's identity: device, inode, size, modification and change times (ns). Writing
@@ -157,7 +160,8 @@ extension FileStamp {
 public enum PluginFiles {
 
     /// (path as signed, absolute path) of each file of the plugin in `directory`, sorted by path.
-    public static func list(directory: String, executable: String) throws(PluginSignatureProblem) -> [(String, String)] {
+    /// `permissions`: each folder in it must be one only root or the host's user can change (`PluginFilePermissions`).
+    public static func list(directory: String, executable: String, permissions: Bool = false) throws(PluginSignatureProblem) -> [(String, String)] {
         var found: [(String, String)] = []
         func walk(_ relative: String) throws(PluginSignatureProblem) {
             let absolute = relative.isEmpty ? directory : directory + "/" + relative
@@ -182,6 +186,7 @@ public enum PluginFiles {
                 var link = stat()
                 guard lstat(directory + "/" + path, &link) == 0 else { continue }
                 if link.st_mode & S_IFMT == S_IFDIR {
+                    if permissions, let problem = PluginFilePermissions.problem(entry: link, path: directory + "/" + path) { throw problem }
                     try walk(path)
                     continue
                 }
@@ -237,9 +242,17 @@ public enum PluginFiles {
     private static let memory = NIOLockedValueBox<[String: (FileStamp, String)]>([:])
 
     /// The file's SHA-256 in hex and its size, from the cache when its identity is unchanged.
-    static func digest(_ path: String, cache slot: DigestCache.Slot) throws(PluginSignatureProblem) -> (sha256: String, size: Int64, computed: Bool) {
+    /// `permissions`: the file (where a link leads, and the folders above that) must be one only root or the host's user can change.
+    static func digest(
+        _ path: String, cache slot: DigestCache.Slot, permissions: Bool = false
+    ) throws(PluginSignatureProblem) -> (sha256: String, size: Int64, computed: Bool) {
         var info = stat()
         guard stat(path, &info) == 0 else { throw .fileChanged(path: path, reason: "it is missing") }
+        if permissions {
+            if let problem = PluginFilePermissions.problem(entry: info, path: path) { throw problem }
+            var link = stat()
+            if lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK { try PluginFilePermissions.checkAncestors(of: path) }
+        }
         let identity = FileStamp(info)
         if let known = memory.withLockedValue({ $0[path] }), known.0 == identity {
             // The home's cache learns it only if it was read anyway (signing reads it): a hit costs no file read.
@@ -307,8 +320,11 @@ public enum PluginFiles {
 
     /// Checks the folder against the signature: the same files, each with its signed digest.
     /// The first difference is the error, naming the file.
-    static func check(_ signature: PluginSignature, directory: String, executable: String, cache: DigestCache.Slot) throws(PluginSignatureProblem) {
-        let present = try list(directory: directory, executable: executable)
+    /// `permissions`: also refuse a file or folder that a uid other than root and the host's could change (`PluginFilePermissions`).
+    static func check(
+        _ signature: PluginSignature, directory: String, executable: String, cache: DigestCache.Slot, permissions: Bool = false
+    ) throws(PluginSignatureProblem) {
+        let present = try list(directory: directory, executable: executable, permissions: permissions)
         // Compared by their bytes: Swift's String equality would take "cafe\u{301}" for "caf\u{E9}",
         // two names, and two files, on Linux.
         let signedPaths = Set(signature.files.map { Array($0.path.utf8) })
@@ -321,7 +337,8 @@ public enum PluginFiles {
         }
         for file in signature.files {
             let path = file.path.hasPrefix("/") ? file.path : directory + "/" + file.path
-            let digest = try digest(path, cache: cache)
+            if permissions && file.path.hasPrefix("/") { try PluginFilePermissions.checkAncestors(of: path) }
+            let digest = try digest(path, cache: cache, permissions: permissions)
             guard digest.sha256 == file.sha256.lowercased(), digest.size == file.size else {
                 throw .fileChanged(path: path, reason: "its contents changed after signing (SHA-256 \(digest.sha256), signed \(file.sha256))")
             }
@@ -433,20 +450,41 @@ extension PluginSignature {
     public static func check(
         directory: String, owner: String, plugin: String, executable: String, home: String?
     ) throws(PluginSignatureProblem) -> PluginSeal {
+        try verify(directory: directory, owner: owner, plugin: plugin, executable: executable, home: home, pin: false).seal
+    }
+
+    /// Checks the plugin as `check` does and, when it is signed, runs it from a private copy
+    /// of what was checked (`PluginCopies`, under `home`): the copy is nil for an unsigned plugin.
+    public static func checkAndPin(
+        directory: String, owner: String, plugin: String, executable: String, home: String
+    ) throws(PluginSignatureProblem) -> (seal: PluginSeal, copy: PinnedPlugin?) {
+        try verify(directory: directory, owner: owner, plugin: plugin, executable: executable, home: home, pin: true)
+    }
+
+    private static func verify(
+        directory: String, owner: String, plugin: String, executable: String, home: String?, pin: Bool
+    ) throws(PluginSignatureProblem) -> (seal: PluginSeal, copy: PinnedPlugin?) {
         let path = directory + "/" + fileName
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         if fd < 0 {
-            if errno == ENOENT { return .unsigned }
+            if errno == ENOENT { return (.unsigned, nil) }
             throw .malformed("cannot open \(path): \(SystemCall.lastReason)")
         }
         let data: Data
         do {
             defer { close(fd) }
+            var info = stat()
+            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                throw PluginSignatureProblem.malformed("\(path) is not a regular file")
+            }
+            if let problem = PluginFilePermissions.problem(entry: info, path: path) { throw problem }
             guard let read = try? FileOps.readAll(fd, limit: maxFileBytes) else {
                 throw PluginSignatureProblem.malformed("cannot read \(path), or it is over \(maxFileBytes) bytes")
             }
             data = read
         }
+        // Who can change the folder: root and the host's user only (else no signature can say what runs).
+        try PluginFilePermissions.checkFolder(directory)
         let signature = try decode(data)
         guard signature.owner.utf8.elementsEqual(owner.utf8) else {
             throw .otherPlugin("it was signed for owner '\(signature.owner)', but the manifest names owner '\(owner)'")
@@ -467,9 +505,16 @@ extension PluginSignature {
                 known.insert(digest)
             }
         }
-        try PluginFiles.check(signature, directory: directory, executable: executable, cache: cache)
+        // The folder as it is now, against the signature (from the digest cache): a file
+        // changed, added or removed after signing is refused, naming it.
+        try PluginFiles.check(signature, directory: directory, executable: executable, cache: cache, permissions: true)
         cache.loaded?.saveIfChanged()
-        return .signed(owner: owner, signingKey: signature.signingKey)
+        let seal = PluginSeal.signed(owner: owner, signingKey: signature.signingKey)
+        guard pin, let home else { return (seal, nil) }
+        // What runs: the private copy of the files, hashed from the descriptors they were copied from.
+        let copy = try PluginCopies.pin(
+            signature: signature, signatureData: data, digest: digest, directory: directory, executable: executable, home: home)
+        return (seal, copy)
     }
 
     /// Signs the plugin in `directory` for `owner` with the owner's signing key in `store`
@@ -510,12 +555,16 @@ extension PluginSignatureProblem {
         case .otherPlugin(let why): "the signature is not this plugin's: \(why)"
         case .fileChanged(let path, let reason): "\(path) does not match the signature: \(reason)"
         case .unsupported(let why): why
+        case .writableByOthers(let path, let mode, let reason):
+            "\(path) (mode \(mode)) can be changed by someone other than root and the host's user: \(reason); a signed plugin runs only from files and folders no one else can change"
         }
     }
 
     /// The file the problem is about, if one.
     public var file: String? {
-        if case .fileChanged(let path, _) = self { return path }
-        return nil
+        switch self {
+        case .fileChanged(let path, _), .writableByOthers(let path, _, _): return path
+        default: return nil
+        }
     }
 }

@@ -252,6 +252,8 @@ struct OwnerProofAttackTests {
         utimensat(AT_FDCWD, script.path, &restore, 0)
         try FileManager.default.copyItem(
             at: published.directory.appendingPathComponent(PluginSignature.fileName), to: folder.appendingPathComponent(PluginSignature.fileName))
+        // Writable by others, the signed folder would be refused before any process is looked up.
+        chmod(folder.path, 0o755)
         usleep(30_000)  // past the pool's 10 ms for file checks
 
         let second = pool.handle(invocation)
