@@ -109,6 +109,10 @@ public struct ConformanceCheck {
     /// against the host's own rules. The plugin, when the host can load it.
     func checkManifest(_ directory: URL, into report: inout ConformanceReport) -> DiscoveredPlugin? {
         let path = directory.appendingPathComponent("manifest.json").path
+        if let problem = PluginInstaller.manifestLinkProblem(in: directory) {
+            report.results.append(ConformanceResult(name: "manifest", outcome: .fail, summary: problem.message))
+            return nil
+        }
         guard let data = FileManager.default.contents(atPath: path) else {
             report.results.append(
                 ConformanceResult(name: "manifest", outcome: .fail, summary: "\(path) cannot be read: a plugin folder holds a manifest.json"))

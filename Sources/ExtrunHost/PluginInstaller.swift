@@ -53,6 +53,7 @@ public struct PluginInstaller: Sendable {
     /// replaced (else that is an error). `store`: for the signature's trust (nil: `storeProblem` says why).
     public func install(from source: URL, replace: Bool, store: Store?, storeProblem: String? = nil) throws(HostError) -> Installed {
         let source = source.standardizedFileURL
+        if let problem = Self.manifestLinkProblem(in: source) { throw problem }
         var plugin = try PluginCatalog.plugin(in: source)
         let manifest = plugin.manifest
         var notes: [String] = []
@@ -184,6 +185,26 @@ public struct PluginInstaller: Sendable {
             problems.append(error.message)
         }
         return (problems + walk.problems.map(\.message), walk.broken.map(\.message), walk.count)
+    }
+
+    /// A manifest.json that is a link leading out of `folder`: refused before it is read, as
+    /// the walk refuses any such link, so that root's install or check never parses (and
+    /// quotes in its errors) a file the folder's owner may not read.
+    public static func manifestLinkProblem(in folder: URL) -> HostError? {
+        let path = folder.appendingPathComponent("manifest.json").path
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return nil }
+        guard let folderReal = realpath(folder.path, nil) else { return nil }
+        let inside = String(cString: folderReal)
+        free(folderReal)
+        guard let resolved = realpath(path, nil) else { return nil }  // a link to nothing: the catalog says the manifest is missing
+        let target = String(cString: resolved)
+        free(resolved)
+        if target.hasPrefix(inside + "/") { return nil }
+        return HostError(
+            .configurationError,
+            "\(path) is a symbolic link to \(target), outside the plugin's folder: it is not read (install and check read nothing from outside the folder, with rights the folder's owner may not have); put the manifest itself in the folder",
+            details: ["file": .string(path), "target": .string(target)])
     }
 
     /// An id starting with "." would be a hidden folder in `$EXTRUN_HOME/plugins`.

@@ -76,4 +76,25 @@ import Glibc
         #expect(copied.status == 0, "\(copied)")
         #expect(PluginInstallCLITests.mode(cli.home.url.appendingPathComponent("plugins/com.test.theirs/notes.txt").path) == 0o604)
     }
+
+    @Test("A manifest.json linked to a file outside the folder is not read by install or check (its errors would quote it)")
+    func aManifestLinkedOutIsNotRead() throws {
+        let work = try TempDirectory("install-owner")
+        chmod(work.url.path, 0o711)
+        let secret = try work.write("secret", "secret-line: not json\n")
+        chmod(secret.path, 0o600)
+        let folder = try work.directory("theirs")
+        #expect(symlink(secret.path, folder.appendingPathComponent("manifest.json").path) == 0)
+        if geteuid() == 0, let user = Self.testUser() { Self.chownTree(folder, uid: user.uid, gid: user.gid) }
+        var cli = try CLI()
+        cli.pluginPath = []
+        let words = "manifest.json is a symbolic link to \(secret.path), outside the plugin's folder: it is not read"
+        let refused = try cli.run(["plugins", "install", folder.path])
+        #expect(refused.status == 11, "\(refused)")
+        #expect(refused.stderr.contains(words), "\(refused)")
+        #expect(!refused.stderr.contains("unexpected"), "\(refused)")
+        let checked = try cli.run(["plugins", "check", folder.path])
+        #expect(checked.stdout.contains(words), "\(checked)")
+        #expect(!checked.stdout.contains("unexpected"), "\(checked)")
+    }
 }
