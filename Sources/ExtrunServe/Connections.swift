@@ -167,7 +167,7 @@ final class RefusalLog: Sendable {
     /// Writes the window's sums when it is over (called on every refusal and once a second).
     func flushIfDue(now: UInt64 = MonotonicClock.now()) {
         let due = state.withLockedValue { state -> [(Key, Int)]? in
-            guard now &- state.windowStart >= UInt64(windowSeconds * 1e9) else { return nil }
+            guard now >= state.windowStart, now - state.windowStart >= UInt64(windowSeconds * 1e9) else { return nil }
             let counts = state.counts
             state.windowStart = now
             state.counts = [:]
