@@ -86,14 +86,20 @@ public struct ServeOptions: ParsableArguments, Sendable {
         confirmations over the connection, as `extrun handle` does on its own.
 
         Who may call: the socket's mode (--socket-mode, default 600: only this user); every \
-        intent's log line names the caller's uid (SO_PEERCRED), and the policy can limit \
-        each uid's concurrent intents. TCP (--listen) is refused without --token-file.
+        intent's log line names the caller's uid (SO_PEERCRED), and the policy limits \
+        each uid's concurrent intents and open connections (maxConnectionsPerCaller, 128 \
+        below maxConnections' 1024), so that one caller at its limit leaves the service to \
+        the others; refusals are logged summed up per caller every 10 s. A --socket path \
+        through a symbolic link another user owns is refused. TCP (--listen) is refused \
+        without --token-file.
 
         The policy ($EXTRUN_HOME/serve.json, or --config): maxConcurrent, maxQueued, \
-        maxConcurrentPerCaller, maxQueuedPerCaller, callers.UID.maxConcurrent, maxWarmPerPlugin, maxWarm, \
+        maxConcurrentPerCaller, maxQueuedPerCaller, callers.UID (maxConcurrent, maxConnections, \
+        requestHeadTimeoutSeconds, requestTimeoutSeconds), maxWarmPerPlugin, maxWarm, \
         idleTimeoutSeconds, crashLimit, crashWindowSeconds, crashBackoffSeconds, \
-        promptTimeoutSeconds, requestTimeoutSeconds, writeTimeoutSeconds, shutdownGraceSeconds, maxRequestBytes, \
-        maxBufferedRequestBytes, maxConnections, maxPendingResponseBytes \
+        promptTimeoutSeconds, requestHeadTimeoutSeconds, requestTimeoutSeconds, writeTimeoutSeconds, \
+        shutdownGraceSeconds, maxRequestBytes, maxBufferedRequestBytes, maxConnections, \
+        maxConnectionsPerCaller, maxPendingResponseBytes \
         (docs/serve.md lists each with its default). A request beyond the queue is refused \
         at once with the error kind overloaded (HTTP 503, exit status 21). SIGHUP re-reads \
         serve.json and policy.json; a bad file is reported and the old one kept.
