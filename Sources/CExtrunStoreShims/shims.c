@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "CExtrunStoreShims.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -21,6 +23,37 @@ int extrun_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 
 int extrun_statx(int dirfd, const char *path, int flags, unsigned int mask, void *buffer) {
     return statx(dirfd, path, flags, mask, (struct statx *)buffer);
+}
+
+#ifndef SYS_faccessat2
+#define SYS_faccessat2 439
+#endif
+
+int extrun_thread_fs_credentials(unsigned int uid, unsigned int gid, const unsigned int *groups, size_t count) {
+    if (syscall(SYS_setgroups, count, groups) != 0) return -1;
+    syscall(SYS_setfsgid, gid);
+    if ((unsigned int)syscall(SYS_setfsgid, -1) != gid) {
+        errno = EPERM;
+        return -1;
+    }
+    syscall(SYS_setfsuid, uid);
+    if ((unsigned int)syscall(SYS_setfsuid, -1) != uid) {
+        errno = EPERM;
+        return -1;
+    }
+    return 0;
+}
+
+int extrun_thread_groups(unsigned int *groups, int capacity) {
+    return (int)syscall(SYS_getgroups, capacity, groups);
+}
+
+unsigned int extrun_thread_fsuid(void) {
+    return (unsigned int)syscall(SYS_setfsuid, -1);
+}
+
+int extrun_faccessat_fs(int dirfd, const char *path, int mode, int flags) {
+    return (int)syscall(SYS_faccessat2, dirfd, path, mode, AT_EACCESS | flags);
 }
 
 int extrun_sqlite_no_checkpoint_on_close(void *db) {

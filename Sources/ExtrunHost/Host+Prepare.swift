@@ -124,12 +124,15 @@ extension Host {
         _ plugin: DiscoveredPlugin, definition: IntentDefinition, limits: EffectiveLimits, policy: SandboxPolicy, options: HandleOptions,
         sealMaxAgeNs: UInt64 = 0
     ) throws(HostError) -> IntentLifecycle {
+        // A caller of a shared service runs only the owners it was granted (serve.json "grants").
+        try options.caller?.admit(owner: plugin.manifest.owner, plugin: plugin.manifest.id)
         // A signed plugin runs from the private copy of what was checked (PluginVerification).
         let (seal, running) = try PluginVerification.running(plugin, home: paths.home, maxAgeNs: sealMaxAgeNs)
         var lifecycle = IntentLifecycle(plugin: running, definition: definition, limits: limits, policy: policy, options: options)
         lifecycle.services = StoreServices(
             home: paths.home, owner: plugin.manifest.owner, plugin: plugin.manifest, directory: plugin.directory, seal: seal,
             donate: options.donate, log: options.log)
+        lifecycle.services?.caller = options.caller
         lifecycle.home = paths.home
         return lifecycle
     }

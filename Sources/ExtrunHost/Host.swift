@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunStore
 import Foundation
 
 /// How to run one intent.
@@ -32,8 +33,50 @@ public struct HandleOptions: Sendable {
     /// Called on the run's thread for each `progress` notification of the plugin
     /// (a server or an MCP client passes it on to its caller).
     public var onProgress: (@Sendable (ProgressParams) -> Void)?
+    /// Who asks for this run: the intents of which owners it may run, and whose bookmarks it
+    /// may use (docs/serve.md, "Who may run what"; docs/store.md, "Who made a bookmark").
+    /// `extrun serve` sets the peer's uid (or the token's principal) and its grants, `extrun
+    /// mcp` its own uid. Nil: this process's uid, with every owner (`extrun handle`).
+    public var caller: CallerIdentity?
 
     public init() {}
+}
+
+/// Who asks for a run, and what it was granted.
+public struct CallerIdentity: Sendable, Equatable, CustomStringConvertible {
+    /// The local uid: the peer of a Unix socket, this process's own; nil over TCP.
+    public var uid: UInt32?
+    /// How it came, where known: `tcp` (the token's holders), `mcp`.
+    public var principal: String?
+    /// The owners whose intents it may run; nil: every owner.
+    public var grantedOwners: Set<String>?
+
+    public init(uid: UInt32?, principal: String? = nil, grantedOwners: Set<String>? = nil) {
+        self.uid = uid
+        self.principal = principal
+        self.grantedOwners = grantedOwners
+    }
+
+    /// This process's own uid, with every owner.
+    public static var process: CallerIdentity { CallerIdentity(uid: getuid()) }
+
+    /// As the store sees it, for a bookmark's files.
+    public var bookmarkCaller: BookmarkCaller { BookmarkCaller(uid: uid, principal: principal) }
+
+    public var description: String { bookmarkCaller.description }
+
+    /// Throws `notPermitted` unless the caller was granted `owner`.
+    public func admit(owner: String, plugin: String) throws(HostError) {
+        guard let granted = grantedOwners, !granted.contains(owner) else { return }
+        var details: [String: JSONValue] = ["owner": .string(owner), "plugin": .string(plugin)]
+        if let uid { details["uid"] = .int(Int64(uid)) }
+        if let principal { details["principal"] = .string(principal) }
+        details["caller"] = .string(description)
+        throw HostError(
+            .notPermitted,
+            "\(description) may not run the intents of owner '\(owner)' (\(plugin)): the service's grants (serve.json \"grants\") do not grant it that owner\(granted.isEmpty ? "" : "; it is granted \(granted.sorted().joined(separator: ", "))")",
+            details: details)
+    }
 }
 
 /// The phases of a plugin run, as reported in `timeout` errors.

@@ -30,6 +30,9 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
     /// A signed plugin's files changed after it was signed, or its signature is malformed
     /// or names another owner (`details.file` names the file): it is not started.
     case signatureInvalid
+    /// The caller may not run this owner's intents: `extrun serve`'s `grants` (serve.json) do not
+    /// grant it the owner (`details`: `caller`, `owner`, `plugin`). Nothing ran (docs/serve.md).
+    case notPermitted
     /// The caller cancelled the run (`HandleOptions.cancellation`: a server's client
     /// went away, an MCP client's `notifications/cancelled`, a service shutting down).
     case cancelled
@@ -59,6 +62,7 @@ public enum ErrorKind: String, Codable, Sendable, CaseIterable {
         case .confirmationDeclined: 13
         case .diskLimitExceeded: 14
         case .signatureInvalid: 19
+        case .notPermitted: 23
         case .cancelled: 20
         case .overloaded: 21
         case .notFound: 22

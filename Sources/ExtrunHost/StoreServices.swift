@@ -26,6 +26,9 @@ final class StoreServices {
     /// The largest answer the connection sends (its `maxMessageBytes`): a file read is refused
     /// from its size when its answer could not fit.
     var maxAnswerBytes = SandboxPolicy.default.maxMessageBytes
+    /// Who asked for the run (`HandleOptions.caller`; nil: this process's uid). A bookmark
+    /// answers only its creator (or root), and as root with the creator's rights (`Bookmarks.access`).
+    var caller: CallerIdentity?
 
     init(
         home: URL, owner: String, plugin: PluginManifest, directory: URL, seal: PluginSeal, donate: Bool = true,
@@ -220,7 +223,7 @@ final class StoreServices {
     }
 
     private func access(_ bookmark: String) throws -> BookmarkAccess {
-        try openStore().bookmarks(of: owner).access(bookmark)
+        try openStore().bookmarks(of: owner).access(bookmark, caller: (caller ?? .process).bookmarkCaller)
     }
 
     private func condition(_ version: Int64?) -> VersionCondition {

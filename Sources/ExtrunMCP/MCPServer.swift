@@ -251,6 +251,7 @@ public final class MCPServer: Sendable {
             && parameters.removeValue(forKey: ToolCatalog.confirmedArgument)?.boolValue == true
         var options = configuration.handleOptions
         options.cancellation = call.cancellation
+        options.caller = options.caller ?? CallerIdentity(uid: getuid(), principal: "mcp")
         if elicitation {
             options.prompter = ElicitingPrompter(server: self, call: call)
         } else if confirmed {

@@ -146,6 +146,7 @@ final class ServeEngine: Sendable {
         let policy = self.policy
         var options = HandleOptions()
         options.cancellation = control.cancellation
+        options.caller = callerIdentity(caller, grants: policy.grants)  // who may run which owners (ServeGrants)
         var callOptions = CallOptions()
         var interactive: InteractiveRun?
         let runID = RandomIdentifier.uuid()

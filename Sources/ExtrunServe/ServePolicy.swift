@@ -59,6 +59,8 @@ public struct ServePolicy: Sendable, Equatable {
     /// `responseBudget`) with the numbers. With writeTimeoutSeconds it bounds what callers
     /// who never read can make the service hold.
     public var maxPendingResponseBytes = 256 << 20
+    /// Which callers may run which owners' intents (ServeGrants; docs/serve.md, "Who may run what").
+    public var grants = ServeGrants()
 
     public init() {}
 
@@ -135,6 +137,7 @@ public struct ServePolicy: Sendable, Equatable {
             "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "maxQueuedPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
             "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
+            "grants",
             "maxConnectionsPerCaller", "requestHeadTimeoutSeconds",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
@@ -188,6 +191,7 @@ public struct ServePolicy: Sendable, Equatable {
                 policy.callers[uid] = limits
             }
         }
+        if let grants = object["grants"] { policy.grants = try ServeGrants.parse(grants, source: source) }
         return policy
     }
 }

@@ -15,6 +15,7 @@ enum ServeResponse {
         case .pluginCrashed, .protocolError, .pluginError, .sandboxViolation, .memoryLimitExceeded, .diskLimitExceeded: return 502
         case .timeout: return 504
         case .overloaded: return 503
+        case .notPermitted: return 403
         case .configurationError, .signatureInvalid, .internalError: return 500
         case .cancelled: return 503
         }

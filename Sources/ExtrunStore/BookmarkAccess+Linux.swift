@@ -1,3 +1,4 @@
+import CExtrunStoreShims
 import ExtrunProtocol
 import ExtrunSystem
 import Foundation
@@ -48,6 +49,11 @@ public struct TrashedItem: Sendable, Equatable {
 /// Each operation reads the bookmark again and checks that its target is the
 /// recorded one (device and inode), on the descriptor it then uses: a moved,
 /// deleted or replaced target is `staleBookmark`, with its last known path.
+///
+/// In a root process, every file operation runs with the rights of the bookmark's creator
+/// (`CreatorRights`: its uid, gid and groups on the calling thread), and goes back to the
+/// process's own rights for the store, the trash and the home: a file the creator cannot
+/// read is never read, whoever asks (docs/store.md, "Who made a bookmark").
 public struct BookmarkAccess: Sendable {
     /// The bookmark as it was when this access was made.
     public let bookmark: Bookmark
@@ -55,9 +61,25 @@ public struct BookmarkAccess: Sendable {
     /// Runs after a path was resolved and before the descriptors are used (tests swap paths here).
     var afterResolving: (@Sendable () -> Void)?
 
+    /// The creator's rights its files are opened with (nil: the process's own, see `CreatorRights`).
+    let rights: CreatorRights?
+
     init(store: Store, bookmark: Bookmark) {
         self.store = store
         self.bookmark = bookmark
+        self.rights = CreatorRights.forCreator(bookmark.creator.uid)
+    }
+
+    /// Runs a file operation with the creator's rights (as root), else as it is.
+    private func asCreator<T>(_ body: () throws -> T) throws -> T {
+        guard let rights else { return try body() }
+        return try rights.run(body)
+    }
+
+    /// Within `asCreator`: the store, the trash and the home with the process's own rights.
+    private func asService<T>(_ body: () throws -> T) throws -> T {
+        guard let rights else { return try body() }
+        return try rights.asService(body)
     }
 
     private var owner: String { bookmark.owner }
@@ -70,6 +92,10 @@ public struct BookmarkAccess: Sendable {
     public func stat(_ path: String) throws -> FileInfo {
         let parts = try components(path)
         let record = try bookmarks.load(name)
+        return try asCreator { try stat(parts, path, record) }
+    }
+
+    private func stat(_ parts: [String], _ path: String, _ record: BookmarkRecord) throws -> FileInfo {
         if record.kind == .file {
             try requireRoot(parts, path)
             let (dirfd, _, info) = try openFileParent(record)
@@ -100,12 +126,14 @@ public struct BookmarkAccess: Sendable {
         guard record.kind == .folder else {
             throw error(.wrongType, "bookmark '\(name)' is a file, not a folder: it cannot be listed", path)
         }
-        let root = try openFolderRoot(record)
-        defer { close(root) }
-        let fd = try openBeneath(root, parts, O_RDONLY | O_DIRECTORY, path)
-        var entries: [FileInfo] = []
-        try walk(fd, prefix: parts.joined(separator: "/"), glob: glob, recursive: recursive, depth: 0, into: &entries)
-        return entries
+        return try asCreator {
+            let root = try openFolderRoot(record)
+            defer { close(root) }
+            let fd = try openBeneath(root, parts, O_RDONLY | O_DIRECTORY, path)
+            var entries: [FileInfo] = []
+            try walk(fd, prefix: parts.joined(separator: "/"), glob: glob, recursive: recursive, depth: 0, into: &entries)
+            return entries
+        }
     }
 
     /// The contents of the file at `path` (at most `maxBytes`, and never more than
@@ -114,6 +142,10 @@ public struct BookmarkAccess: Sendable {
         let readLimit = min(maxBytes, StoreLimits.maxReadBytes)
         let parts = try components(path)
         let record = try bookmarks.load(name)
+        return try asCreator { try read(parts, path, record, readLimit: readLimit) }
+    }
+
+    private func read(_ parts: [String], _ path: String, _ record: BookmarkRecord, readLimit: Int) throws -> Data {
         let fd: Int32
         if record.kind == .file {
             try requireRoot(parts, path)
@@ -156,6 +188,10 @@ public struct BookmarkAccess: Sendable {
         let parts = try components(path)
         let record = try bookmarks.load(name)
         try requireWritable(record, path)
+        return try asCreator { try write(parts, path, record, contents: contents, overwrite: overwrite) }
+    }
+
+    private func write(_ parts: [String], _ path: String, _ record: BookmarkRecord, contents: Data, overwrite: Bool) throws -> FileInfo {
         if record.kind == .file {
             try requireRoot(parts, path)
             guard overwrite else { throw error(.alreadyExists, "bookmark '\(name)' is a file that exists: not overwritten", path) }
@@ -171,7 +207,7 @@ public struct BookmarkAccess: Sendable {
             // The rename gave the file a new inode: record it, or the bookmark would turn stale.
             var updated = record
             updated.identity = FileIdentity(written)
-            try bookmarks.update(name, updated)
+            try asService { try bookmarks.update(name, updated) }
             return fileInfo("", written)
         }
         if parts.isEmpty { throw error(.wrongType, "'' is the bookmark's folder: it cannot be written as a file", path) }
@@ -200,15 +236,17 @@ public struct BookmarkAccess: Sendable {
     /// the quota is `quotaExceeded` with nothing written; a failed write gives it back; a
     /// shrink is given back after the write.
     private func charged<T>(_ delta: Int64, _ path: String, _ write: () throws -> T) throws -> T {
-        if delta > 0 { try store.chargeFileBytes(owner: owner, delta, what: "writing \(delta) more bytes to '\(path)' through bookmark '\(name)'") }
+        if delta > 0 {
+            try asService { try store.chargeFileBytes(owner: owner, delta, what: "writing \(delta) more bytes to '\(path)' through bookmark '\(name)'") }
+        }
         let result: T
         do {
             result = try write()
         } catch {
-            if delta > 0 { try? store.chargeFileBytes(owner: owner, -delta, what: "") }
+            if delta > 0 { try? asService { try store.chargeFileBytes(owner: owner, -delta, what: "") } }
             throw error
         }
-        if delta < 0 { try? store.chargeFileBytes(owner: owner, delta, what: "") }
+        if delta < 0 { try? asService { try store.chargeFileBytes(owner: owner, delta, what: "") } }
         return result
     }
 
@@ -218,6 +256,10 @@ public struct BookmarkAccess: Sendable {
         let parts = try components(path)
         let record = try bookmarks.load(name)
         try requireWritable(record, path)
+        return try asCreator { try createFolder(parts, path, record) }
+    }
+
+    private func createFolder(_ parts: [String], _ path: String, _ record: BookmarkRecord) throws -> FileInfo {
         let root = try openWritableFolderRoot(record, parts, path)
         defer { close(root) }
         let (dirfd, leaf) = try openParent(root, parts, path)
@@ -240,6 +282,10 @@ public struct BookmarkAccess: Sendable {
         let to = try components(destination)
         let record = try bookmarks.load(name)
         try requireWritable(record, source)
+        return try asCreator { try move(from, to, source, destination, record) }
+    }
+
+    private func move(_ from: [String], _ to: [String], _ source: String, _ destination: String, _ record: BookmarkRecord) throws -> FileInfo {
         let root = try openWritableFolderRoot(record, from, source)
         defer { close(root) }
         if to.isEmpty { throw error(.invalidPath, "the bookmark's folder itself cannot be replaced", destination) }
@@ -272,24 +318,31 @@ public struct BookmarkAccess: Sendable {
         let parts = try components(path)
         let record = try bookmarks.load(name)
         try requireWritable(record, path)
+        return try asCreator { try trash(parts, path, record) }
+    }
+
+    private func trash(_ parts: [String], _ path: String, _ record: BookmarkRecord) throws -> TrashedItem {
         let root = try openWritableFolderRoot(record, parts, path)
         defer { close(root) }
         let (dirfd, leaf) = try openParent(root, parts, path)
         defer { close(dirfd) }
         afterResolving?()
-        guard try io(path, { () throws(SystemCallError) in try FileOps.status(in: dirfd, leaf) }) != nil else {
+        guard let item = try io(path, { () throws(SystemCallError) in try FileOps.status(in: dirfd, leaf) }) else {
             throw error(.notFound, "'\(path)' does not exist in bookmark '\(name)'", path)
         }
+        try requireRemovable(dirfd, leaf, item, path)
         let trashPath = store.trashDirectory + "/" + Keystore.escape(owner)
-        let (filesDir, infoDir) = try openTrash(trashPath)
+        let (filesDir, infoDir) = try asService { try openTrash(trashPath) }
         defer {
             close(filesDir)
             close(infoDir)
         }
         let id = "\(ISODate.format(Date()))-\(String(UInt32.random(in: 0...UInt32.max), radix: 16))-\(Self.truncated(leaf, bytes: 200))"
         do {
-            try SystemCalls.renameat2(dirfd, leaf, filesDir, id, flags: LinuxABI.RENAME_NOREPLACE)
-        } catch {
+            // Into the trash (the home's, private to the process) with the process's rights:
+            // `requireRemovable` checked that the creator may take it out of its folder.
+            try asService { try SystemCalls.renameat2(dirfd, leaf, filesDir, id, flags: LinuxABI.RENAME_NOREPLACE) }
+        } catch let error as SystemCallError {
             if error.code == EXDEV {
                 throw self.error(
                     .ioError,
@@ -303,15 +356,33 @@ public struct BookmarkAccess: Sendable {
             "owner": .string(owner), "bookmark": .string(name), "path": .string(parts.joined(separator: "/")),
             "originalPath": .string(originalPath), "trashed": .string(ISODate.format(Date())),
         ])
-        try io(path) { () throws(SystemCallError) in
-            try FileOps.fsync(filesDir)
-            try FileOps.fsync(dirfd)
-            let data = (try? JSONCoding.encoder(pretty: true).encode(info)) ?? Data()
-            try FileOps.writeAtomically(dirfd: infoDir, name: id + ".json", data: data, createMode: 0o600, exactMode: 0o600, replace: false)
+        try asService {
+            try io(path) { () throws(SystemCallError) in
+                try FileOps.fsync(filesDir)
+                try FileOps.fsync(dirfd)
+                let data = (try? JSONCoding.encoder(pretty: true).encode(info)) ?? Data()
+                try FileOps.writeAtomically(dirfd: infoDir, name: id + ".json", data: data, createMode: 0o600, exactMode: 0o600, replace: false)
+            }
         }
         return TrashedItem(
             path: parts.joined(separator: "/"), originalPath: originalPath, trashPath: trashPath + "/files/" + id,
             infoPath: trashPath + "/info/" + id + ".json")
+    }
+
+    /// With the creator's rights (`rights`), whether the creator could take `leaf` out of the
+    /// folder `dirfd` itself: write and search on the folder, the sticky bit's rule (only the
+    /// entry's or the folder's owner), and write on a folder that would change its parent.
+    /// The trash is the process's, so the move itself runs with the process's rights.
+    private func requireRemovable(_ dirfd: Int32, _ leaf: String, _ item: FileStatus, _ path: String) throws {
+        guard let rights else { return }
+        let denied = error(
+            .accessDenied, "'\(path)' cannot be moved to the trash with the rights of uid \(rights.uid), who made bookmark '\(name)'", path)
+        if extrun_faccessat_fs(dirfd, "", W_OK | X_OK, LinuxABI.AT_EMPTY_PATH) != 0 { throw denied }
+        var folder = Glibc.stat()
+        var entry = Glibc.stat()
+        if fstat(dirfd, &folder) != 0 || fstatat(dirfd, leaf, &entry, AT_SYMLINK_NOFOLLOW) != 0 { throw denied }
+        if folder.st_mode & S_ISVTX != 0, entry.st_uid != rights.uid, folder.st_uid != rights.uid { throw denied }
+        if item.isDirectory, extrun_faccessat_fs(dirfd, leaf, W_OK, AT_SYMLINK_NOFOLLOW) != 0 { throw denied }
     }
 
     // MARK: - Paths
@@ -428,11 +499,15 @@ public struct BookmarkAccess: Sendable {
         let count = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
         guard count > 0 else { return }
         let opened = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard let home = realpath(store.homePath, nil) else { return }
-        defer { free(home) }
-        let homePath = String(cString: home)
+        // The home and the container are found with the process's rights (the creator may
+        // not be able to look into the home, and a home not found must not skip the check).
+        let (homeFound, container) = try asService { () -> (String?, String) in
+            guard let home = realpath(store.homePath, nil) else { return (nil, "") }
+            defer { free(home) }
+            return (String(cString: home), ContainerMap.canonicalContainer(home: store.homePath, owner: owner))
+        }
+        guard let homePath = homeFound else { return }
         func inside(_ folder: String) -> Bool { opened == folder || opened.hasPrefix(folder + "/") }
-        let container = ContainerMap.canonicalContainer(home: store.homePath, owner: owner)
         if inside(homePath) && !inside(container) {
             close(fd)
             throw error(

@@ -58,6 +58,56 @@ public struct Bookmark: Sendable, Equatable {
     public var created: Date
     /// The target's identity when it was recorded.
     public var identity: FileIdentity
+    /// Who made it: its files are opened with this uid's rights (docs/store.md, "Who made a bookmark").
+    public var creator: BookmarkCreator
+}
+
+/// Who made a bookmark: the local uid whose rights its files are opened with, and where
+/// known the principal it came through. Sealed with the bookmark, so it cannot be edited
+/// in the database.
+public struct BookmarkCreator: Sendable, Equatable, CustomStringConvertible {
+    public var uid: UInt32
+    /// How the maker reached extrun beyond its uid (nil for the CLI).
+    public var principal: String?
+    /// False for a bookmark sealed before creators were recorded: its creator is taken to be
+    /// the owner of the extrun home (the uid that owns its folder).
+    public var recorded: Bool
+
+    public init(uid: UInt32, principal: String? = nil, recorded: Bool = true) {
+        self.uid = uid
+        self.principal = principal
+        self.recorded = recorded
+    }
+
+    public var description: String {
+        "uid \(uid)" + (principal.map { " (\($0))" } ?? "") + (recorded ? "" : " (the home's owner: the bookmark predates recorded creators)")
+    }
+}
+
+/// Who asks for a bookmark's files: the uid running `extrun handle`, the peer uid of an
+/// `extrun serve` connection, the MCP server's uid; nil uid over TCP (a token names no
+/// local user). Only the bookmark's creator (or root) gets its files (`accessDenied`
+/// otherwise), and as root they are opened with the creator's rights.
+public struct BookmarkCaller: Sendable, Equatable, CustomStringConvertible {
+    public var uid: UInt32?
+    public var principal: String?
+
+    public init(uid: UInt32?, principal: String? = nil) {
+        self.uid = uid
+        self.principal = principal
+    }
+
+    /// This process's own uid (the CLI).
+    public static var process: BookmarkCaller { BookmarkCaller(uid: getuid()) }
+
+    public var description: String {
+        switch (uid, principal) {
+        case (let uid?, let principal?): "uid \(uid) (\(principal))"
+        case (let uid?, nil): "uid \(uid)"
+        case (nil, let principal?): principal
+        case (nil, nil): "an unknown caller"
+        }
+    }
 }
 
 /// Why a bookmark is stale.
@@ -93,6 +143,9 @@ struct BookmarkRecord: Codable, Equatable {
     var device: UInt64
     var inode: UInt64
     var birth: Int64?
+    /// Who made it; absent in a record sealed before creators were recorded (docs/store.md).
+    var creatorUID: UInt32?
+    var creatorPrincipal: String?
 
     var identity: FileIdentity {
         get { FileIdentity(device: device, inode: inode, birth: birth) }
@@ -117,13 +170,23 @@ public struct Bookmarks: Sendable {
     /// Bookmarks the file or folder at `path` (relative paths are taken from
     /// the current directory; symlinks are resolved and the target recorded).
     @discardableResult
-    public func add(_ name: String, path: String, readOnly: Bool) throws -> Bookmark {
+    public func add(_ name: String, path: String, readOnly: Bool, creator: BookmarkCreator? = nil) throws -> Bookmark {
         try NameRules.validateName(name, kind: .bookmark)
+        let maker = creator ?? BookmarkCreator(uid: getuid())
+        // Only root may make a bookmark opened with another uid's rights: anyone else would
+        // hand a root service rights that are not theirs.
+        if maker.uid != getuid(), geteuid() != 0 {
+            throw StoreError(
+                .accessDenied,
+                "only root may make a bookmark for another user: '\(name)' would be opened with uid \(maker.uid)'s rights, and this is uid \(getuid())",
+                details: ["owner": .string(owner), "name": .string(name), "creator": .int(Int64(maker.uid)), "caller": .int(Int64(getuid()))])
+        }
         let target = try Bookmarks.locate(path)
         let record = BookmarkRecord(
             path: target.absolute, lastKnownPath: target.canonical, kind: target.kind, readOnly: readOnly,
             created: Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)),
-            device: target.identity.device, inode: target.identity.inode, birth: target.identity.birth)
+            device: target.identity.device, inode: target.identity.inode, birth: target.identity.birth,
+            creatorUID: maker.uid, creatorPrincipal: maker.principal)
         let key = try store.writeKey(owner)
         let sealed = try seal(record, name: name, key: key)
         let quota = try store.quotaDefaultsForWrite()
@@ -209,9 +272,24 @@ public struct Bookmarks: Sendable {
 
     /// File access beneath the bookmark's target; `notFound` if there is no such bookmark.
     /// Staleness is checked by every operation, on the descriptor it uses.
-    public func access(_ name: String) throws -> BookmarkAccess {
+    ///
+    /// With a `caller`, only the bookmark's creator or root gets it (`accessDenied` naming the
+    /// bookmark, its creator and the caller). When this process is root, every file operation
+    /// of the access runs with the creator's rights (its uid, gid and groups, on the calling
+    /// thread), so that no file the creator cannot reach is read or changed through it.
+    public func access(_ name: String, caller: BookmarkCaller? = nil) throws -> BookmarkAccess {
         let record = try load(name)
-        return BookmarkAccess(store: store, bookmark: bookmark(name, record))
+        let made = bookmark(name, record)
+        if let caller, !(caller.uid == made.creator.uid || caller.uid == 0) {
+            throw StoreError(
+                .accessDenied,
+                "bookmark '\(name)' of owner '\(owner)' was made by \(made.creator) and only its maker may use it; this run's caller is \(caller)",
+                details: [
+                    "owner": .string(owner), "bookmark": .string(name), "creator": .int(Int64(made.creator.uid)),
+                    "caller": caller.uid.map { .int(Int64($0)) } ?? .string(caller.principal ?? "unknown"),
+                ])
+        }
+        return BookmarkAccess(store: store, bookmark: made)
     }
 
     // MARK: - Helpers
@@ -243,7 +321,19 @@ public struct Bookmarks: Sendable {
         Bookmark(
             name: name, owner: owner, path: record.path, lastKnownPath: record.lastKnownPath, kind: record.kind,
             readOnly: record.readOnly, created: record.created,
-            identity: record.identity)
+            identity: record.identity, creator: creator(of: record))
+    }
+
+    /// Who made the record: as sealed, or for an old record the owner of the extrun home.
+    func creator(of record: BookmarkRecord) -> BookmarkCreator {
+        if let uid = record.creatorUID { return BookmarkCreator(uid: uid, principal: record.creatorPrincipal) }
+        var uid = UInt32.max
+        let fd = Glibc.open(store.homePath, LinuxABI.O_PATH | O_CLOEXEC)
+        if fd >= 0 {
+            if let info = try? FileOps.fstat(fd) { uid = info.st_uid }
+            close(fd)
+        }
+        return BookmarkCreator(uid: uid, recorded: false)
     }
 
     private func seal(_ record: BookmarkRecord, name: String, key: OwnerKey) throws -> Data {

@@ -30,6 +30,9 @@ public enum StoreErrorKind: String, Codable, Sendable, CaseIterable {
     case invalidDocument
     /// The item (a donation) belongs to another owner, which alone may change it.
     case notYours
+    /// The bookmark was made by another user than the caller, and only its maker may use it
+    /// (details: `bookmark`, `creator`, `caller`); nothing was read or written.
+    case accessDenied
     /// The write would take the owner over one of its quotas (details: `quota`, `limit`, `usage`, `adding`).
     case quotaExceeded
 

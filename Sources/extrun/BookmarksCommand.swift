@@ -20,6 +20,11 @@ struct BookmarksCommand: ParsableCommand {
             cannot leave it (.., absolute paths and symlinks leading out are refused). A \
             bookmark whose target moved or vanished is listed as stale with its last known path.
 
+            A bookmark records who made it (the uid running `bookmarks add`, or root's \
+            --creator): only that user (or root) gets its files through a plugin, and a root \
+            process (`extrun serve` as root) opens them with that user's rights, never its own \
+            (docs/store.md, "Who made a bookmark").
+
             Example:
               extrun bookmarks add examples Examples/intents --owner EXAMPLETEAM --read-only
             """,
@@ -34,6 +39,9 @@ extension BookmarkEntry {
             "kind": .string(bookmark.kind.rawValue), "readOnly": .bool(bookmark.readOnly),
             "created": .string(ISODate.format(bookmark.created)),
         ]
+        var creator: [String: JSONValue] = ["uid": .int(Int64(bookmark.creator.uid)), "recorded": .bool(bookmark.creator.recorded)]
+        if let principal = bookmark.creator.principal { creator["principal"] = .string(principal) }
+        object["creator"] = .object(creator)
         switch status {
         case .ok: object["status"] = "ok"
         case .stale(let reason):
@@ -50,11 +58,23 @@ struct BookmarksAdd: ParsableCommand {
     @Argument(help: "The file or folder.") var path: String
     @OptionGroup var owner: OwnerOption
     @Flag(help: "Plugins may read but not change anything beneath it.") var readOnly = false
+    @Option(
+        help: ArgumentHelp(
+            "Root only: the user (name or uid) the bookmark is made for, whose rights its files are opened with (default: yourself).",
+            valueName: "user"))
+    var creator: String?
 
     func run() throws {
+        var maker: BookmarkCreator?
+        if let creator {
+            guard let uid = UInt32(creator) ?? LocalUsers.uid(named: creator) else {
+                throw ValidationError("--creator: no user '\(creator)' in /etc/passwd")
+            }
+            maker = BookmarkCreator(uid: uid)
+        }
         try StoreExit.run { store in
             let bookmarks = try store.bookmarks(of: owner.owner)
-            try bookmarks.add(name, path: path, readOnly: readOnly)
+            try bookmarks.add(name, path: path, readOnly: readOnly, creator: maker)
             Output.printJSON(try bookmarks.show(name).json)
         }
     }

@@ -24,7 +24,7 @@ enum StoreExit {
         case .notFound: 2
         case .versionConflict: 13
         case .invalidName, .invalidValue, .tooLarge, .invalidPath, .pathEscape, .wrongType, .alreadyExists, .readOnly, .staleBookmark,
-            .invalidDocument, .notYours, .quotaExceeded:
+            .invalidDocument, .notYours, .quotaExceeded, .accessDenied:
             14
         case .keyMissing, .wrongKey, .invalidKeyFile, .insecurePermissions, .unsignedPlugin, .untrustedSigner: 15
         case .sealBroken, .corruptStore, .storeMissing, .incompatibleStore: 16

@@ -477,7 +477,7 @@ extension ServeTests {
         let kinds = Set(document["components"]?["schemas"]?["Error"]?["properties"]?["kind"]?["enum"]?.arrayValue?.compactMap(\.stringValue) ?? [])
         #expect(kinds == Set(["invalidIntent", "noHandler", "parameterUnresolved", "confirmationDeclined", "pluginCrashed", "protocolError",
             "pluginError", "timeout", "memoryLimitExceeded", "sandboxViolation", "diskLimitExceeded", "configurationError",
-            "signatureInvalid", "overloaded", "cancelled", "notFound", "internalError"]))
+            "signatureInvalid", "notPermitted", "overloaded", "cancelled", "notFound", "internalError"]))
     }
 }
 
@@ -530,7 +530,8 @@ extension ServeTests {
         let secret = try secrets.write("shadow", text, mode: 0o600)
         chmod(secrets.url.path, 0o711)
         let cli = try CLI(extraPluginDirectories: [plugins.url])
-        let service = try RunningService(cli: cli, arguments: ["--socket-mode", "666"])
+        // Every caller granted every owner (serve.json grants): what is held here is that no path is read.
+        let service = try RunningService(cli: cli, policy: #"{"grants": {"*": ["*"]}}"#, arguments: ["--socket-mode", "666"])
         defer { service.stop() }
         chmod(service.directory.url.path, 0o711)
         let script = StagedPlugins.packageRoot.appendingPathComponent("Tests/ExtrunCLITests/Fixtures/serve_client.py").path

@@ -170,6 +170,10 @@ final class MigrationRun {
         } else {
             // An import: stale unless something of the same kind is at the path on this machine.
             prepared.stale = (try? Bookmarks.locate(record.path)).map { $0.kind != record.kind } ?? true
+            // Made, on this machine, by whoever imports it: a uid from another machine names
+            // nobody here, and a bundle must not choose whose rights a root process opens it with.
+            record.creatorUID = getuid()
+            record.creatorPrincipal = nil
         }
         prepared.record = record
     }
