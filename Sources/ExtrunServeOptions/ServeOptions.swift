@@ -99,7 +99,9 @@ public struct ServeOptions: ParsableArguments, Sendable {
         idleTimeoutSeconds, crashLimit, crashWindowSeconds, crashBackoffSeconds, \
         promptTimeoutSeconds, requestHeadTimeoutSeconds, requestTimeoutSeconds, writeTimeoutSeconds, \
         shutdownGraceSeconds, maxRequestBytes, maxBufferedRequestBytes, maxConnections, \
-        maxConnectionsPerCaller, maxPendingResponseBytes \
+        maxConnectionsPerCaller, maxPendingResponseBytes, grants (which callers run which \
+        owners' intents: by default only this user and root, and the TCP token's holders; \
+        any other uid is refused notPermitted, HTTP 403, exit status 23) \
         (docs/serve.md lists each with its default). A request beyond the queue is refused \
         at once with the error kind overloaded (HTTP 503, exit status 21). SIGHUP re-reads \
         serve.json and policy.json; a bad file is reported and the old one kept.
