@@ -55,27 +55,55 @@ public enum PluginFilePermissions {
         return nil
     }
 
-    /// Checks the folders above `path` (an absolute path), as written and with links resolved.
+    /// What is wrong with a symbolic link met on the way to the plugin, or nil: its owner
+    /// can point it elsewhere at any time (in a sticky folder such as `/tmp`, where anyone
+    /// may make one, and which root follows where `fs.protected_symlinks` is 0).
+    static func problem(link info: stat, path: String) -> PluginSignatureProblem? {
+        guard !trustedOwner(info.st_uid) else { return nil }
+        return .writableByOthers(
+            path: path, mode: octal(info.st_mode),
+            reason: "this symbolic link on the way to the plugin belongs to uid \(info.st_uid), neither root nor the host's uid \(geteuid()), who can point it elsewhere (fix: name the plugin's real path, or replace the link with one of the host's user or root)")
+    }
+
+    /// Links followed on the way to a path before it is refused (the kernel's own limit).
+    static let maxLinks = 40
+
+    /// Checks the folders above `path` (an absolute path) as the kernel resolves it: component
+    /// by component, following each symbolic link met (the last component's too), so that
+    /// every folder passed through and every link followed, a link that leads to a link
+    /// included, is held to the rules above. The last component itself is the caller's to check.
     static func checkAncestors(of path: String) throws(PluginSignatureProblem) {
-        var seen = Set<String>()
-        var candidates = [path]
-        if let real = realpath(path, nil) {
-            candidates.append(String(cString: real))
-            free(real)
-        }
-        for candidate in candidates {
-            var prefix = ""
-            let parts = candidate.split(separator: "/", omittingEmptySubsequences: true).dropLast()
-            for folder in ["/"] + parts.map({ part -> String in
-                prefix += "/" + part
-                return prefix
-            }) where seen.insert(folder).inserted {
-                var info = stat()
-                guard lstat(folder, &info) == 0 else { continue }
-                // A link in the path: where it leads is checked with the resolved path.
-                if info.st_mode & S_IFMT == S_IFLNK { continue }
-                if let problem = problem(ancestor: info, path: folder) { throw problem }
+        var info = stat()
+        if lstat("/", &info) == 0, let problem = problem(ancestor: info, path: "/") { throw problem }
+        var current = ""  // the resolved folder so far ("" is `/`)
+        var pending = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init).reversed() as [String]
+        var links = 0
+        while let name = pending.popLast() {
+            if name == "." { continue }
+            if name == ".." {
+                if let slash = current.lastIndex(of: "/") { current = String(current[..<slash]) }
+                continue
             }
+            let next = current + "/" + name
+            // Missing: the open that follows fails and says so.
+            guard lstat(next, &info) == 0 else { return }
+            if info.st_mode & S_IFMT == S_IFLNK {
+                if let problem = problem(link: info, path: next) { throw problem }
+                links += 1
+                guard links <= maxLinks else { throw .unsupported("\(path) leads through over \(maxLinks) symbolic links") }
+                var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+                let count = readlink(next, &target, Int(PATH_MAX))
+                guard count > 0 else { return }
+                guard let text = String(validating: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
+                    throw .unsupported("\(next) is a symbolic link to a path that is not UTF-8, which cannot be checked; point it at the plugin's real path")
+                }
+                if text.hasPrefix("/") { current = "" }
+                pending.append(contentsOf: text.split(separator: "/", omittingEmptySubsequences: true).map(String.init).reversed())
+                continue
+            }
+            // A folder passed through (the last component is not one: the caller checks it).
+            if !pending.isEmpty, let problem = problem(ancestor: info, path: next) { throw problem }
+            current = next
         }
     }
 

@@ -1,0 +1,66 @@
+import ExtrunHost
+import ExtrunProtocol
+import ExtrunStore
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Attacks on the private copy a signed plugin runs from (issue 30, item 1, after the fix):
+/// someone other than the owner tries to have the host run a signed plugin from files
+/// another uid can change.
+@Suite("A signed plugin's copy resists other uids", .serialized)
+struct OwnerProofCopyAttackTests {
+    static let manifest =
+        #"{"id":"com.bank.echo","version":"1.0.0","owner":"BANKTEAM","protocolVersion":1,"executable":"plugin.py","modes":["extension","in-app"],"intents":[{"name":"Echo","parameters":[{"name":"text","type":"string"}]}]}"#
+
+    /// A link in a sticky, world-writable folder (as `/tmp` is) that another uid owns can be
+    /// pointed elsewhere by that uid at any time (and is followed by root where
+    /// `fs.protected_symlinks` is 0): a signed plugin reached through it, or whose folder is
+    /// such a link, is refused, naming the link. Root only: only root can give a link away.
+    @Test(
+        "a signed plugin reached through a link another uid owns (above its folder, or its folder itself) is refused, naming the link",
+        .enabled(if: geteuid() == 0, "needs root: only root can make a link another uid owns"))
+    func linkOfAnotherUidRefused() throws {
+        let tmp = try TempDirectory("copy-attack-link")
+        let home = tmp.url.appendingPathComponent("home")
+        try Store(home: home).globals(of: "BANKTEAM").set("apiToken", to: "s3cr3t")
+        // The real folder: root's, mode 0755 all the way.
+        let real = try tmp.directory("real")
+        let plugins = try tmp.directory("real/plugins")
+        chmod(real.path, 0o755)
+        chmod(plugins.path, 0o755)
+        let plugin = try ScriptPlugin(in: plugins, name: "bank", script: #"serve({"handle": lambda msg: reply(msg, {"code": "success", "properties": {"echo": "signed"}})})"#)
+        try Data(Self.manifest.utf8).write(to: plugin.directory.appendingPathComponent("manifest.json"))
+        try ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [plugins])).sign(pluginIn: plugin.directory)
+        let invocation = IntentInvocation(intent: "Echo", parameters: ["text": "hi"], source: "test")
+        #expect(ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [plugins])).handle(invocation).error == nil)
+
+        // A sticky shared folder, with links of another uid's (nobody, 65534) in it.
+        let shared = try tmp.directory("shared")
+        chmod(shared.path, 0o1777)
+        let above = shared.appendingPathComponent("plugins")
+        #expect(symlink(plugins.path, above.path) == 0)
+        #expect(lchown(above.path, 65534, 65534) == 0)
+        let searchFolder = try tmp.directory("search")
+        chmod(searchFolder.path, 0o755)
+        let itself = shared.appendingPathComponent("bank")
+        #expect(symlink(plugin.directory.path, itself.path) == 0)
+        #expect(lchown(itself.path, 65534, 65534) == 0)
+        // The folder itself as a link found in a search folder of root's: a root-owned link to the other uid's link.
+        #expect(symlink(itself.path, searchFolder.appendingPathComponent("bank").path) == 0)
+
+        for (search, link) in [(above, above.path), (searchFolder, itself.path)] {
+            let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [search]))
+            let report = host.handle(invocation)
+            #expect(report.response?.properties["echo"] == nil, "ran through \(link), owned by uid 65534: \(String(describing: report.response))")
+            #expect(report.error?.kind == .signatureInvalid, "\(String(describing: report.error))")
+            #expect(report.error?.message.contains(link) == true, "\(String(describing: report.error?.message))")
+        }
+        // The same link, given to root, is followed.
+        #expect(lchown(above.path, 0, 0) == 0)
+        #expect(ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [above])).handle(invocation).error == nil)
+    }
+}
