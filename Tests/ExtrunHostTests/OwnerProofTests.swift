@@ -220,6 +220,9 @@ struct OwnerProofTests {
         usleep(20_000)  // past the pool's 10 ms for file checks
         #expect(try f.answers(pool.handle(invocation))["globals.get"]?["value"] == "s3cr3t")
         try Data("# changed\n".utf8).write(to: f.plugin.directory.appendingPathComponent("plugin.py"), options: .atomic)
+        // Still executable: a catalog read again (it is at most a second old) would otherwise
+        // refuse the script as not executable before its signature is looked at.
+        chmod(f.plugin.directory.appendingPathComponent("plugin.py").path, 0o755)
         usleep(20_000)
         #expect(pool.handle(invocation).error?.kind == .signatureInvalid)
         pool.close()
