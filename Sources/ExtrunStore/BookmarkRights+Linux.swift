@@ -50,7 +50,13 @@ struct CreatorRights: Sendable {
 
     /// Runs `body` with the creator's rights, and goes back after it, whatever it throws.
     func run<T>(_ body: () throws -> T) throws -> T {
-        try enter()
+        do {
+            try enter()
+        } catch {
+            // Taken on in part (the groups, say): back to the process's own before the error.
+            try? leave()
+            throw error
+        }
         defer { try? leave() }
         return try body()
     }
