@@ -60,12 +60,40 @@ public final class TempDirectory: Sendable {
 }
 
 /// A new folder in the temporary directory (`extrun-LABEL-` and 8 random characters,
-/// mode 755 under the usual umask), which the test removes itself, or leaves to the
-/// system's cleaning: for a home or a plugin folder a test hands to the host or the CLI.
+/// mode 755 under the usual umask): for a home or a plugin folder a test hands to the
+/// host or the CLI. It is removed, with everything in it, when the test process ends
+/// (a test may remove it sooner), so that a run leaves none behind.
 public func makeTemporaryFolder(_ label: String) throws -> URL {
     let url = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-\(label)-\(UUID().uuidString.prefix(8))")
     try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    TemporaryFolders.shared.add(url)
     return url
+}
+
+/// The folders `makeTemporaryFolder` made, removed at the process's exit.
+final class TemporaryFolders: @unchecked Sendable {
+    static let shared = TemporaryFolders()
+    private let lock = NSLock()
+    private var urls: [URL] = []
+    private var registered = false
+
+    func add(_ url: URL) {
+        lock.lock()
+        defer { lock.unlock() }
+        urls.append(url)
+        if !registered {
+            registered = true
+            atexit { TemporaryFolders.shared.removeAll() }
+        }
+    }
+
+    func removeAll() {
+        lock.lock()
+        let made = urls
+        urls.removeAll()
+        lock.unlock()
+        for url in made { try? FileManager.default.removeItem(at: url) }
+    }
 }
 
 /// The products `swift build` made: next to the running test bundle, or in `<root>/.build/debug`.
