@@ -24,7 +24,7 @@ import NIOConcurrencyHelpers
 enum PluginVerification {
     /// The last answer per plugin folder and when it was found (monotonic ns).
     /// (The copy lies in a home: an answer is reused only for the same home.)
-    private static let recent = NIOLockedValueBox<[String: (seal: PluginSeal, plugin: DiscoveredPlugin, home: URL, at: UInt64)]>([:])
+    private static let recent = NIOLockedValueBox<[String: (seal: PluginSeal, plugin: DiscoveredPlugin, manifest: PluginManifest, home: URL, at: UInt64)]>([:])
     /// The plugin (its folder) each private copy was made for, by the copy's folder, in this process.
     private static let copies = NIOLockedValueBox<[String: DiscoveredPlugin]>([:])
 
@@ -49,7 +49,7 @@ enum PluginVerification {
         // Keyed by the manifest's path, which is kept (a URL's `path` costs microseconds per intent).
         let now = maxAgeNs > 0 ? MonotonicClock.now() : 0
         if maxAgeNs > 0, let known = recent.withLockedValue({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs,
-            known.home == home, known.plugin.manifest == plugin.manifest
+            known.home == home, known.manifest == plugin.manifest
         {
             return (known.seal, known.plugin)
         }
@@ -57,10 +57,30 @@ enum PluginVerification {
         if maxAgeNs > 0 {
             recent.withLockedValue { recent in
                 if recent.count > 256 { recent.removeAll() }
-                recent[plugin.manifestPath] = (found.seal, found.plugin, home, now)
+                recent[plugin.manifestPath] = (found.seal, found.plugin, plugin.manifest, home, now)
             }
         }
         return found
+    }
+
+    /// `argument` with a path in the plugin's folder (as written or its real path; the whole
+    /// argument, or what follows an option's `=`) replaced by the same path in the copy.
+    static func inCopy(_ argument: String, directory: String, copy: String) -> String {
+        var folders = [directory]
+        if let real = realpath(directory, nil) {
+            folders.append(String(cString: real))
+            free(real)
+        }
+        for folder in folders {
+            if argument == folder { return copy }
+            if argument.hasPrefix(folder + "/") { return copy + argument.dropFirst(folder.count) }
+            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("-") {
+                let value = argument[argument.index(after: equals)...]
+                if value == folder { return argument[...equals] + copy }
+                if value.hasPrefix(folder + "/") { return argument[...equals] + copy + value.dropFirst(folder.count) }
+            }
+        }
+        return argument
     }
 
     private static func verify(_ plugin: DiscoveredPlugin, home: URL, pin: Bool) throws(HostError) -> (seal: PluginSeal, plugin: DiscoveredPlugin) {
@@ -102,8 +122,12 @@ enum PluginVerification {
         guard copied == plugin.manifest else {
             throw refusal("manifest.json changed while it was read and checked: the manifest read is not the one signed", file: directory + "/manifest.json")
         }
+        // An argument naming a path in the folder (a script given to `/usr/bin/python3`) names it
+        // in the copy: else the program, run from the copy, would read that file from the folder.
+        var manifest = plugin.manifest
+        manifest.arguments = manifest.arguments.map { inCopy($0, directory: directory, copy: copy.directory) }
         let running = DiscoveredPlugin(
-            manifest: plugin.manifest, directory: URL(fileURLWithPath: copy.directory, isDirectory: true),
+            manifest: manifest, directory: URL(fileURLWithPath: copy.directory, isDirectory: true),
             executableURL: URL(fileURLWithPath: copy.executable))
         copies.withLockedValue { copies in
             if copies.count > 256 { copies.removeAll() }

@@ -63,4 +63,34 @@ struct OwnerProofCopyAttackTests {
         #expect(lchown(above.path, 0, 0) == 0)
         #expect(ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [above])).handle(invocation).error == nil)
     }
+
+    /// A manifest may start a program outside the folder (`/usr/bin/python3`) with the
+    /// script's absolute path in the folder among its arguments. The program was run from
+    /// the copy, but the argument still named the folder: the script and its modules were
+    /// read from there, after the check, as before the copy (a writer that kept a descriptor
+    /// open from before the folder was made safe, `chmod go-w` as the refusal advises, could
+    /// still change them). An argument naming a path in the folder now names it in the copy.
+    @Test("a manifest argument naming a file in the plugin's folder runs that file from the copy, not from the folder")
+    func argumentInFolderRunsFromCopy() throws {
+        let tmp = try TempDirectory("copy-attack-argument")
+        let home = tmp.url.appendingPathComponent("home")
+        try Store(home: home).globals(of: "BANKTEAM").set("apiToken", to: "s3cr3t")
+        let plugins = try tmp.directory("plugins")
+        chmod(plugins.path, 0o755)
+        let plugin = try ScriptPlugin(
+            in: plugins, name: "bank",
+            script: #"serve({"handle": lambda msg: reply(msg, {"code": "success", "properties": {"echo": os.path.realpath(__file__)}})})"#)
+        let script = plugin.directory.appendingPathComponent("plugin.py").path
+        let python = FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") ? "/usr/bin/python3" : "/usr/local/bin/python3"
+        let manifest =
+            #"{"id":"com.bank.echo","version":"1.0.0","owner":"BANKTEAM","protocolVersion":1,"executable":"\#(python)","arguments":["\#(script)"],"modes":["extension","in-app"],"intents":[{"name":"Echo","parameters":[{"name":"text","type":"string"}]}]}"#
+        try Data(manifest.utf8).write(to: plugin.directory.appendingPathComponent("manifest.json"))
+        let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [plugins]))
+        try host.sign(pluginIn: plugin.directory)
+        let report = host.handle(IntentInvocation(intent: "Echo", parameters: ["text": "hi"], source: "test"))
+        // Before: the script was opened at its path in the folder (hidden from the run by the
+        // mount namespace here: "can't open file '<folder>/plugin.py'"; where it is not hidden, it ran from there).
+        let ran = try #require(report.response?.properties["echo"]?.stringValue, "\(String(describing: report.error))")
+        #expect(ran.hasPrefix(PluginCopies.root(home: home.path) + "/"), "ran \(ran), not from the copy")
+    }
 }
