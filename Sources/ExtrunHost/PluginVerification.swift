@@ -126,9 +126,23 @@ enum PluginVerification {
         // in the copy: else the program, run from the copy, would read that file from the folder.
         var manifest = plugin.manifest
         manifest.arguments = manifest.arguments.map { inCopy($0, directory: directory, copy: copy.directory) }
+        var executable = copy.executable
+        // A `#!` line naming an interpreter in the folder by its path: the kernel would execute
+        // the folder's. The copy's is started instead, with the line's argument and the script,
+        // as the kernel passes them.
+        if let line = Shebang.firstLine(of: URL(fileURLWithPath: copy.executable)), line.hasPrefix("#!") {
+            let rest = line.dropFirst(2).trimmingCharacters(in: .whitespaces)
+            let interpreter = String(rest.prefix { $0 != " " && $0 != "\t" })
+            let mapped = inCopy(interpreter, directory: directory, copy: copy.directory)
+            if !interpreter.isEmpty, mapped != interpreter {
+                let argument = rest.dropFirst(interpreter.count).trimmingCharacters(in: .whitespaces)
+                manifest.arguments = (argument.isEmpty ? [] : [argument]) + [copy.executable] + manifest.arguments
+                executable = mapped
+            }
+        }
         let running = DiscoveredPlugin(
             manifest: manifest, directory: URL(fileURLWithPath: copy.directory, isDirectory: true),
-            executableURL: URL(fileURLWithPath: copy.executable))
+            executableURL: URL(fileURLWithPath: executable))
         copies.withLockedValue { copies in
             if copies.count > 256 { copies.removeAll() }
             copies[copy.directory] = plugin

@@ -93,4 +93,35 @@ struct OwnerProofCopyAttackTests {
         let ran = try #require(report.response?.properties["echo"]?.stringValue, "\(String(describing: report.error))")
         #expect(ran.hasPrefix(PluginCopies.root(home: home.path) + "/"), "ran \(ran), not from the copy")
     }
+
+    /// A script whose `#!` line names an interpreter in the plugin's folder by its absolute
+    /// path (`#!/opt/plugins/x/bin/python3`): the kernel, executing the copy's script, ran the
+    /// interpreter from the folder, read after the check. It now runs the copy's interpreter.
+    @Test("a script whose #! names an interpreter in the plugin's folder runs the copy's interpreter, not the folder's")
+    func shebangInFolderRunsFromCopy() throws {
+        let tmp = try TempDirectory("copy-attack-shebang")
+        let home = tmp.url.appendingPathComponent("home")
+        try Store(home: home).globals(of: "BANKTEAM").set("apiToken", to: "s3cr3t")
+        let plugins = try tmp.directory("plugins")
+        chmod(plugins.path, 0o755)
+        let plugin = try ScriptPlugin(
+            in: plugins, name: "bank",
+            script: #"serve({"handle": lambda msg: reply(msg, {"code": "success", "properties": {"echo": os.path.realpath(__file__), "interpreter": sys.executable}})})"#)
+        let python = FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") ? "/usr/bin/python3" : "/usr/local/bin/python3"
+        let interpreter = plugin.directory.appendingPathComponent("interp")
+        #expect(symlink(python, interpreter.path) == 0)
+        let script = plugin.directory.appendingPathComponent("plugin.py")
+        let text = try String(contentsOf: script, encoding: .utf8)
+        let body = text.hasPrefix("#!") ? String(text.drop { $0 != "\n" }) : "\n" + text
+        try Data(("#!" + interpreter.path + body).utf8).write(to: script)
+        chmod(script.path, 0o755)
+        try Data(Self.manifest.utf8).write(to: plugin.directory.appendingPathComponent("manifest.json"))
+        let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [plugins]))
+        try host.sign(pluginIn: plugin.directory)
+        let report = host.handle(IntentInvocation(intent: "Echo", parameters: ["text": "hi"], source: "test"))
+        // Before: exec of the folder's interpreter (hidden from the run here: the launch failed).
+        let ran = try #require(report.response?.properties["interpreter"]?.stringValue, "\(String(describing: report.error))")
+        #expect(ran.hasPrefix(PluginCopies.root(home: home.path) + "/"), "the interpreter ran from \(ran), not from the copy")
+        #expect(report.response?.properties["echo"]?.stringValue?.hasPrefix(PluginCopies.root(home: home.path) + "/") == true)
+    }
 }
