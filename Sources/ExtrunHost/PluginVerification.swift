@@ -143,6 +143,22 @@ enum PluginVerification {
         let running = DiscoveredPlugin(
             manifest: manifest, directory: URL(fileURLWithPath: copy.directory, isDirectory: true),
             executableURL: URL(fileURLWithPath: executable))
+        // The program started outside the copy (a script's interpreter, found on the plugin's
+        // PATH or named by its `#!` line) is not signed: only root and the host's user may be able to change it.
+        // The kernel runs a `#!` line's interpreter itself (up to 4 deep).
+        var program = (try? PluginSession.launchProgram(running))?.executable.path
+        for _ in 0..<5 {
+            guard let path = program else { break }
+            program = Shebang.firstLine(of: URL(fileURLWithPath: path)).flatMap { line in
+                line.hasPrefix("#!") ? String(line.dropFirst(2).trimmingCharacters(in: .whitespaces).prefix { $0 != " " && $0 != "\t" }) : nil
+            }
+            if PluginCopies.contains(path, home: home.path) { continue }
+            do throws(PluginSignatureProblem) {
+                try PluginFilePermissions.checkProgram(path)
+            } catch {
+                throw refusal("its interpreter \(path) is not one only root and the host's user can change: \(error.text)", file: error.file)
+            }
+        }
         copies.withLockedValue { copies in
             if copies.count > 256 { copies.removeAll() }
             copies[copy.directory] = plugin

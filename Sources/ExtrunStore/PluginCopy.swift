@@ -107,6 +107,17 @@ public enum PluginFilePermissions {
         }
     }
 
+    /// Checks a program a signed plugin runs that it is not signed with (the interpreter of
+    /// its script, outside its folder): the file (where links lead) and the folders and links
+    /// on the way to it must be ones only root or the host's user can change, as the
+    /// plugin's own files must: whoever could change it would run their code as the plugin.
+    public static func checkProgram(_ path: String) throws(PluginSignatureProblem) {
+        try checkAncestors(of: path)
+        var info = stat()
+        guard stat(path, &info) == 0 else { return }  // missing: the launch says so
+        if let problem = problem(entry: info, path: path) { throw problem }
+    }
+
     /// Checks a signed plugin's folder (and the folders above it) for writers other than root and the host's uid.
     public static func checkFolder(_ directory: String) throws(PluginSignatureProblem) {
         try checkAncestors(of: directory)

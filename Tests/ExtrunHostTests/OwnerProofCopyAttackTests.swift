@@ -124,4 +124,36 @@ struct OwnerProofCopyAttackTests {
         #expect(ran.hasPrefix(PluginCopies.root(home: home.path) + "/"), "the interpreter ran from \(ran), not from the copy")
         #expect(report.response?.properties["echo"]?.stringValue?.hasPrefix(PluginCopies.root(home: home.path) + "/") == true)
     }
+
+    /// A script's interpreter outside its folder is not signed, and is run as the signed
+    /// plugin: one that another uid can change (in a folder it may write) would run that
+    /// uid's code with the owner's data. Such a plugin is refused, naming the interpreter's folder.
+    @Test("a signed script whose #! interpreter lies where another uid could change it is refused, naming the path")
+    func interpreterWritableByOthersRefused() throws {
+        let tmp = try TempDirectory("copy-attack-interpreter")
+        let home = tmp.url.appendingPathComponent("home")
+        try Store(home: home).globals(of: "BANKTEAM").set("apiToken", to: "s3cr3t")
+        let plugins = try tmp.directory("plugins")
+        chmod(plugins.path, 0o755)
+        let plugin = try ScriptPlugin(in: plugins, name: "bank", script: #"serve({"handle": lambda msg: reply(msg, {"code": "success", "properties": {"echo": "signed"}})})"#)
+        // A shared tool folder: anyone may replace the interpreter in it.
+        let tools = try tmp.directory("tools")
+        chmod(tools.path, 0o777)
+        let python = FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") ? "/usr/bin/python3" : "/usr/local/bin/python3"
+        let interpreter = tools.appendingPathComponent("python3")
+        #expect(symlink(python, interpreter.path) == 0)
+        let script = plugin.directory.appendingPathComponent("plugin.py")
+        let text = try String(contentsOf: script, encoding: .utf8)
+        let body = text.hasPrefix("#!") ? String(text.drop { $0 != "\n" }) : "\n" + text
+        try Data(("#!" + interpreter.path + body).utf8).write(to: script)
+        try Data(Self.manifest.utf8).write(to: plugin.directory.appendingPathComponent("manifest.json"))
+        let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [plugins]))
+        try host.sign(pluginIn: plugin.directory)
+        let report = host.handle(IntentInvocation(intent: "Echo", parameters: ["text": "hi"], source: "test"))
+        #expect(report.error?.kind == .signatureInvalid, "\(String(describing: report.error))")
+        #expect(report.error?.message.contains("\(tools.path) (mode 0777)") == true, "\(String(describing: report.error?.message))")
+        // The same interpreter in a folder only root and the host's user can change: it runs.
+        chmod(tools.path, 0o755)
+        #expect(host.handle(IntentInvocation(intent: "Echo", parameters: ["text": "hi"], source: "test")).error?.kind != .signatureInvalid)
+    }
 }
