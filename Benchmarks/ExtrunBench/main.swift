@@ -681,7 +681,7 @@ func jsonValue(fromFoundation object: Any) -> JSONValue {
 
     var results: [String: Summary] = [:]
     func measure(_ name: String, _ body: () throws -> Void) {
-        do {
+        let measured = Result { () throws -> [UInt64] in
             for _ in 0..<(count / 10) { try body() }
             var samples: [UInt64] = []
             samples.reserveCapacity(count)
@@ -690,9 +690,11 @@ func jsonValue(fromFoundation object: Any) -> JSONValue {
                 try body()
                 samples.append(nowNs() - t0)
             }
-            results[name] = Summary(samplesNs: samples)
-        } catch {
-            fail("\(name): \(error)")
+            return samples
+        }
+        switch measured {
+        case .success(let samples): results[name] = Summary(samplesNs: samples)
+        case .failure(let error): fail("\(name): \(error)")
         }
     }
     // Decoding one resolve request body (what both sides do for every message).
