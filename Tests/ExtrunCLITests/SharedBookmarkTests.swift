@@ -152,11 +152,13 @@ struct SharedBookmarkTests {
         let cli = try CLI()
         #expect(try cli.run(["bookmarks", "add", "shared", folder.shared.path, "--owner", "EXAMPLETEAM"]).status == 0)
         let callerUID = try ServeSharedTests.ensureUser(Self.caller)
+        // Its temporary folder its own too (the runner's TMPDIR, root's, is not readable by it).
+        let scratch = try cli.home.directory("tmp")
         // The home becomes the caller's, as if it had set it up itself, but with root's bookmark in it.
         let chowned = try ProgramRun.program("/bin/chown", ["-R", "\(callerUID):\(callerUID)", cli.home.url.path])
         #expect(chowned.status == 0, "\(chowned)")
         chmod(cli.home.url.path, 0o700)
-        let env = cli.environmentForRun().map { "\($0.key)=\($0.value)" }.sorted()
+        let env = cli.environmentForRun(["TMPDIR": scratch.path]).map { "\($0.key)=\($0.value)" }.sorted()
         let result = try ProgramRun.program(
             "/usr/sbin/runuser", ["-u", Self.caller, "--", "/usr/bin/env"] + env + [try ExtrunBinary.url().path, "handle", folder.readSecret])
         #expect(!result.stdout.contains(folder.secretText) && !result.stderr.contains(folder.secretText), "\(result)")
