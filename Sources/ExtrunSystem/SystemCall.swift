@@ -32,8 +32,18 @@ public struct SystemCallError: Error, Sendable, Hashable, CustomStringConvertibl
     public var description: String { "\(call): \(reason)" }
 }
 
-/// The one place that retries a system call interrupted by a signal (EINTR) and turns
-/// a failure into a `SystemCallError` named after the call.
+/// What a call on a non-blocking descriptor did: it completed with its result, or it
+/// would have had to wait (EAGAIN/EWOULDBLOCK), and did nothing.
+public enum NonBlocking<Value: FixedWidthInteger>: Hashable {
+    case completed(Value)
+    case wouldBlock
+}
+
+extension NonBlocking: Sendable where Value: Sendable {}
+
+/// The one place that retries a system call interrupted by a signal (EINTR), tells
+/// "would block" from a failure on a non-blocking descriptor, and turns a failure into
+/// a `SystemCallError` named after the call.
 public enum SystemCall {
     /// Calls `body` again while it fails with EINTR; any other failure (-1) throws.
     @inline(__always)
@@ -55,6 +65,42 @@ public enum SystemCall {
             let result = body()
             if result != -1 || Glibc.errno != EINTR { return result }
         }
+    }
+
+    /// Calls `body` on a non-blocking descriptor: again while it fails with EINTR,
+    /// `.wouldBlock` when it fails with EAGAIN/EWOULDBLOCK (nothing to read, no room to
+    /// write, a lock held elsewhere), any other failure (-1) throws.
+    @inline(__always)
+    public static func nonBlocking<Result: FixedWidthInteger>(_ call: String, _ body: () -> Result) throws(SystemCallError) -> NonBlocking<Result> {
+        while true {
+            let result = body()
+            if result != -1 { return .completed(result) }
+            let error = SystemCallError.last(call)
+            if error.errno == .resourceTemporarilyUnavailable || error.errno == .wouldBlock { return .wouldBlock }
+            if error.errno != .interrupted { throw error }
+        }
+    }
+
+    /// read(2) from a non-blocking descriptor: `.completed(count)` (0 at the end), or `.wouldBlock`.
+    public static func readNonBlocking(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) throws(SystemCallError) -> NonBlocking<Int> {
+        try nonBlocking("read") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+    }
+
+    /// write(2) to a non-blocking descriptor: `.completed(count)` (perhaps fewer than
+    /// `bytes.count`: the pipe took that much), or `.wouldBlock` (it took nothing).
+    public static func writeNonBlocking(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(SystemCallError) -> NonBlocking<Int> {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return .completed(0) }
+        return try nonBlocking("write") { Glibc.write(fd, base, bytes.count) }
+    }
+
+    /// poll(2) for an event loop: the count of descriptors ready, 0 when the time ran out
+    /// or a signal interrupted the wait (the loop works out its timeout again and comes back).
+    public static func poll(_ fds: inout [pollfd], timeoutMs: Int32) throws(SystemCallError) -> Int {
+        let ready = Glibc.poll(&fds, nfds_t(fds.count), timeoutMs)
+        if ready >= 0 { return Int(ready) }
+        let error = SystemCallError.last("poll")
+        if error.errno == .interrupted { return 0 }
+        throw error
     }
 
     /// `strerror`'s text for an errno.
