@@ -1,5 +1,6 @@
 import CExtrunLinux
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import Synchronization
 
@@ -19,6 +20,13 @@ enum CallFailure: Error {
     case overLimit(LimitBreach)
     /// The caller cancelled the run (`Cancellation`), with its reason.
     case cancelled(String)
+
+    init(_ error: ConversationError) {
+        switch error {
+        case .protocolViolation(let what): self = .protocolViolation(what)
+        case .overLimit(let breach): self = .overLimit(breach)
+        }
+    }
 }
 
 /// Limits on what the host keeps from a plugin, so that its own memory stays bounded
@@ -55,44 +63,19 @@ public struct ConnectionLimits: Sendable {
     var outboundHighWater: Int { max(1, memoryBytes / 2) }
 }
 
-/// The host's side of a conversation with one plugin process: framing, JSON-RPC
-/// ids, and a single-threaded poll loop over the protocol channel, stdout,
-/// stderr and the process's pidfd, bounded by a deadline.
+/// The host's side of a conversation with one plugin process: a single-threaded
+/// poll loop over the protocol channel (`PluginConversation` over a `PluginChannel`
+/// on the plugin's pipes), stdout, stderr and the process's status pipe, bounded by
+/// a deadline.
 final class PluginConnection {
     let process: PluginProcess
-    let limits: ConnectionLimits
-    private var decoder: FrameDecoder
-    /// Frames queued for the plugin, as chunks: a small frame is one chunk (header and
-    /// body, written with one `write`), a large one two (its body is not copied). Chunks
-    /// before `outboundHead` are written; `outboundOffset` bytes of the head are.
-    private var outbound: [[UInt8]] = []
-    private var outboundHead = 0
-    private var outboundOffset = 0
-    /// Bytes queued for the plugin and not yet written.
-    private var outboundPending = 0
-    private var nextID: Int64 = 1
-    /// Requests the host stopped waiting for (deadline): a late answer to one is not a violation.
-    private var abandoned: Set<RequestID> = []
-    private var waitingFor: RequestID?
-    private var waitingMethod = ""
-    private var reply: Result<JSONValue, RPCError>?
-    /// Why the conversation cannot go on (a protocol violation, a limit), once noticed.
-    private var failure: CallFailure?
-    /// Requests the plugin sent in this run (and their bytes), for the budget's error.
-    private var requestsServed = 0
-    private var requestBytes = 0
-    /// When the outbound queue last got smaller (or went over the high-water mark).
-    private var lastDrain: UInt64 = 0
-    /// False once the run is over (its deadline passed): nothing more of the plugin's is read or served.
-    private var readsPlugin = true
-    /// When the plugin closed its output (fd 4) or its input (fd 3) while still running.
-    private var outputClosedAt: UInt64?
-    private var inputClosedAt: UInt64?
+    /// The JSON-RPC conversation over the plugin's fd 3 and fd 4.
+    let conversation: PluginConversation
     private(set) var stdout: OutputCapture
     private(set) var stderr: OutputCapture
-    /// What `read` fills: left uninitialized (zeroing 256 KiB cost a cold run page faults
-    /// before the plugin had said a word: docs/benchmarks.md, "Costs the source's comments point to"); bytes are only read back after `read` wrote them.
-    private var readBuffer = [UInt8](unsafeUninitializedCapacity: 256 << 10) { _, count in count = 256 << 10 }
+
+    var limits: ConnectionLimits { conversation.limits }
+    private var channel: PluginChannel { conversation.channel }
 
     /// Called with each line the plugin writes to stdout (`true`) or stderr (`false`).
     var onOutputLine: ((_ isStdout: Bool, _ line: String) -> Void)? {
@@ -102,12 +85,18 @@ final class PluginConnection {
         }
     }
     /// Called with each notification the plugin sends.
-    var onNotification: ((_ method: String, _ params: JSONValue?) -> Void)?
+    var onNotification: ((_ method: String, _ params: JSONValue?) -> Void)? {
+        get { conversation.onNotification }
+        set { conversation.onNotification = newValue }
+    }
     /// The caller's cancellation of the run in progress: a wait for an answer ends
     /// with `CallFailure.cancelled` once it is set.
     var cancellation: Cancellation?
     /// Answers requests the plugin sends to the host (globals, bookmarks...).
-    var onRequest: ((_ method: String, _ params: JSONValue?) -> Result<JSONValue, RPCError>)?
+    var onRequest: ((_ method: String, _ params: JSONValue?) -> Result<JSONValue, RPCError>)? {
+        get { conversation.onRequest }
+        set { conversation.onRequest = newValue }
+    }
 
     /// How often, at most, the plugin's memory is sampled while the host waits.
     static let sampleIntervalMs = 5
@@ -119,37 +108,41 @@ final class PluginConnection {
     init(process: PluginProcess, limits: ConnectionLimits = ConnectionLimits()) {
         Self.mallocPolicy
         self.process = process
-        self.limits = limits
-        self.decoder = FrameDecoder(maxFrameBytes: limits.maxFrameBytes)
+        self.conversation = PluginConversation(ends: process, limits: limits)
         self.stdout = OutputCapture(limit: limits.outputCaptureBytes)
         self.stderr = OutputCapture(limit: limits.outputCaptureBytes)
     }
 
     /// Sends a request and runs the loop until its answer, the deadline, the
     /// process's end or a protocol violation.
-    func call(_ method: String, _ params: JSONValue?, deadline: () -> UInt64) -> Result<Result<JSONValue, RPCError>, CallFailure> {
-        let id = RequestID.int(nextID)
-        nextID += 1
-        waitingFor = id
-        waitingMethod = method
-        reply = nil
-        enqueue(.request(id: id, method: method, params: params))
-        defer { waitingFor = nil }
-        switch pump(deadline: deadline, until: { self.reply != nil }) {
+    func request(_ method: String, _ params: JSONValue?, deadline: () -> UInt64) throws(CallFailure) -> Result<JSONValue, RPCError> {
+        conversation.send(method, params)
+        switch pump(deadline: deadline, until: { self.conversation.hasAnswer }) {
         case .done:
-            guard let reply else { return .failure(.protocolViolation("internal: no reply")) }
-            return .success(reply)
+            let answer = try? conversation.answer()
+            conversation.endRequest(abandoned: false)
+            guard let answer else { throw .protocolViolation("internal: no reply") }
+            return answer
         case .failure(let failure):
             switch failure {
-            case .deadlineExpired, .cancelled: abandoned.insert(id)
-            default: break
+            case .deadlineExpired, .cancelled: conversation.endRequest(abandoned: true)
+            default: conversation.endRequest(abandoned: false)
             }
-            return .failure(failure)
+            throw failure
+        }
+    }
+
+    /// `request`'s outcome as a `Result`.
+    func call(_ method: String, _ params: JSONValue?, deadline: () -> UInt64) -> Result<Result<JSONValue, RPCError>, CallFailure> {
+        do throws(CallFailure) {
+            return .success(try request(method, params, deadline: deadline))
+        } catch {
+            return .failure(error)
         }
     }
 
     func notify(_ method: String, _ params: JSONValue?) {
-        enqueue(.notification(method: method, params: params))
+        conversation.notify(method, params)
     }
 
     /// Closes the host's end of the channel (the plugin sees end of file and
@@ -157,10 +150,17 @@ final class PluginConnection {
     /// Returns a protocol violation noticed meanwhile (a late second answer, say).
     func closeAndWait(deadline: UInt64) -> CallFailure? {
         flushOutbound(deadline: deadline)
-        process.closeToPlugin()
+        channel.closeWrite()
+        return waitForExit(deadline: deadline)
+    }
+
+    /// Waits for the process to end, until `deadline` (`.deadlineExpired` if it runs on),
+    /// reading and serving the plugin meanwhile (unless `stopReading`). Returns a protocol
+    /// violation or a limit noticed meanwhile (a late second answer, say).
+    func waitForExit(deadline: UInt64) -> CallFailure? {
         switch pump(deadline: { deadline }, until: { false }) {
         case .done: return nil
-        case .failure(.exited): return failure
+        case .failure(.exited): return conversation.failure.map(CallFailure.init)
         case .failure(let failure): return failure
         }
     }
@@ -168,38 +168,13 @@ final class PluginConnection {
     /// Reads and serves nothing more from the plugin (its deadline passed: the grace
     /// it gets to exit is not time to go on asking the host for things).
     func stopReading() {
-        readsPlugin = false
+        conversation.stopReading()
     }
 
     /// Writes what is queued (a `cancel`, say) without waiting for an answer.
     func flushOutbound(deadline: UInt64) {
-        guard outboundPending > 0 else { return }
-        _ = pump(deadline: { deadline }, until: { self.outboundPending == 0 })
-    }
-
-    /// Whether the host stops reading the plugin's requests until it reads its answers.
-    private var isBackpressured: Bool { outboundPending >= limits.outboundHighWater }
-
-    private func enqueue(_ message: Message) {
-        enqueue(body: message.encoded())
-    }
-
-    private func enqueue(body: [UInt8]) {
-        let wasBackpressured = isBackpressured
-        if body.count <= 64 << 10 {
-            let frame = Framing.frame(body)
-            outboundPending += frame.count
-            outbound.append(frame)
-        } else {
-            let header = Array("Content-Length: \(body.count)\r\n\r\n".utf8)
-            outboundPending += header.count + body.count
-            outbound.append(header)
-            outbound.append(body)
-        }
-        if !wasBackpressured && isBackpressured { lastDrain = MonotonicClock.now() }
-        // Written at once where the pipe takes it (it is non-blocking); what is left,
-        // the loop writes when poll says the pipe has room.
-        writeOutbound()
+        guard conversation.hasPendingOutput else { return }
+        _ = pump(deadline: { deadline }, until: { !self.conversation.hasPendingOutput })
     }
 
     private enum PumpResult {
@@ -219,20 +194,20 @@ final class PluginConnection {
     private func pump(deadline: () -> UInt64, until done: () -> Bool) -> PumpResult {
         var spun = spinNs == 0
         while true {
-            if let failure { return .failure(failure) }
+            if let failure = conversation.failure { return .failure(CallFailure(failure)) }
             if done() { return .done }
             // A wait for an answer ends when the caller cancels (not the wait for the exit after the last answer).
-            if waitingFor != nil, let cancellation, cancellation.isCancelled {
+            if conversation.waitingFor != nil, let cancellation, cancellation.isCancelled {
                 return .failure(.cancelled(cancellation.reason ?? "cancelled by the caller"))
             }
-            if !spun, readsPlugin, process.fromPlugin >= 0 {
+            if !spun, conversation.readsPeer, channel.readFD >= 0 {
                 spun = true
                 // Only while fewer threads spin than there are other CPUs: with more waits
                 // at once (8 callers of a service on 2 cores) the spinning took the CPU the
                 // plugins needed to answer (docs/benchmarks.md, "extrun serve").
                 if Self.spinners.add(1, ordering: .relaxed).newValue <= Self.maxSpinners {
                     let until = MonotonicClock.now() &+ spinNs
-                    while process.fromPlugin >= 0 && !readProtocol(deadline: deadline) && MonotonicClock.now() < until { sched_yield() }
+                    while channel.readFD >= 0 && !conversation.readChannel(deadline: deadline) && MonotonicClock.now() < until { sched_yield() }
                 }
                 Self.spinners.subtract(1, ordering: .relaxed)
                 continue
@@ -247,11 +222,13 @@ final class PluginConnection {
             let now = MonotonicClock.now()
             let limit = deadline()
             if now >= limit { return .failure(.deadlineExpired) }
-            if let stop = checkChannel(now: now) { return .failure(stop) }
-            // Frames read while the queue was full are served once it has drained.
-            if readsPlugin && !isBackpressured && decoder.hasBufferedBytes {
-                if serveFrames(deadline: deadline) { continue }
+            do throws(ConversationError) {
+                try conversation.checkStalls(now: now, peerIsRunning: pluginIsRunning)
+            } catch {
+                return .failure(CallFailure(error))
             }
+            // Frames read while the queue was full are served once it has drained.
+            if conversation.hasUnservedInput && conversation.serveBuffered(deadline: deadline) { continue }
             // Wake up at least every few milliseconds to sample the plugin's memory.
             let timeoutMs = Int32(min((limit - now + 999_999) / 1_000_000, UInt64(Self.sampleIntervalMs)))
 
@@ -260,23 +237,24 @@ final class PluginConnection {
                 if fd >= 0 { fds.append(pollfd(fd: fd, events: Int16(events), revents: 0)) }
             }
             // Backpressure: while the plugin leaves its answers unread, its requests stay in the pipe.
-            if readsPlugin && !isBackpressured { watch(process.fromPlugin, Int32(POLLIN)) }
+            if conversation.wantsInput { watch(channel.readFD, Int32(POLLIN)) }
             watch(process.stdoutFD, Int32(POLLIN))
             watch(process.stderrFD, Int32(POLLIN))
-            if outboundPending > 0 { watch(process.toPlugin, Int32(POLLOUT)) }
+            if conversation.hasPendingOutput { watch(channel.writeFD, Int32(POLLOUT)) }
             watch(process.statusFD, Int32(POLLIN))
-            let ready = poll(&fds, nfds_t(fds.count), timeoutMs)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                return .failure(.protocolViolation("poll failed: \(String(cString: strerror(errno)))"))
+            // 0 after a signal as after the timeout: the loop comes back with what is left.
+            do throws(SystemCallError) {
+                _ = try SystemCall.poll(&fds, timeoutMs: timeoutMs)
+            } catch {
+                return .failure(.protocolViolation("poll failed: \(error.reason)"))
             }
             process.memory.sample()
             for entry in fds where entry.revents != 0 {
                 switch entry.fd {
-                case process.fromPlugin: readProtocol(deadline: deadline)
+                case channel.readFD: conversation.readChannel(deadline: deadline)
                 case process.stdoutFD: readOutput(isStdout: true)
                 case process.stderrFD: readOutput(isStdout: false)
-                case process.toPlugin: writeOutbound()
+                case channel.writeFD: conversation.writeQueued()
                 case process.statusFD:
                     process.readEvents()
                     if process.exit != nil || process.statusFD < 0 { drainAfterExit(deadline: deadline) }
@@ -289,8 +267,8 @@ final class PluginConnection {
     /// After the process has ended, reads what is left in the pipes without waiting
     /// (a grandchild may hold them open; we do not wait for its end of file).
     private func drainAfterExit(deadline: () -> UInt64) {
-        while readsPlugin && process.fromPlugin >= 0 && failure == nil && !isBackpressured {
-            if !readProtocol(deadline: deadline) { break }
+        while conversation.wantsInput && conversation.failure == nil {
+            if !conversation.readChannel(deadline: deadline) { break }
         }
         while process.stdoutFD >= 0 && readOutput(isStdout: true) {}
         while process.stderrFD >= 0 && readOutput(isStdout: false) {}
@@ -298,29 +276,6 @@ final class PluginConnection {
             var copy = capture
             if let line = copy.flush() { onOutputLine?(isStdout, line) }
         }
-    }
-
-    /// A plugin that closed a channel and kept running, or that keeps the host holding
-    /// answers it does not read: why the conversation stops, if it must.
-    private func checkChannel(now: UInt64) -> CallFailure? {
-        let grace = UInt64(limits.closedChannelGraceMs) * 1_000_000
-        if waitingFor != nil, let closed = outputClosedAt, process.fromPlugin < 0, now &- closed >= grace, pluginIsRunning() {
-            return .protocolViolation(
-                "it closed its channel (fd 4, its output) and kept running: no answer to \(waitingMethod) can come (waited \(limits.closedChannelGraceMs) ms for its exit)")
-        }
-        if waitingFor != nil, let closed = inputClosedAt, now &- closed >= grace, pluginIsRunning() {
-            return .protocolViolation(
-                "it closed its channel (fd 3, its input) and kept running: it cannot read \(waitingMethod) (waited \(limits.closedChannelGraceMs) ms for its exit)")
-        }
-        if isBackpressured, now &- lastDrain >= UInt64(limits.unreadAnswersMs) * 1_000_000 {
-            return .overLimit(
-                LimitBreach(
-                    limit: limits.memoryField, limitValue: limits.memoryBytes, measured: outboundPending,
-                    what:
-                        "it sent \(requestsServed) requests (\(ByteCount.format(Int64(requestBytes)))) and read none of the \(ByteCount.format(Int64(outboundPending))) of answers queued for it for \(limits.unreadAnswersMs) ms; the host holds at most half of its budget of \(ByteCount.format(Int64(limits.memoryBytes))) (\(limits.memoryField)) in answers for a plugin, and stops one that does not read them",
-                    extra: ["requests": .int(Int64(requestsServed)), "requestBytes": .int(Int64(requestBytes))]))
-        }
-        return nil
     }
 
     /// Whether the plugin's process is still running, not ending: a plugin that dies (a
@@ -335,219 +290,24 @@ final class PluginConnection {
         return state != "Z" && state != "X" && state != "x"
     }
 
-    /// Reads once from the protocol channel and serves the frames completed. Returns whether bytes were read.
-    @discardableResult
-    private func readProtocol(deadline: () -> UInt64) -> Bool {
-        let count = readBuffer.withUnsafeMutableBytes { read(process.fromPlugin, $0.baseAddress, $0.count) }
-        if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
-            close(process.fromPlugin)
-            process.fromPlugin = -1
-            if process.exit == nil { outputClosedAt = MonotonicClock.now() }
-            return false
-        }
-        guard count > 0 else { return false }
-        readBuffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
-        serveFrames(deadline: deadline)
-        return true
-    }
-
-    /// Serves the complete frames buffered, one at a time, until the queue for the
-    /// plugin is over its high-water mark or the deadline has passed (checked between
-    /// frames: a run ends on time however many requests the plugin wrote at once).
-    /// Returns whether a frame was served.
-    @discardableResult
-    private func serveFrames(deadline: () -> UInt64) -> Bool {
-        var served = false
-        do {
-            while failure == nil, !isBackpressured, MonotonicClock.now() < deadline(),
-                let body = try decoder.nextFrame()
-            {
-                served = true
-                let message: Message
-                do {
-                    message = try Message.decode(body, maxNodes: limits.maxMessageNodes)
-                } catch let error as JSONParseError where error.exceedsNodeLimit {
-                    failure = .overLimit(
-                        LimitBreach(
-                            limit: "host.maxMessageNodes", limitValue: limits.maxMessageNodes, measured: limits.maxMessageNodes + 1,
-                            what: "it sent a message of \(ByteCount.format(Int64(body.count))) holding more than \(limits.maxMessageNodes) JSON values (host.maxMessageNodes)",
-                            extra: ["messageBytes": .int(Int64(body.count))]))
-                    return served
-                } catch {
-                    failure = .protocolViolation("the plugin sent an invalid message: \(error)")
-                    return served
-                }
-                receive(message, bytes: body.count)
-            }
-        } catch {
-            if case .frameTooLarge(let length, let limit) = error {
-                failure = .overLimit(
-                    LimitBreach(
-                        limit: "maxMessageBytes", limitValue: limit, measured: length,
-                        what: "it sent a \(error) (maxMessageBytes)"))
-            } else {
-                failure = .protocolViolation("the plugin sent a malformed frame: \(error)")
-            }
-        }
-        return served
-    }
-
-    /// The longest method name the host looks up or repeats in an error.
-    static let maxMethodNameBytes = 256
-
-    private func receive(_ message: Message, bytes: Int) {
-        switch message {
-        case .response(let id, let result):
-            if id == waitingFor, bytes > limits.maxResponseBytes {
-                failure = responseTooLarge(bytes)
-                return
-            }
-            accept(id: id, .success(result))
-        case .errorResponse(let id, let error):
-            guard let id else {
-                failure = .protocolViolation("the plugin reported a protocol error: \(error.message.prefix(1000)) (code \(error.code))")
-                return
-            }
-            if id == waitingFor, bytes > limits.maxResponseBytes {
-                failure = responseTooLarge(bytes)
-                return
-            }
-            accept(id: id, .failure(error))
-        case .notification(let method, let params):
-            if bytes > limits.maxNotificationBytes {
-                failure = .overLimit(
-                    LimitBreach(
-                        limit: "host.maxNotificationBytes", limitValue: limits.maxNotificationBytes, measured: bytes,
-                        what: "it sent a notification '\(method.prefix(64))' of \(ByteCount.format(Int64(bytes))), over the limit of \(ByteCount.format(Int64(limits.maxNotificationBytes))) (host.maxNotificationBytes)"))
-                return
-            }
-            onNotification?(method, params)
-        case .request(let id, let method, let params):
-            requestsServed += 1
-            requestBytes += bytes
-            let result: Result<JSONValue, RPCError>
-            if method.utf8.count > Self.maxMethodNameBytes {
-                result = .failure(
-                    RPCError(
-                        code: RPCError.methodNotFound,
-                        message: "a method name of \(method.utf8.count) bytes (the host's are under \(Self.maxMethodNameBytes))"))
-            } else {
-                result =
-                    onRequest?(method, params)
-                    ?? .failure(RPCError(code: RPCError.methodNotFound, message: "the host does not offer '\(method)'"))
-            }
-            var body: [UInt8]
-            switch result {
-            case .success(let value): body = Message.response(id: id, result: value).encoded()
-            case .failure(let error): body = Message.errorResponse(id: id, error: error).encoded()
-            }
-            if body.count > limits.maxFrameBytes {
-                // Too large to send: the plugin gets an error that says so, not the answer.
-                let error = RPCError(
-                    code: RPCError.serviceError,
-                    message: "the answer to \(method) is \(ByteCount.format(Int64(body.count))), over the limit of \(ByteCount.format(Int64(limits.maxFrameBytes))) on a message (maxMessageBytes)",
-                    data: [
-                        "kind": "tooLarge", "limit": "maxMessageBytes", "limitValue": .int(Int64(limits.maxFrameBytes)),
-                        "measured": .int(Int64(body.count)),
-                    ])
-                body = Message.errorResponse(id: id, error: error).encoded()
-            }
-            enqueue(body: body)
-        }
-    }
-
-    private func responseTooLarge(_ bytes: Int) -> CallFailure {
-        .overLimit(
-            LimitBreach(
-                limit: "host.maxResponseBytes", limitValue: limits.maxResponseBytes, measured: bytes,
-                what: "its answer to \(waitingMethod) is \(ByteCount.format(Int64(bytes))), over the limit of \(ByteCount.format(Int64(limits.maxResponseBytes))) on an answer (host.maxResponseBytes)"))
-    }
-
-    /// Ids are 1, 2, 3...: every id below `nextID` that is not waited for nor
-    /// abandoned was answered. (No set of answered ids: a warm process answers
-    /// millions of requests over its life.)
-    private func wasSentAndAnswered(_ id: RequestID) -> Bool {
-        guard case .int(let number) = id else { return false }
-        return number >= 1 && number < nextID && id != waitingFor && !abandoned.contains(id)
-    }
-
-    private func accept(id: RequestID, _ result: Result<JSONValue, RPCError>) {
-        if id == waitingFor && reply == nil {
-            reply = result
-        } else if abandoned.remove(id) != nil {
-            // The answer to a request that timed out (typically "cancelled"): too late, but honest.
-        } else if wasSentAndAnswered(id) || id == waitingFor {
-            failure = .protocolViolation("the plugin answered request \(id) twice")
-        } else {
-            failure = .protocolViolation("the plugin answered request \(id), which the host never sent")
-        }
-    }
-
-    /// Reads once from stdout or stderr. Returns whether bytes were read.
+    /// Reads once from stdout or stderr (into the channel's read buffer). Returns whether bytes were read.
     @discardableResult
     private func readOutput(isStdout: Bool) -> Bool {
         let fd = isStdout ? process.stdoutFD : process.stderrFD
-        let count = readBuffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, 64 << 10)) }
-        if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
+        var lines: [String] = []
+        let result = channel.read(from: fd, maxBytes: 64 << 10) { chunk in
+            lines = isStdout ? stdout.append(chunk) : stderr.append(chunk)
+        }
+        switch result {
+        case .read:
+            if let onOutputLine { for line in lines { onOutputLine(isStdout, line) } }
+            return true
+        case .wouldBlock:
+            return false
+        case .closed:
             close(fd)
             if isStdout { process.stdoutFD = -1 } else { process.stderrFD = -1 }
             return false
-        }
-        guard count > 0 else { return false }
-        let lines = readBuffer.withUnsafeBytes { raw in
-            let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<count])
-            return isStdout ? stdout.append(chunk) : stderr.append(chunk)
-        }
-        if let onOutputLine { for line in lines { onOutputLine(isStdout, line) } }
-        return true
-    }
-
-    /// Writes queued chunks while the pipe takes them (it is non-blocking).
-    private func writeOutbound() {
-        while process.toPlugin >= 0, outboundHead < outbound.count {
-            let chunk = outbound[outboundHead]
-            let left = chunk.count - outboundOffset
-            let written = chunk.withUnsafeBytes { raw in
-                guard let base = raw.baseAddress else { return 0 }
-                return write(process.toPlugin, base + outboundOffset, left)
-            }
-            if written > 0 {
-                outboundOffset += written
-                outboundPending -= written
-                lastDrain = MonotonicClock.now()
-                if written < left { return }
-                // A written chunk's bytes go now: the array keeps its slot until compaction,
-                // and 64 written 4 MiB answers held there were 90 MiB of the host's memory.
-                outbound[outboundHead] = []
-                outboundHead += 1
-                outboundOffset = 0
-                compactOutbound()
-            } else if written < 0 && errno == EINTR {
-                continue
-            } else if written < 0 && errno != EAGAIN {
-                // The plugin closed its input: what we wanted to say is lost; its exit will tell the rest.
-                outbound.removeAll()
-                outboundHead = 0
-                outboundOffset = 0
-                outboundPending = 0
-                process.closeToPlugin()
-                if process.exit == nil { inputClosedAt = MonotonicClock.now() }
-                return
-            } else {
-                return
-            }
-        }
-    }
-
-    /// Drops written chunks: all of them once the queue is empty (keeping the array's
-    /// small capacity), else the written ones when they are most of the array.
-    private func compactOutbound() {
-        if outboundHead == outbound.count {
-            outbound.removeAll(keepingCapacity: outbound.capacity <= 64)
-            outboundHead = 0
-        } else if outboundHead >= 64 && outboundHead * 2 >= outbound.count {
-            outbound.removeFirst(outboundHead)
-            outboundHead = 0
         }
     }
 }
