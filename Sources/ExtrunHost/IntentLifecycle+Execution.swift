@@ -26,10 +26,10 @@ extension IntentLifecycle {
 
     /// Runs one intent (initialize, then `work`) on `session`. After it the process is
     /// either ready for another intent (`session.isReusable`: its source keeps warm
-    /// processes, the plugin declared `reusable`, nothing went wrong) or ended, its
-    /// evidence and exit metrics in the report.
+    /// processes, the plugin declared `reusable`, nothing went wrong) or ended by its
+    /// teardown (`Teardown.plan`), its error, evidence and exit metrics in the report.
     mutating func run(_ work: Work, on session: PluginSession, into report: inout HandleReport) {
-        let (process, connection) = (session.process, session.connection)
+        let connection = session.connection
         let first = session.intents == 0
         session.intents += 1
         // The first intent's budget counts from the launch, a later one's from its initialize.
@@ -39,8 +39,8 @@ extension IntentLifecycle {
         bind(connection)
         session.isReusable = false
         var launchMs: Double?
-        var ended = false
-        do {
+        var failure: LifecycleFailure?
+        do throws(LifecycleFailure) {
             let handshake: InitializeResult
             if let last = session.lastHandshake, last.session == true, case .handle = work {
                 // A later intent in one `session` request: no initialize (docs/protocol.md §15);
@@ -59,19 +59,12 @@ extension IntentLifecycle {
                 }
             }
             try perform(work, connection, into: &report)
-            if session.keepsWarm, handshake.reusable == true, report.error == nil {
-                session.isReusable = true
-            } else {
-                closeAndWait(connection, into: &report)
-                process.finish()
-                ended = true
-            }
+            session.isReusable = session.keepsWarm && handshake.reusable == true && report.error == nil
         } catch {
-            fail(error, connection, into: &report)
+            failure = error
         }
         if !session.isReusable {
-            if !ended { process.finish() }
-            session.end(during: phase, into: &report)
+            end(session, after: failure, into: &report)
         }
         var metrics = report.metrics ?? RunMetrics(wallMs: 0)
         metrics.wallMs = MonotonicClock.milliseconds(from: start)
@@ -82,6 +75,34 @@ extension IntentLifecycle {
         }
         metrics.hostPeakRSSBytes = session.ownPeakRSS()
         report.metrics = metrics
+    }
+
+    /// Ends the session after its intent: after an answer the plugin is asked to exit, at
+    /// a deadline or a cancellation it is sent `cancel`, after another failure it is
+    /// killed (`Teardown.plan`). The report gets the failure's error, made once the plugin
+    /// had its grace (with what it wrote to stderr meanwhile; the time is the deadline's),
+    /// or, after an answer, a protocol violation or a limit noticed while it exited.
+    func end(_ session: PluginSession, after failure: LifecycleFailure?, into report: inout HandleReport) {
+        let elapsed = MonotonicClock.milliseconds(from: start)
+        let teardown = Teardown.plan(failure?.teardownEnding ?? .answered, policy: policy)
+        session.end(teardown, during: phase, into: &report) { report, outcome in
+            switch failure {
+            case .call(let failure):
+                report.error = error(for: failure, connection: session.connection, elapsedMs: elapsed)
+            case .host(let error):
+                report.error = error
+            case nil:
+                switch outcome.late {
+                case .protocolViolation, .overLimit:
+                    report.response = nil
+                    report.error = outcome.late.map { error(for: $0, connection: session.connection) }
+                case .exited, .deadlineExpired, .cancelled:
+                    options.log?("[extrun] \(id) did not exit within \(outcome.graceMs) ms after the channel closed; killed")
+                case nil:
+                    break
+                }
+            }
+        }
     }
 
     /// Points the connection's callbacks at this run: its log, its deadline (progress), its store services.
@@ -134,7 +155,7 @@ extension IntentLifecycle {
     }
 
     /// The work of an intent, after `initialize`.
-    mutating func perform(_ work: Work, _ connection: PluginConnection, into report: inout HandleReport) throws {
+    mutating func perform(_ work: Work, _ connection: PluginConnection, into report: inout HandleReport) throws(LifecycleFailure) {
         switch work {
         case .handle(let parameters):
             try handle(connection, parameters: parameters, into: &report)
@@ -146,46 +167,24 @@ extension IntentLifecycle {
         }
     }
 
-    /// The normal end of a session's last intent: close fd 3 and wait for the exit within the grace.
-    func closeAndWait(_ connection: PluginConnection, into report: inout HandleReport) {
-        let exitDeadline = MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000
-        if let failure = connection.closeAndWait(deadline: exitDeadline) {
-            switch failure {
-            case .protocolViolation, .overLimit:
-                report.response = nil
-                report.error = error(for: failure, connection: connection)
-            default:
-                options.log?("[extrun] \(id) did not exit within \(policy.exitGraceMs) ms after the channel closed; killed")
-            }
-        }
-    }
-
-    /// A session that failed: past its deadline the plugin gets `cancel` and a grace;
-    /// the report gets the error.
+    /// Until ConformanceCheck.probe ends its session by a teardown (REQUEST in /tmp/h/status.md).
     func fail(_ error: any Error, _ connection: PluginConnection, into report: inout HandleReport) {
+        let failure: CallFailure
         switch error {
-        case let failure as CallFailure:
-            // The time at the deadline, not after the grace below.
-            let elapsed = MonotonicClock.milliseconds(from: start)
-            let cancelReason: String? =
-                switch failure {
-                case .deadlineExpired: "timeout"
-                case .cancelled: "cancelled"
-                default: nil
-                }
-            if let cancelReason {
-                connection.stopReading()
-                connection.notify(Method.cancel, CancelParams(reason: cancelReason).jsonValue)
-                let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
-                connection.flushOutbound(deadline: grace)
-                _ = connection.closeAndWait(deadline: grace)
-            }
-            report.error = self.error(for: failure, connection: connection, elapsedMs: elapsed)
-        case let error as HostError:
-            report.error = error
-        default:
-            report.error = HostError(.internalError, "\(error)")
+        case LifecycleFailure.host(let error): report.error = error; return
+        case LifecycleFailure.call(let call): failure = call
+        case let call as CallFailure: failure = call
+        default: report.error = HostError(.internalError, "\(error)"); return
         }
+        let elapsed = MonotonicClock.milliseconds(from: start)
+        if case .stopped(let reason) = LifecycleFailure.call(failure).teardownEnding {
+            connection.stopReading()
+            connection.notify(Method.cancel, CancelParams(reason: reason).jsonValue)
+            let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
+            connection.flushOutbound(deadline: grace)
+            _ = connection.closeAndWait(deadline: grace)
+        }
+        report.error = self.error(for: failure, connection: connection, elapsedMs: elapsed)
     }
 
     // MARK: Reporting
@@ -207,9 +206,9 @@ extension IntentLifecycle {
 
     /// After a question to a person: a run cancelled meanwhile ends here, not with an
     /// unanswered question (the front end that cancels makes its prompter return nil).
-    func checkCancelled() throws {
+    func checkCancelled() throws(LifecycleFailure) {
         if let cancellation = options.cancellation, cancellation.isCancelled {
-            throw CallFailure.cancelled(cancellation.reason ?? "cancelled by the caller")
+            throw .call(.cancelled(cancellation.reason ?? "cancelled by the caller"))
         }
     }
 

@@ -89,7 +89,7 @@ struct IntentLifecycle {
 
 extension IntentLifecycle {
     @discardableResult
-    mutating func initialize(_ connection: PluginConnection) throws -> InitializeResult {
+    mutating func initialize(_ connection: PluginConnection) throws(LifecycleFailure) -> InitializeResult {
         phase = .launch
         let params = InitializeParams(hostVersion: Host.version, mode: mode, intent: activityOnly ? nil : definition.name)
         let value = try call(connection, Method.initialize, params.jsonValue)
@@ -97,25 +97,25 @@ extension IntentLifecycle {
         do {
             result = try InitializeResult(jsonValue: value)
         } catch {
-            throw CallFailure.protocolViolation("its initialize result is malformed: \(JSONCoding.describe(error))")
+            throw .protocolViolation("its initialize result is malformed: \(JSONCoding.describe(error))")
         }
         if result.protocolVersion != ProtocolVersion.current {
-            throw CallFailure.protocolViolation(
+            throw .protocolViolation(
                 "it speaks protocol version \(result.protocolVersion), this host speaks version \(ProtocolVersion.current)")
         }
         if result.plugin.id != id {
-            throw CallFailure.protocolViolation(
+            throw .protocolViolation(
                 "it introduced itself as '\(result.plugin.id)' but its manifest (\(plugin.manifestURL.path)) says '\(id)'")
         }
         if !activityOnly && !result.intents.contains(definition.name) {
-            throw CallFailure.protocolViolation(
+            throw .protocolViolation(
                 "its handshake does not list the intent '\(definition.name)' that its manifest declares (it lists: \(result.intents.joined(separator: ", ")))")
         }
         return result
     }
 
     /// Resolves, confirms (asking the intent's confirmation question, if it has one) and handles.
-    mutating func handle(_ connection: PluginConnection, parameters: [String: JSONValue], into report: inout HandleReport) throws {
+    mutating func handle(_ connection: PluginConnection, parameters: [String: JSONValue], into report: inout HandleReport) throws(LifecycleFailure) {
         if sessionRequest { try requestSession(connection, parameters: parameters) }
         let resolved = try resolveAll(connection, parameters: parameters)
         self.resolved = resolved
@@ -140,18 +140,18 @@ extension IntentLifecycle {
     /// from, and takes its answer as the intent's response.
     mutating func continueActivity(
         _ connection: PluginConnection, activity: UserActivity, interaction: Interaction?, into report: inout HandleReport
-    ) throws {
+    ) throws(LifecycleFailure) {
         phase = .continueActivity
         let params = ContinueParams(activity: activity, interaction: interaction)
-        let value = try call(connection, Method.continue, try JSONCoding.value(of: params))
+        let value = try call(connection, Method.continue, encoded(params))
         let response: IntentResponse
         do {
             response = try IntentResponse(jsonValue: value)
         } catch {
-            throw CallFailure.protocolViolation("its continue response is malformed: \(JSONCoding.describe(error))")
+            throw .protocolViolation("its continue response is malformed: \(JSONCoding.describe(error))")
         }
         if !definition.isKnownResponseCode(response.code) {
-            throw CallFailure.protocolViolation(
+            throw .protocolViolation(
                 "it answered continue with the code '\(response.code)', which is neither a standard code nor one its manifest declares"
                     + (activityOnly ? "" : " for \(definition.name)"))
         }
@@ -161,43 +161,45 @@ extension IntentLifecycle {
 
     /// Asks a person (`body` calls the prompter) with the deadline's clock stopped; a run
     /// cancelled while the question was open ends here (`CallFailure.cancelled`).
-    func asking<Answer>(_ body: () -> Answer?) throws -> Answer? {
+    func asking<Answer>(_ body: () -> Answer?) throws(LifecycleFailure) -> Answer? {
         let answer = deadline.excluding(body)
         try checkCancelled()
         return answer
     }
 
-    func confirmWithPerson(_ question: String) throws {
+    func confirmWithPerson(_ question: String) throws(LifecycleFailure) {
         if options.assumeYes { return }
         guard let prompter = options.prompter else {
-            throw HostError(
-                .confirmationDeclined, "\(definition.name) needs a confirmation: \(question) (run with --yes to confirm, or on a terminal)",
-                details: ["prompt": .string(question)])
+            throw .host(
+                HostError(
+                    .confirmationDeclined, "\(definition.name) needs a confirmation: \(question) (run with --yes to confirm, or on a terminal)",
+                    details: ["prompt": .string(question)]))
         }
         let answer = try asking { prompter.confirm(question) }
         guard answer == true else {
-            throw HostError(
-                .confirmationDeclined, "\(definition.name) was not confirmed: \(question) \(answer == nil ? "(no answer)" : "(declined)")",
-                details: ["prompt": .string(question)])
+            throw .host(
+                HostError(
+                    .confirmationDeclined, "\(definition.name) was not confirmed: \(question) \(answer == nil ? "(no answer)" : "(declined)")",
+                    details: ["prompt": .string(question)]))
         }
     }
 
-    mutating func options(_ connection: PluginConnection, parameter: String, parameters: [String: JSONValue], search: String?) throws
+    mutating func options(_ connection: PluginConnection, parameter: String, parameters: [String: JSONValue], search: String?) throws(LifecycleFailure)
         -> OptionsResult
     {
         let params = OptionsParams(intent: definition.name, parameter: parameter, parameters: parameters, search: search)
-        let value = try call(connection, Method.options, try JSONCoding.value(of: params))
+        let value = try call(connection, Method.options, encoded(params))
         let result: OptionsResult
         do {
             result = try JSONCoding.decode(OptionsResult.self, from: value)
         } catch {
-            throw CallFailure.protocolViolation("its options for '\(parameter)' are malformed: \(JSONCoding.describe(error))")
+            throw .protocolViolation("its options for '\(parameter)' are malformed: \(JSONCoding.describe(error))")
         }
         if let definition = definition.parameter(named: parameter) {
             let single = ParameterDefinition(name: definition.name, type: definition.type, values: definition.values, customType: definition.customType)
             for item in result.allItems {
                 if let problem = ParameterValueCheck.problem(item.value, for: single) {
-                    throw CallFailure.protocolViolation("its option '\(item.identifier)' for '\(parameter)' does not fit the parameter's type: \(problem)")
+                    throw .protocolViolation("its option '\(item.identifier)' for '\(parameter)' does not fit the parameter's type: \(problem)")
                 }
             }
         }
@@ -207,7 +209,7 @@ extension IntentLifecycle {
     /// The most times one parameter is resolved again after a person answered.
     static let maxResolutionRounds = 6
 
-    mutating func resolveAll(_ connection: PluginConnection, parameters: [String: JSONValue]) throws -> [String: JSONValue] {
+    mutating func resolveAll(_ connection: PluginConnection, parameters: [String: JSONValue]) throws(LifecycleFailure) -> [String: JSONValue] {
         phase = .resolve
         var values = parameters
         for parameter in definition.parameters {
@@ -228,7 +230,7 @@ extension IntentLifecycle {
                     do {
                         resolution = try ResolutionResult(jsonValue: value)
                     } catch {
-                        throw CallFailure.protocolViolation("its resolution of '\(parameter.name)' is malformed: \(JSONCoding.describe(error))")
+                        throw .protocolViolation("its resolution of '\(parameter.name)' is malformed: \(JSONCoding.describe(error))")
                     }
                 }
                 let again = try apply(resolution, to: parameter, values: &values, connection: connection, canAsk: round < Self.maxResolutionRounds)
@@ -242,12 +244,12 @@ extension IntentLifecycle {
     mutating func apply(
         _ resolution: ResolutionResult, to parameter: ParameterDefinition, values: inout [String: JSONValue], connection: PluginConnection,
         canAsk: Bool
-    ) throws -> Bool {
-        func unresolved(_ message: String, _ extra: [String: JSONValue] = [:]) -> HostError {
+    ) throws(LifecycleFailure) -> Bool {
+        func unresolved(_ message: String, _ extra: [String: JSONValue] = [:]) -> LifecycleFailure {
             var details = extra
             details["parameter"] = .string(parameter.name)
             details["resolution"] = resolution.jsonValue
-            return HostError(.parameterUnresolved, message, details: details)
+            return .host(HostError(.parameterUnresolved, message, details: details))
         }
         let prompter = canAsk ? options.prompter : nil
         let prompt = parameter.prompt ?? "A value is needed for \(parameter.title ?? parameter.name)."
@@ -268,7 +270,7 @@ extension IntentLifecycle {
             if value.isNull {
                 values[parameter.name] = nil
             } else if let problem = ParameterValueCheck.problem(value, for: parameter) {
-                throw CallFailure.protocolViolation("it resolved '\(parameter.name)' to a value that does not fit its type: \(problem)")
+                throw .protocolViolation("it resolved '\(parameter.name)' to a value that does not fit its type: \(problem)")
             } else {
                 values[parameter.name] = value
             }
@@ -314,8 +316,8 @@ extension IntentLifecycle {
     /// Asks a person for a value (offering the plugin's options when it has dynamic ones).
     mutating func askForValue(
         _ parameter: ParameterDefinition, prompt: String, prompter: any Prompter, values: inout [String: JSONValue],
-        connection: PluginConnection, unresolved: (String, [String: JSONValue]) -> HostError
-    ) throws -> Bool {
+        connection: PluginConnection, unresolved: (String, [String: JSONValue]) -> LifecycleFailure
+    ) throws(LifecycleFailure) -> Bool {
         if parameter.dynamicOptions {
             let saved = phase
             let offered = try options(connection, parameter: parameter.name, parameters: values, search: nil).allItems
@@ -356,7 +358,7 @@ extension IntentLifecycle {
         }
     }
 
-    mutating func intentResponse(_ connection: PluginConnection, _ method: String, parameters: [String: JSONValue]) throws -> IntentResponse {
+    mutating func intentResponse(_ connection: PluginConnection, _ method: String, parameters: [String: JSONValue]) throws(LifecycleFailure) -> IntentResponse {
         if replay != nil, let replayed = try replayedResponse(method) {
             return try checked(replayed, method)
         }
@@ -366,23 +368,33 @@ extension IntentLifecycle {
         do {
             response = try IntentResponse(jsonValue: value)
         } catch {
-            throw CallFailure.protocolViolation("its \(method) response is malformed: \(JSONCoding.describe(error))")
+            throw .protocolViolation("its \(method) response is malformed: \(JSONCoding.describe(error))")
         }
         return try checked(response, method)
     }
 
     /// A response whose code is standard or declared in the manifest.
-    func checked(_ response: IntentResponse, _ method: String) throws -> IntentResponse {
+    func checked(_ response: IntentResponse, _ method: String) throws(LifecycleFailure) -> IntentResponse {
         if !definition.isKnownResponseCode(response.code) {
             let custom = definition.responses.map(\.code)
-            throw CallFailure.protocolViolation(
+            throw .protocolViolation(
                 "it answered \(method) with the code '\(response.code)', which is neither a standard code nor one its manifest declares"
                     + (custom.isEmpty ? "" : " (declared: \(custom.joined(separator: ", ")))"))
         }
         return response
     }
 
-    func call(_ connection: PluginConnection, _ method: String, _ params: JSONValue) throws -> JSONValue {
+    /// A request's parameters as JSON (a type of the protocol's own: its encoding failing
+    /// would be the host's fault).
+    func encoded(_ params: some Encodable) throws(LifecycleFailure) -> JSONValue {
+        do {
+            return try JSONCoding.value(of: params)
+        } catch {
+            throw .host(HostError(.internalError, "\(error)"))
+        }
+    }
+
+    func call(_ connection: PluginConnection, _ method: String, _ params: JSONValue) throws(LifecycleFailure) -> JSONValue {
         let deadline = self.deadline
         let sent = MonotonicClock.now()
         let outcome = connection.call(method, params, deadline: { deadline.instant })
@@ -406,11 +418,12 @@ extension IntentLifecycle {
                 rpcError.code == RPCError.unknownIntent || rpcError.code == RPCError.methodNotFound
                     || rpcError.code == RPCError.invalidParams
                 ? .protocolError : .pluginError
-            throw HostError(
-                kind, "\(id) answered \(method) with an error: \(rpcError.message) (code \(rpcError.code))",
-                details: ["phase": .string(phase.rawValue), "code": .int(Int64(rpcError.code))])
+            throw .host(
+                HostError(
+                    kind, "\(id) answered \(method) with an error: \(rpcError.message) (code \(rpcError.code))",
+                    details: ["phase": .string(phase.rawValue), "code": .int(Int64(rpcError.code))]))
         case .failure(let failure):
-            throw failure
+            throw .call(failure)
         }
     }
 }

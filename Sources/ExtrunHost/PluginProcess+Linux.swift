@@ -1,5 +1,6 @@
 import CExtrunLinux
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -244,7 +245,7 @@ final class PluginProcess {
         func pipePair() throws(HostError) -> (read: Int32, write: Int32) {
             var fds: [Int32] = [-1, -1]
             guard extrun_pipe_cloexec(&fds) == 0 else {
-                let reason = String(cString: strerror(errno))
+                let reason = SystemCall.lastReason
                 for fd in opened { close(fd) }
                 throw HostError(.internalError, "cannot create a pipe for the plugin: \(reason)")
             }
@@ -333,7 +334,7 @@ final class PluginProcess {
         withExtendedLifetime(arena) { extrun_sandbox_spawn(&request, &result) }
         guard result.error == 0, result.supervisor_pid > 0 else {
             for fd in [input.write, output.read, out.read, err.read] { close(fd) }
-            throw HostError(.internalError, "cannot start the plugin's supervisor: \(String(cString: strerror(result.error)))")
+            throw HostError(.internalError, "cannot start the plugin's supervisor: \(SystemCall.reason(result.error))")
         }
         let process = PluginProcess(
             supervisorPID: result.supervisor_pid, statusFD: result.status_fd, lifelineFD: result.lifeline_fd,
@@ -342,12 +343,15 @@ final class PluginProcess {
         process.scratch = sandbox.scratchPath
         // The first event says whether the plugin started.
         guard let first = process.readEvent(blocking: true) else {
-            process.finish()
+            process.kill()
+            process.reap()
             throw HostError(.internalError, "the plugin's supervisor ended before it reported the start of \(spec.executable.path)")
         }
         if first.type == EXTRUN_EVENT_SETUP_FAILED.rawValue {
-            process.finish()
-            let reason = String(cString: strerror(first.error))
+            // No plugin ran: the supervisor goes (a session's `Teardown` is for a started one).
+            process.kill()
+            process.reap()
+            let reason = SystemCall.reason(first.error)
             switch extrun_spawn_stage(rawValue: UInt32(first.stage)) {
             case EXTRUN_STAGE_PID_NAMESPACE where programs?.needsPidNamespace == true:
                 // No pid namespace to be had here: again (once) with the program that has the
@@ -465,18 +469,23 @@ final class PluginProcess {
         let size = MemoryLayout<extrun_event>.size
         while eventBuffer.count < size {
             guard statusFD >= 0 else { return nil }
-            var chunk = [UInt8](repeating: 0, count: size * 4)
-            let count = chunk.withUnsafeMutableBytes { read(statusFD, $0.baseAddress, size - eventBuffer.count) }
-            if count > 0 {
+            var chunk = [UInt8](repeating: 0, count: size - eventBuffer.count)
+            let fd = statusFD
+            let outcome = chunk.withUnsafeMutableBytes { raw in
+                Result { () throws(SystemCallError) in try SystemCall.readNonBlocking(fd, into: raw) }
+            }
+            switch outcome {
+            case .success(.completed(let count)) where count > 0:
                 eventBuffer += chunk[0..<count]
-            } else if count == 0 || (errno != EAGAIN && errno != EINTR) {
+            case .success(.wouldBlock):
+                if !blocking { return nil }
+                var entry = [pollfd(fd: statusFD, events: Int16(POLLIN), revents: 0)]
+                _ = try? SystemCall.poll(&entry, timeoutMs: 1000)
+            case .success(.completed), .failure:
+                // The end of the supervisor's reports (or a read that failed: there will be no more).
                 close(statusFD)
                 statusFD = -1
                 return nil
-            } else if errno == EAGAIN {
-                if !blocking { return nil }
-                var entry = pollfd(fd: statusFD, events: Int16(POLLIN), revents: 0)
-                _ = poll(&entry, 1, 1000)
             }
         }
         let event = eventBuffer.withUnsafeBytes { $0.loadUnaligned(as: extrun_event.self) }
@@ -492,12 +501,19 @@ final class PluginProcess {
         return ScratchDirectory.remove(URL(fileURLWithPath: scratch, isDirectory: true))
     }
 
-    /// Has the supervisor kill the plugin and everything it started.
+    /// Unless it has exited, has the supervisor kill the plugin and everything it started
+    /// (a "K" on the lifeline), and sends SIGKILL to its process group.
     func kill() {
         guard lifelineFD >= 0, exit == nil else { return }
         var command = UInt8(ascii: "K")
         _ = write(lifelineFD, &command, 1)
         if pid > 0 { _ = Glibc.kill(-pid, SIGKILL) }
+    }
+
+    /// Until ConformanceCheck.probe ends its session by a teardown.
+    func finish() {
+        kill()
+        reap()
     }
 
     func closeToPlugin() {
@@ -507,17 +523,18 @@ final class PluginProcess {
         }
     }
 
-    /// Kills whatever is left, waits for the supervisor's final report (so that
-    /// no process of the plugin's remains), reaps the supervisor, closes everything.
-    func finish() {
-        if exit == nil { kill() }
+    /// Closes the lifeline (the supervisor kills whatever is left when it closes), waits
+    /// for the supervisor's final report (so that no process of the plugin's remains),
+    /// reaps the supervisor, closes everything and gives back the run's uid. A step of
+    /// every session's end (`Teardown`), after `kill`.
+    func reap() {
         if lifelineFD >= 0 {
             close(lifelineFD)
             lifelineFD = -1
         }
         while exit == nil, statusFD >= 0, let event = readEvent(blocking: true) { apply(event) }
         var status: Int32 = 0
-        while waitpid(supervisorPID, &status, 0) < 0 && errno == EINTR {}
+        _ = SystemCall.retryingInterrupts { waitpid(supervisorPID, &status, 0) }
         memory.detach()
         uidLease = nil
         for fd in [toPlugin, fromPlugin, stdoutFD, stderrFD, statusFD] where fd >= 0 { close(fd) }

@@ -86,7 +86,8 @@ final class PluginSession {
     var isReusable = false
     /// The plugin's answer to the last `initialize`: whether it takes `session` requests.
     var lastHandshake: InitializeResult?
-    private var released = false
+    /// Set once the session's teardown has run (`end`, `close`).
+    private var ended = false
 
     private init(
         spec: SessionSpec, key: Key?, keepsWarm: Bool, process: PluginProcess, connection: PluginConnection, scratch: URL,
@@ -113,37 +114,72 @@ final class PluginSession {
         return process.exit == nil && process.violation == nil
     }
 
-    /// After the process ended: the evidence of what ended it goes in the report
-    /// (`attribute`), the exit's CPU and RSS in its metrics; the scratch directory
-    /// and the cgroup are removed.
-    func end(during phase: Phase, into report: inout HandleReport) {
-        attribute(during: phase, into: &report)
-        report.metrics = exitMetrics(wallMs: 0)
-        release()
-    }
-
-    /// Ends a process kept between intents: closes fd 3, waits the exit grace, kills what is left.
-    func close() {
-        guard !released else { return }
-        if process.exit == nil {
-            _ = connection.closeAndWait(deadline: MonotonicClock.now() + UInt64(policy.exitGraceMs) * 1_000_000)
+    /// Ends the process by `teardown`'s steps, in order: the one place a session ends
+    /// (`Teardown.plan` decides how). At its `.report` step, with the process gone,
+    /// `settle` puts the intent's error (or what the wait for the exit saw) in the report,
+    /// then the evidence of what ended it goes there (`attribute`), and the exit's CPU and
+    /// RSS in its metrics. Once: a session that has ended stays so.
+    func end(
+        _ teardown: Teardown, during phase: Phase, into report: inout HandleReport,
+        settle: (inout HandleReport, TeardownOutcome) -> Void = { _, _ in }
+    ) {
+        run(teardown) { outcome, scratchLeft in
+            settle(&report, outcome)
+            self.attribute(during: phase, scratchLeft: scratchLeft, into: &report)
+            report.metrics = self.exitMetrics(wallMs: 0)
         }
-        process.finish()
-        release()
     }
 
-    private func release() {
-        guard !released else { return }
-        released = true
-        cgroup?.remove()
-        ScratchDirectory.remove(scratch)
+    /// Ends a process kept between intents (its pool lets it go): the end of fd 3, the
+    /// exit grace, then whatever is left is killed.
+    func close() {
+        run(Teardown.plan(.idle, policy: policy)) { _, _ in }
+    }
+
+    /// Runs `teardown`'s steps; `.report` calls `report` with what the teardown saw and
+    /// the scratch directory left, if any.
+    private func run(_ teardown: Teardown, report: (TeardownOutcome, String?) -> Void) {
+        guard !ended else { return }
+        ended = true
+        // The grace is counted once, from the start: writing what is queued and waiting for the exit share it.
+        let graceEnd = MonotonicClock.now() + UInt64(teardown.graceMs) * 1_000_000
+        var outcome = TeardownOutcome(late: nil, graceMs: teardown.graceMs)
+        var scratchLeft: String?
+        for step in teardown.steps {
+            switch step {
+            case .stopReading:
+                connection.stopReading()
+            case .cancel(let reason):
+                connection.notify(Method.cancel, CancelParams(reason: reason).jsonValue)
+            case .closeInput:
+                connection.flushOutbound(deadline: graceEnd)
+                process.closeToPlugin()
+            case .waitForExit:
+                outcome.late = connection.closeAndWait(deadline: graceEnd)
+            case .kill:
+                process.kill()
+            case .reap:
+                process.reap()
+            case .removeScratch:
+                // By descriptor once the supervisor reported the end (what could not be removed
+                // goes in the report); by path whatever happened.
+                scratchLeft = process.removeScratch()
+                ScratchDirectory.remove(scratch)
+            case .report:
+                report(outcome, scratchLeft)
+            case .removeCgroup:
+                cgroup?.remove()
+            }
+        }
+    }
+
+    /// Until ConformanceCheck.probe ends its session by a teardown (REQUEST in /tmp/h/status.md).
+    func end(during phase: Phase, into report: inout HandleReport) {
+        end(Teardown.plan(.killed, policy: policy), during: phase, into: &report)
     }
 
     deinit {
-        if !released {
-            process.finish()
-            release()
-        }
+        run(Teardown.plan(.dropped, policy: policy)) { _, _ in }
     }
 
     // MARK: Metrics
@@ -249,8 +285,12 @@ final class PluginSession {
 
     // MARK: Evidence
 
-    /// the failure whatever else happened.
-    func attribute(during phase: Phase, into report: inout HandleReport) {
+    /// What ended the process, from the host's evidence, goes in the report: a forbidden
+    /// system call, the disk quota or the run's memory cap (seen by the supervisor) replace
+    /// the error whatever else happened; a crash or a closed channel with the memory cap's
+    /// evidence becomes memoryLimitExceeded; `scratchLeft` (the scratch directory that could
+    /// not be removed) is added to the error, or is the error.
+    func attribute(during phase: Phase, scratchLeft left: String?, into report: inout HandleReport) {
         for call in process.denied { log?("[extrun] \(id) was refused \(call.description)") }
         if let violation = process.violation {
             report.response = nil
@@ -282,8 +322,8 @@ final class PluginSession {
             let tail = connection.stderr.lastLines(20)
             if !tail.isEmpty { report.error?.details["stderr"] = .array(tail.map { .string($0) }) }
         }
-        // Nothing of the run's may outlive it: its scratch directory goes now, and the report says if it could not.
-        if let left = process.removeScratch() {
+        // Nothing of the run's may outlive it: the report says if its scratch directory could not be removed.
+        if let left {
             if report.error == nil {
                 report.error = HostError(.internalError, "the scratch directory of \(id)'s run could not be removed: \(left)", details: ["scratchLeft": .string(left)])
             } else {
