@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -65,9 +66,9 @@ struct LineReader {
                     return .tooLong(size)
                 }
             }
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 {
+            // A failed read ends the input as its end does.
+            let count = (try? SystemCall.read(fd, into: &chunk)) ?? 0
+            if count == 0 {
                 // An unfinished last line is still a message.
                 if !skipping && !buffer.isEmpty {
                     let line = buffer[...]
@@ -190,18 +191,11 @@ final class LineWriter: Sendable {
     }
 
     private func write(_ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { raw -> Int in
-                guard let base = raw.baseAddress else { return 0 }
-                return Glibc.write(fd, base + offset, raw.count - offset)
-            }
-            if written < 0 {
-                if errno == EINTR { continue }
-                return false
-            }
-            offset += written
+        do {
+            try SystemCall.writeAll(fd, bytes)
+            return true
+        } catch {
+            return false
         }
-        return true
     }
 }

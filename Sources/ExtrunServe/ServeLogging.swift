@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 import Logging
 
@@ -48,15 +49,8 @@ public struct ServeLogHandler: LogHandler {
             line = Array("\(time) \(event.level.rawValue) \(Self.escaped(event.message.description))\(fields.isEmpty ? "" : " " + fields)".utf8)
         }
         line.append(0x0A)
-        line.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let written = write(STDERR_FILENO, buffer.baseAddress! + offset, buffer.count - offset)
-                if written < 0, errno == EINTR { continue }
-                if written <= 0 { return }
-                offset += written
-            }
-        }
+        // A log line that cannot be written is dropped: there is nowhere to say so.
+        try? SystemCall.writeAll(STDERR_FILENO, line)
     }
 
     /// Text for `--log-format text`: control characters (newlines, escapes) as \n, \t, \u{1b}.

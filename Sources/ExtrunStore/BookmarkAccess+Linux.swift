@@ -295,7 +295,7 @@ public struct BookmarkAccess: Sendable {
         defer { close(toDir) }
         afterResolving?()
         do {
-            try SystemCalls.renameat2(fromDir, fromLeaf, toDir, toLeaf, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(fromDir, fromLeaf, toDir, toLeaf, flags: LinuxABI.RENAME_NOREPLACE)
         } catch {
             if error.code == EEXIST { throw self.error(.alreadyExists, "'\(destination)' already exists in bookmark '\(name)'", destination) }
             if error.code == EINVAL { throw self.error(.invalidPath, "'\(source)' cannot be moved into itself", source) }
@@ -341,7 +341,7 @@ public struct BookmarkAccess: Sendable {
         do {
             // Into the trash (the home's, private to the process) with the process's rights:
             // `requireRemovable` checked that the creator may take it out of its folder.
-            try asService { try SystemCalls.renameat2(dirfd, leaf, filesDir, id, flags: LinuxABI.RENAME_NOREPLACE) }
+            try asService { try StoreShims.renameat2(dirfd, leaf, filesDir, id, flags: LinuxABI.RENAME_NOREPLACE) }
         } catch let error as SystemCallError {
             if error.code == EXDEV {
                 throw self.error(

@@ -108,7 +108,7 @@ extension BookmarkAccess {
         let relative = parts.isEmpty ? "." : parts.joined(separator: "/")
         var resolve = LinuxABI.RESOLVE_BENEATH | LinuxABI.RESOLVE_NO_MAGICLINKS
         if noSymlinks { resolve |= LinuxABI.RESOLVE_NO_SYMLINKS }
-        switch SystemCalls.openat2(dirfd, relative, flags: flags, resolve: resolve) {
+        switch StoreShims.openat2(dirfd, relative, flags: flags, resolve: resolve) {
         case .success(let fd):
             try refuseHome(fd, path)
             return fd

@@ -28,16 +28,17 @@ struct OpenHow {
     var resolve: UInt64
 }
 
-/// System calls Swift cannot reach directly: `openat2` (only through the
-/// variadic `syscall(2)`, which Swift does not import) and `renameat2`
-/// (declared only under _GNU_SOURCE).
+/// The store's shims: system calls Swift cannot reach directly, `openat2` (only
+/// through the variadic `syscall(2)`, which Swift does not import), `renameat2` and
+/// `statx` (declared only under _GNU_SOURCE). They retry EINTR and name the call in
+/// their errors through ExtrunSystem's `SystemCall`, as every other call does.
 ///
 /// With the CExtrunStoreShims target in the package, they go through its C
 /// wrappers. Without it, they are looked up with dlsym and called through
 /// fixed-argument C function pointers: glibc's `syscall` is an assembly
 /// trampoline that just moves integer registers, so a fixed-argument call of
 /// integer/pointer arguments is ABI-compatible on x86_64 and aarch64.
-enum SystemCalls {
+enum StoreShims {
     #if !canImport(CExtrunStoreShims)
     private typealias SyscallOpenat2 = @convention(c) (CLong, Int32, UnsafePointer<CChar>, UnsafeRawPointer, Int) -> CLong
     private typealias Renameat2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
@@ -60,44 +61,47 @@ enum SystemCalls {
         // The kernel answers EAGAIN when a rename raced with a RESOLVE_BENEATH
         // lookup (it refuses rather than risk an escape); trying again is the documented answer.
         for _ in 0..<64 {
-            let result: CLong = path.withCString { cPath in
-                withUnsafePointer(to: &how) { howPointer in
-                    #if canImport(CExtrunStoreShims)
-                    CLong(extrun_openat2(dirfd, cPath, UnsafeMutableRawPointer(mutating: howPointer), MemoryLayout<OpenHow>.size))
-                    #else
-                    guard let call = syscallFunction else {
-                        errno = ENOSYS
-                        return -1
+            do throws(SystemCallError) {
+                let fd = try SystemCall.retrying("openat2") { () -> CLong in
+                    path.withCString { cPath in
+                        withUnsafePointer(to: &how) { howPointer in
+                            #if canImport(CExtrunStoreShims)
+                            CLong(extrun_openat2(dirfd, cPath, UnsafeMutableRawPointer(mutating: howPointer), MemoryLayout<OpenHow>.size))
+                            #else
+                            guard let call = syscallFunction else {
+                                errno = ENOSYS
+                                return -1
+                            }
+                            return call(LinuxABI.SYS_openat2, dirfd, cPath, howPointer, MemoryLayout<OpenHow>.size)
+                            #endif
+                        }
                     }
-                    return call(LinuxABI.SYS_openat2, dirfd, cPath, howPointer, MemoryLayout<OpenHow>.size)
-                    #endif
                 }
+                return .success(Int32(fd))
+            } catch {
+                if error.errno != .resourceTemporarilyUnavailable { return .failure(error) }
             }
-            if result >= 0 { return .success(Int32(result)) }
-            let error = SystemCallError.last("openat2")
-            // EAGAIN: the kernel asks for a retry (a rename raced the walk); EINTR as everywhere.
-            if error.errno == .resourceTemporarilyUnavailable || error.errno == .interrupted { continue }
-            return .failure(error)
         }
         return .failure(SystemCallError(call: "openat2", code: EAGAIN))
     }
 
     /// `renameat2(olddirfd, oldname, newdirfd, newname, flags)`.
     static func renameat2(_ fromDir: Int32, _ fromName: String, _ toDir: Int32, _ toName: String, flags: UInt32) throws(SystemCallError) {
-        let result: Int32 = fromName.withCString { from in
-            toName.withCString { to in
-                #if canImport(CExtrunStoreShims)
-                extrun_renameat2(fromDir, from, toDir, to, flags)
-                #else
-                guard let call = renameat2Function else {
-                    errno = ENOSYS
-                    return -1
+        _ = try SystemCall.retrying("renameat2") { () -> Int32 in
+            fromName.withCString { from in
+                toName.withCString { to in
+                    #if canImport(CExtrunStoreShims)
+                    extrun_renameat2(fromDir, from, toDir, to, flags)
+                    #else
+                    guard let call = renameat2Function else {
+                        errno = ENOSYS
+                        return -1
+                    }
+                    return call(fromDir, from, toDir, to, flags)
+                    #endif
                 }
-                return call(fromDir, from, toDir, to, flags)
-                #endif
             }
         }
-        if result != 0 { throw SystemCallError(call: "renameat2", code: errno) }
     }
 
     /// `statx(dirfd, path, flags, mask, buffer)` into a 256-byte `struct statx`.
@@ -181,7 +185,7 @@ enum FileOps {
     static func status(_ fd: Int32) throws(SystemCallError) -> FileStatus {
         try withUnsafeTemporaryAllocation(byteCount: 256, alignment: 8) { (buffer) throws(SystemCallError) -> FileStatus in
             guard let base = buffer.baseAddress else { throw SystemCallError(call: "statx", code: ENOMEM) }
-            try SystemCalls.statx(fd, "", flags: LinuxABI.AT_EMPTY_PATH, into: base)
+            try StoreShims.statx(fd, "", flags: LinuxABI.AT_EMPTY_PATH, into: base)
             return FileStatus(statx: base)
         }
     }
@@ -191,7 +195,7 @@ enum FileOps {
         try withUnsafeTemporaryAllocation(byteCount: 256, alignment: 8) { (buffer) throws(SystemCallError) -> FileStatus? in
             guard let base = buffer.baseAddress else { throw SystemCallError(call: "statx", code: ENOMEM) }
             do throws(SystemCallError) {
-                try SystemCalls.statx(dirfd, name, flags: AT_SYMLINK_NOFOLLOW, into: base)
+                try StoreShims.statx(dirfd, name, flags: AT_SYMLINK_NOFOLLOW, into: base)
             } catch {
                 if error.code == ENOENT { return nil }
                 throw error
@@ -250,7 +254,7 @@ enum FileOps {
         if replace {
             try check(Glibc.renameat(dirfd, temporary, dirfd, name), "renameat")
         } else {
-            try SystemCalls.renameat2(dirfd, temporary, dirfd, name, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(dirfd, temporary, dirfd, name, flags: LinuxABI.RENAME_NOREPLACE)
         }
         renamed = true
         try fsync(dirfd)
@@ -299,7 +303,7 @@ public enum AtomicRename {
     /// `rename(from, to)` that fails with EEXIST instead of replacing `to`. Nil, or the errno's text.
     public static func moveNoReplace(_ from: String, _ to: String) -> String? {
         do {
-            try SystemCalls.renameat2(AT_FDCWD, from, AT_FDCWD, to, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(AT_FDCWD, from, AT_FDCWD, to, flags: LinuxABI.RENAME_NOREPLACE)
             return nil
         } catch {
             return error.reason
@@ -309,7 +313,7 @@ public enum AtomicRename {
     /// Exchanges `a` and `b` (both must exist) atomically (`RENAME_EXCHANGE`). Nil, or the errno's text.
     public static func exchange(_ a: String, _ b: String) -> String? {
         do {
-            try SystemCalls.renameat2(AT_FDCWD, a, AT_FDCWD, b, flags: 2)
+            try StoreShims.renameat2(AT_FDCWD, a, AT_FDCWD, b, flags: 2)
             return nil
         } catch {
             return error.reason

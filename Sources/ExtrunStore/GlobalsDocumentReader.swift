@@ -1,4 +1,5 @@
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -316,15 +317,11 @@ struct GlobalsDocumentReader {
             filled = buffer.count
         case .fileDescriptor(let fd, let name):
             if buffer.count != Self.chunkBytes { buffer = [UInt8](repeating: 0, count: Self.chunkBytes) }
-            var count: Int
-            repeat {
-                count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, Self.chunkBytes) }
-            } while count < 0 && errno == EINTR
-            guard count >= 0 else {
-                let reason = String(cString: strerror(errno))
-                throw StoreError(.ioError, "cannot read \(name): \(reason); nothing was imported", details: ["file": .string(name)])
+            do {
+                filled = try SystemCall.read(fd, into: &buffer)
+            } catch {
+                throw StoreError(.ioError, "cannot read \(name): \(error.reason); nothing was imported", details: ["file": .string(name)])
             }
-            filled = count
         }
         consumed += filled
         if filled == 0 { finished = true }

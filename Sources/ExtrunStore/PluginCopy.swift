@@ -283,7 +283,7 @@ public enum PluginCopies {
         // 0755 last: what marks a finished copy (`reuse`).
         _ = fchmod(copyFD, 0o755)
         do throws(SystemCallError) {
-            try SystemCalls.renameat2(rootFD, temporary, rootFD, name, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(rootFD, temporary, rootFD, name, flags: LinuxABI.RENAME_NOREPLACE)
             done = true
             try? FileOps.fsync(rootFD)
         } catch where error.code == EEXIST || error.code == ENOTEMPTY {

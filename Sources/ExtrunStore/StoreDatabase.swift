@@ -159,7 +159,7 @@ final class StoreDatabase: Sendable {
                 try FileOps.fsync(fd)
             }
             do {
-                try SystemCalls.renameat2(AT_FDCWD, temporary, AT_FDCWD, path, flags: LinuxABI.RENAME_NOREPLACE)
+                try StoreShims.renameat2(AT_FDCWD, temporary, AT_FDCWD, path, flags: LinuxABI.RENAME_NOREPLACE)
                 renamed = true
             } catch where error.code == EEXIST {
                 return  // Another process created it a moment ago: use theirs.

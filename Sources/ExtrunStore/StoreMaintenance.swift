@@ -136,7 +136,7 @@ public enum StoreMaintenance {
             throw StoreDatabase.storeError(error, path: temporary)
         }
         do {
-            try SystemCalls.renameat2(AT_FDCWD, temporary, AT_FDCWD, destination, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(AT_FDCWD, temporary, AT_FDCWD, destination, flags: LinuxABI.RENAME_NOREPLACE)
             finished = true
         } catch {
             throw StoreError(.ioError, "cannot name the recovered file \(destination): \(error.reason)", details: ["file": .string(destination)])

@@ -303,7 +303,7 @@ extension Store {
         progress?(MigrationProgress(phase: "export", done: done, total: totals))
         do {
             try FileOps.fsync(fd)
-            try SystemCalls.renameat2(dirfd, temporary, dirfd, name, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(dirfd, temporary, dirfd, name, flags: LinuxABI.RENAME_NOREPLACE)
             renamed = true
             try FileOps.fsync(dirfd)
         } catch {

@@ -231,7 +231,7 @@ struct ContainerCopier {
             throw Self.ioError(destination, error)
         }
         do {
-            try SystemCalls.renameat2(dirfd, temporary, dirfd, name, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(dirfd, temporary, dirfd, name, flags: LinuxABI.RENAME_NOREPLACE)
             renamed = true
         } catch where error.code == EEXIST {
             guard lstat(destination, &info) == 0 else { throw Self.ioError(destination, error) }
@@ -289,7 +289,7 @@ struct ContainerCopier {
         let temporary = folder + "/" + Self.temporaryName()
         guard symlink(target, temporary) == 0 else { throw Self.ioError(destination, SystemCallError(call: "symlink", code: errno)) }
         do {
-            try SystemCalls.renameat2(AT_FDCWD, temporary, AT_FDCWD, destination, flags: LinuxABI.RENAME_NOREPLACE)
+            try StoreShims.renameat2(AT_FDCWD, temporary, AT_FDCWD, destination, flags: LinuxABI.RENAME_NOREPLACE)
         } catch {
             unlink(temporary)
             if error.code == EEXIST, Self.readLink(destination) == target { return }

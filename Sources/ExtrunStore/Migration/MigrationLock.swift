@@ -28,18 +28,23 @@ final class MigrationLock {
         } catch {
             throw StoreError(.ioError, "cannot create \(folder): \(error.reason)", details: details)
         }
-        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else {
-            throw StoreError(.ioError, "cannot open the migration lock \(path): \(SystemCall.lastReason)", details: details)
+        let fd: Int32
+        do {
+            fd = try FileOps.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600)
+        } catch {
+            throw StoreError(.ioError, "cannot open the migration lock \(path): \(error.reason)", details: details)
         }
-        if SystemCall.retryingInterrupts({ flock(fd, LOCK_EX | LOCK_NB) }) != 0 {
-            let code = errno
+        let locked: NonBlocking<Int32>
+        do {
+            locked = try SystemCall.nonBlocking("flock") { flock(fd, LOCK_EX | LOCK_NB) }
+        } catch {
+            close(fd)
+            throw StoreError(.ioError, "cannot lock \(path): \(error.reason)", details: details)
+        }
+        if locked == .wouldBlock {
             var holder = [UInt8](repeating: 0, count: 32)
             let count = holder.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 31, 0) }
             close(fd)
-            guard code == EWOULDBLOCK else {
-                throw StoreError(.ioError, "cannot lock \(path): \(SystemCall.reason(code))", details: details)
-            }
             let pid = count > 0 ? String(decoding: holder[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : "unknown"
             throw StoreError(
                 .storeBusy,
