@@ -275,7 +275,7 @@ public struct ConformanceCheck {
     /// own account of what went wrong (a violation, the memory cap, a crash), if anything did.
     func probe(
         _ plugin: DiscoveredPlugin, policy: SandboxPolicy, limits: EffectiveLimits,
-        _ body: (inout IntentLifecycle, PluginSession) throws -> Void
+        _ body: (inout IntentLifecycle, PluginSession) throws(LifecycleFailure) -> Void
     ) -> HostError? {
         var report = HandleReport(intent: plugin.manifest.intents.first?.name ?? "")
         let session: PluginSession
@@ -289,14 +289,14 @@ public struct ConformanceCheck {
         run.start = session.launchStart
         run.deadline.set(start: run.start, limits: limits)
         run.bind(session.connection)
-        do {
+        var failure: LifecycleFailure?
+        do throws(LifecycleFailure) {
             try body(&run, session)
         } catch {
-            run.fail(error, session.connection, into: &report)
+            failure = error
         }
-        if session.process.exit == nil { session.process.kill() }
-        session.process.finish()
-        session.end(during: run.phase, into: &report)
+        // The checks waited for what they measure themselves: what is left is killed.
+        run.end(session, after: failure, otherwise: .killed, into: &report)
         return report.error
     }
 
@@ -308,7 +308,7 @@ public struct ConformanceCheck {
         var handshake: InitializeResult?
         var results: [ConformanceResult] = []
         let unknownMethod = "extrun.check.noSuchMethod"
-        let failure = probe(plugin, policy: policy, limits: limits) { run, launched in
+        let failure = probe(plugin, policy: policy, limits: limits) { (run: inout IntentLifecycle, launched: PluginSession) throws(LifecycleFailure) in
             let connection = launched.connection
             let result = try run.initialize(connection)
             handshake = result
@@ -349,7 +349,7 @@ public struct ConformanceCheck {
             case .failure(let failure):
                 let error = run.error(for: failure, connection: connection)
                 results.append(ConformanceResult(name: "unknown method", outcome: .fail, summary: "\(unknownMethod): \(error.message)"))
-                throw failure
+                throw .call(failure)
             }
 
             let closed = MonotonicClock.now()
@@ -391,7 +391,7 @@ public struct ConformanceCheck {
     func checkCancel(_ plugin: DiscoveredPlugin, policy: SandboxPolicy, limits: EffectiveLimits, into report: inout ConformanceReport) {
         guard let intent = plugin.manifest.intents.first else { return }
         var result: ConformanceResult?
-        let failure = probe(plugin, policy: policy, limits: limits) { run, launched in
+        let failure = probe(plugin, policy: policy, limits: limits) { (run: inout IntentLifecycle, launched: PluginSession) throws(LifecycleFailure) in
             let connection = launched.connection
             try run.initialize(connection)
             let parameters: [String: JSONValue]
@@ -408,7 +408,7 @@ public struct ConformanceCheck {
             switch connection.call(Method.handle, params, deadline: { min(wait, run.deadline.instant) }) {
             case .success: answeredFirst = true
             case .failure(.deadlineExpired): answeredFirst = false
-            case .failure(let failure): throw failure
+            case .failure(let failure): throw .call(failure)
             }
             connection.stopReading()
             connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)

@@ -77,14 +77,18 @@ extension IntentLifecycle {
         report.metrics = metrics
     }
 
-    /// Ends the session after its intent: after an answer the plugin is asked to exit, at
-    /// a deadline or a cancellation it is sent `cancel`, after another failure it is
-    /// killed (`Teardown.plan`). The report gets the failure's error, made once the plugin
-    /// had its grace (with what it wrote to stderr meanwhile; the time is the deadline's),
-    /// or, after an answer, a protocol violation or a limit noticed while it exited.
-    func end(_ session: PluginSession, after failure: LifecycleFailure?, into report: inout HandleReport) {
+    /// Ends the session after its intent: at a deadline or a cancellation the plugin is
+    /// sent `cancel`, after another failure it is killed, without one it ends as `ending`
+    /// says (after an answer: asked to exit; `Teardown.plan`). The report gets the
+    /// failure's error, made once the plugin had its grace (with what it wrote to stderr
+    /// meanwhile; the time is the deadline's), or, after an answer, a protocol violation
+    /// or a limit noticed while it exited.
+    func end(
+        _ session: PluginSession, after failure: LifecycleFailure?, otherwise ending: Teardown.Ending = .answered,
+        into report: inout HandleReport
+    ) {
         let elapsed = MonotonicClock.milliseconds(from: start)
-        let teardown = Teardown.plan(failure?.teardownEnding ?? .answered, policy: policy)
+        let teardown = Teardown.plan(failure?.teardownEnding ?? ending, policy: policy)
         session.end(teardown, during: phase, into: &report) { report, outcome in
             switch failure {
             case .call(let failure):
@@ -165,26 +169,6 @@ extension IntentLifecycle {
         case .continueActivity(let activity, let interaction):
             try continueActivity(connection, activity: activity, interaction: interaction, into: &report)
         }
-    }
-
-    /// Until ConformanceCheck.probe ends its session by a teardown (REQUEST in /tmp/h/status.md).
-    func fail(_ error: any Error, _ connection: PluginConnection, into report: inout HandleReport) {
-        let failure: CallFailure
-        switch error {
-        case LifecycleFailure.host(let error): report.error = error; return
-        case LifecycleFailure.call(let call): failure = call
-        case let call as CallFailure: failure = call
-        default: report.error = HostError(.internalError, "\(error)"); return
-        }
-        let elapsed = MonotonicClock.milliseconds(from: start)
-        if case .stopped(let reason) = LifecycleFailure.call(failure).teardownEnding {
-            connection.stopReading()
-            connection.notify(Method.cancel, CancelParams(reason: reason).jsonValue)
-            let grace = MonotonicClock.now() + UInt64(policy.cancelGraceMs) * 1_000_000
-            connection.flushOutbound(deadline: grace)
-            _ = connection.closeAndWait(deadline: grace)
-        }
-        report.error = self.error(for: failure, connection: connection, elapsedMs: elapsed)
     }
 
     // MARK: Reporting

@@ -510,12 +510,6 @@ final class PluginProcess {
         if pid > 0 { _ = Glibc.kill(-pid, SIGKILL) }
     }
 
-    /// Until ConformanceCheck.probe ends its session by a teardown.
-    func finish() {
-        kill()
-        reap()
-    }
-
     func closeToPlugin() {
         if toPlugin >= 0 {
             close(toPlugin)

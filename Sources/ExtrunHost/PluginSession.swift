@@ -173,11 +173,6 @@ final class PluginSession {
         }
     }
 
-    /// Until ConformanceCheck.probe ends its session by a teardown (REQUEST in /tmp/h/status.md).
-    func end(during phase: Phase, into report: inout HandleReport) {
-        end(Teardown.plan(.killed, policy: policy), during: phase, into: &report)
-    }
-
     deinit {
         run(Teardown.plan(.dropped, policy: policy)) { _, _ in }
     }
