@@ -78,8 +78,8 @@ struct PluginConversationTests {
             try peerWrite(Framing.frame(message.encoded()))
         }
 
-        /// The next message the conversation wrote, as the plugin reads it (nil if none comes within a second).
-        func peerReceive() throws -> Message? {
+        /// The next message the conversation wrote, as the plugin reads it (nil if none comes within `timeoutMs`).
+        func peerReceive(timeoutMs: Int32 = 1000) throws -> Message? {
             while true {
                 if let body = try peerFrames.nextFrame() { return try Message.decode(body) }
                 var buffer = [UInt8](repeating: 0, count: 64 << 10)
@@ -88,7 +88,7 @@ struct PluginConversationTests {
                     peerFrames.append(buffer[0..<count])
                 } else if count < 0 && errno == EAGAIN {
                     var entry = pollfd(fd: peer, events: Int16(POLLIN), revents: 0)
-                    guard poll(&entry, 1, 1000) == 1 else { return nil }
+                    guard poll(&entry, 1, timeoutMs) == 1 else { return nil }
                 } else {
                     return nil
                 }
@@ -146,6 +146,39 @@ struct PluginConversationTests {
             conversation.readChannel(deadline: Self.never)
             #expect(try conversation.answer() == .failure(refusal))
             #expect(conversation.failure == nil)
+        }
+    }
+
+    @Test("an answer split across reads is the answer once its last byte is read")
+    func answerAcrossReads() throws {
+        try withConversation { conversation, peer in
+            conversation.send("handle", nil)
+            let frame = Framing.frame(Message.response(id: .int(1), result: ["result": "DONE"]).encoded())
+            // The header alone, then half the body, then the rest.
+            let cuts = [0, 10, 24, frame.count / 2 + 12, frame.count]
+            for (from, to) in zip(cuts, cuts.dropFirst()) {
+                #expect(try conversation.answer() == nil)
+                try peer.peerWrite(Array(frame[from..<to]))
+                #expect(conversation.readChannel(deadline: Self.never))
+            }
+            #expect(try conversation.answer() == .success(["result": "DONE"]))
+        }
+    }
+
+    @Test("a request larger than the socket takes goes out in pieces, a large body queued apart from its header, as the peer reads")
+    func largeRequestInPieces() throws {
+        try withConversation { conversation, peer in
+            let text = JSONValue.string(String(repeating: "x", count: 1 << 20))
+            conversation.send("handle", ["text": text])
+            #expect(conversation.hasPendingOutput)  // 1 MiB: more than the socket holds
+            var received: Message?
+            for _ in 0..<10_000 where received == nil {
+                received = try peer.peerReceive(timeoutMs: 0)
+                conversation.writeQueued()
+            }
+            #expect(received == .request(id: .int(1), method: "handle", params: ["text": text]))
+            #expect(!conversation.hasPendingOutput)
+            #expect(conversation.channel.pendingBytes == 0)
         }
     }
 
