@@ -271,11 +271,14 @@ public struct ConformanceCheck {
         return try host.lifecycle(plugin, definition: definition, limits: limits, policy: policy, options: options)
     }
 
-    /// Starts the plugin as every session starts, runs `body` with it, and ends it; the host's
-    /// own account of what went wrong (a violation, the memory cap, a crash), if anything did.
+    /// Starts the plugin as every session starts, runs `body` with it, and ends it as
+    /// `body` says (`Teardown.plan`; after a failure, at a deadline with `cancel`, else
+    /// killed at once); `ended` judges what the teardown saw when `body` returned. The
+    /// host's own account of what went wrong (a violation, the memory cap, a crash), if anything did.
     func probe(
         _ plugin: DiscoveredPlugin, policy: SandboxPolicy, limits: EffectiveLimits,
-        _ body: (inout IntentLifecycle, PluginSession) throws(LifecycleFailure) -> Void
+        _ body: (inout IntentLifecycle, PluginSession) throws(LifecycleFailure) -> Teardown.Ending,
+        ended: (TeardownOutcome, IntentLifecycle, PluginSession) -> Void = { _, _, _ in }
     ) -> HostError? {
         var report = HandleReport(intent: plugin.manifest.intents.first?.name ?? "")
         let session: PluginSession
@@ -290,13 +293,14 @@ public struct ConformanceCheck {
         run.deadline.set(start: run.start, limits: limits)
         run.bind(session.connection)
         var failure: LifecycleFailure?
+        var ending = Teardown.Ending.killed
         do throws(LifecycleFailure) {
-            try body(&run, session)
+            ending = try body(&run, session)
         } catch {
             failure = error
         }
-        // The checks waited for what they measure themselves: what is left is killed.
-        run.end(session, after: failure, otherwise: .killed, into: &report)
+        let outcome = run.end(session, after: failure, otherwise: ending, into: &report)
+        if failure == nil, let outcome { ended(outcome, run, session) }
         return report.error
     }
 
@@ -352,13 +356,14 @@ public struct ConformanceCheck {
                 throw .call(failure)
             }
 
-            let closed = MonotonicClock.now()
-            let grace = run.policy.exitGraceMs
-            let late = connection.closeAndWait(deadline: closed + UInt64(grace) * 1_000_000)
-            let exitMs = MonotonicClock.milliseconds(from: closed)
-            switch (late, launched.process.exit) {
+            // The end of fd 3 and the exit grace, as after an intent's answer: judged below.
+            return .answered
+        } ended: { outcome, run, launched in
+            let grace = outcome.graceMs
+            switch (outcome.late, outcome.exit) {
             case (nil, let exit?) where exit.isClean:
-                results.append(ConformanceResult(name: "end of input", outcome: .pass, summary: "exited with 0 \(Int(exitMs)) ms after the end of fd 3"))
+                results.append(
+                    ConformanceResult(name: "end of input", outcome: .pass, summary: "exited with 0 \(Int(outcome.waitedMs ?? 0)) ms after the end of fd 3"))
             case (nil, let exit?):
                 results.append(
                     ConformanceResult(
@@ -371,7 +376,7 @@ public struct ConformanceCheck {
                         summary: "still running \(grace) ms after the end of fd 3 (the exit grace); it was killed. A plugin exits when fd 3 ends (docs/protocol.md §12)"))
             case (.some(let failure), _):
                 results.append(
-                    ConformanceResult(name: "end of input", outcome: .fail, summary: run.error(for: failure, connection: connection).message))
+                    ConformanceResult(name: "end of input", outcome: .fail, summary: run.error(for: failure, connection: launched.connection).message))
             }
         }
         if let failure {
@@ -391,6 +396,7 @@ public struct ConformanceCheck {
     func checkCancel(_ plugin: DiscoveredPlugin, policy: SandboxPolicy, limits: EffectiveLimits, into report: inout ConformanceReport) {
         guard let intent = plugin.manifest.intents.first else { return }
         var result: ConformanceResult?
+        var before = ""
         let failure = probe(plugin, policy: policy, limits: limits) { (run: inout IntentLifecycle, launched: PluginSession) throws(LifecycleFailure) in
             let connection = launched.connection
             try run.initialize(connection)
@@ -399,27 +405,22 @@ public struct ConformanceCheck {
                 parameters = try IntentFileParser.wireParameters(for: Self.invocation(for: intent, mode: limits.mode), definition: intent)
             } catch {
                 result = ConformanceResult(name: "cancel", outcome: .skip, summary: "no values could be derived for \(intent.name): \(error.message)")
-                return
+                return .killed
             }
             let sent = MonotonicClock.now()
             let wait = sent + UInt64(cancelAfterMs) * 1_000_000
             let params = IntentParams(intent: intent.name, parameters: parameters).jsonValue
-            let answeredFirst: Bool
             switch connection.call(Method.handle, params, deadline: { min(wait, run.deadline.instant) }) {
-            case .success: answeredFirst = true
-            case .failure(.deadlineExpired): answeredFirst = false
+            case .success: before = "it answered handle of \(intent.name) within \(cancelAfterMs) ms, then"
+            case .failure(.deadlineExpired): before = "it was still handling \(intent.name) after \(cancelAfterMs) ms;"
             case .failure(let failure): throw .call(failure)
             }
-            connection.stopReading()
-            connection.notify(Method.cancel, CancelParams(reason: "timeout").jsonValue)
-            let cancelled = MonotonicClock.now()
-            let grace = policy.cancelGraceMs
-            let deadline = cancelled + UInt64(grace) * 1_000_000
-            connection.flushOutbound(deadline: deadline)
-            _ = connection.closeAndWait(deadline: deadline)
-            let goneMs = MonotonicClock.milliseconds(from: cancelled)
-            let before = answeredFirst ? "it answered handle of \(intent.name) within \(cancelAfterMs) ms, then" : "it was still handling \(intent.name) after \(cancelAfterMs) ms;"
-            if launched.process.exit != nil && goneMs <= Double(grace) {
+            // `cancel` and the end of fd 3, as at a deadline: judged below.
+            return .stopped(reason: "timeout")
+        } ended: { outcome, _, _ in
+            guard result == nil else { return }
+            let grace = outcome.graceMs
+            if outcome.exit != nil, let goneMs = outcome.waitedMs, goneMs <= Double(grace) {
                 result = ConformanceResult(
                     name: "cancel", outcome: .pass, summary: "\(before) it exited \(Int(goneMs)) ms after cancel and the end of fd 3 (allowed: \(grace) ms)")
             } else {

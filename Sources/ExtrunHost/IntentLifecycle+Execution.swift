@@ -82,14 +82,15 @@ extension IntentLifecycle {
     /// says (after an answer: asked to exit; `Teardown.plan`). The report gets the
     /// failure's error, made once the plugin had its grace (with what it wrote to stderr
     /// meanwhile; the time is the deadline's), or, after an answer, a protocol violation
-    /// or a limit noticed while it exited.
+    /// or a limit noticed while it exited. What the teardown saw (nil: the session had ended).
+    @discardableResult
     func end(
         _ session: PluginSession, after failure: LifecycleFailure?, otherwise ending: Teardown.Ending = .answered,
         into report: inout HandleReport
-    ) {
+    ) -> TeardownOutcome? {
         let elapsed = MonotonicClock.milliseconds(from: start)
         let teardown = Teardown.plan(failure?.teardownEnding ?? ending, policy: policy)
-        session.end(teardown, during: phase, into: &report) { report, outcome in
+        return session.end(teardown, during: phase, into: &report) { report, outcome in
             switch failure {
             case .call(let failure):
                 report.error = error(for: failure, connection: session.connection, elapsedMs: elapsed)

@@ -118,11 +118,13 @@ final class PluginSession {
     /// (`Teardown.plan` decides how). At its `.report` step, with the process gone,
     /// `settle` puts the intent's error (or what the wait for the exit saw) in the report,
     /// then the evidence of what ended it goes there (`attribute`), and the exit's CPU and
-    /// RSS in its metrics. Once: a session that has ended stays so.
+    /// RSS in its metrics. Once: a session that has ended stays so (nil then). What the
+    /// teardown saw.
+    @discardableResult
     func end(
         _ teardown: Teardown, during phase: Phase, into report: inout HandleReport,
         settle: (inout HandleReport, TeardownOutcome) -> Void = { _, _ in }
-    ) {
+    ) -> TeardownOutcome? {
         run(teardown) { outcome, scratchLeft in
             settle(&report, outcome)
             self.attribute(during: phase, scratchLeft: scratchLeft, into: &report)
@@ -138,11 +140,13 @@ final class PluginSession {
 
     /// Runs `teardown`'s steps; `.report` calls `report` with what the teardown saw and
     /// the scratch directory left, if any.
-    private func run(_ teardown: Teardown, report: (TeardownOutcome, String?) -> Void) {
-        guard !ended else { return }
+    @discardableResult
+    private func run(_ teardown: Teardown, report: (TeardownOutcome, String?) -> Void) -> TeardownOutcome? {
+        guard !ended else { return nil }
         ended = true
         // The grace is counted once, from the start: writing what is queued and waiting for the exit share it.
-        let graceEnd = MonotonicClock.now() + UInt64(teardown.graceMs) * 1_000_000
+        let started = MonotonicClock.now()
+        let graceEnd = started + UInt64(teardown.graceMs) * 1_000_000
         var outcome = TeardownOutcome(late: nil, graceMs: teardown.graceMs)
         var scratchLeft: String?
         for step in teardown.steps {
@@ -155,7 +159,9 @@ final class PluginSession {
                 connection.flushOutbound(deadline: graceEnd)
                 process.closeToPlugin()
             case .waitForExit:
-                outcome.late = connection.closeAndWait(deadline: graceEnd)
+                outcome.late = connection.waitForExit(deadline: graceEnd)
+                outcome.waitedMs = MonotonicClock.milliseconds(from: started)
+                outcome.exit = process.exit
             case .kill:
                 process.kill()
             case .reap:
@@ -171,6 +177,7 @@ final class PluginSession {
                 cgroup?.remove()
             }
         }
+        return outcome
     }
 
     deinit {

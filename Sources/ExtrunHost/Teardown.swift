@@ -86,4 +86,9 @@ struct TeardownOutcome {
     var late: CallFailure?
     /// The grace the teardown gave the plugin.
     var graceMs: Int
+    /// How the process ended, when it exited within the grace (nil when it was killed, or
+    /// when the teardown did not wait).
+    var exit: ProcessExit?
+    /// How long the teardown waited for the exit, in ms from its start (nil: it did not wait).
+    var waitedMs: Double?
 }
