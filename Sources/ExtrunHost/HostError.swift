@@ -81,35 +81,6 @@ public enum ExitStatus {
     public static let usage: Int32 = 64
 }
 
-/// An error the host reports: its kind, a message for a person, and details for programs.
-public struct HostError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var kind: ErrorKind
-    public var message: String
-    public var details: [String: JSONValue]
-
-    public init(_ kind: ErrorKind, _ message: String, details: [String: JSONValue] = [:]) {
-        self.kind = kind
-        self.message = message
-        self.details = details
-    }
-
-    public var description: String { "\(kind.rawValue): \(message)" }
-
-    /// The error as it appears in the output's `error` field.
-    public var json: JSONValue {
-        var object = details
-        object["kind"] = .string(kind.rawValue)
-        object["message"] = .string(message)
-        return .object(object)
-    }
-
-    /// The error an `error` field holds (`json` read back, as a service's client gets it);
-    /// nil when it is not an object with a known `kind`.
-    public init?(json: JSONValue) {
-        guard case .object(var fields) = json, let kind = fields["kind"]?.stringValue.flatMap(ErrorKind.init(rawValue:)) else { return nil }
-        let message = fields["message"]?.stringValue ?? ""
-        fields["kind"] = nil
-        fields["message"] = nil
-        self.init(kind, message, details: fields)
-    }
-}
+/// An error the host reports: its kind (with its exit status), a message for a person,
+/// and details for programs (`KindedError`, the shape the store's errors share).
+public typealias HostError = KindedError<ErrorKind>

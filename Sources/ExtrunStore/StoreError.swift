@@ -69,26 +69,7 @@ public enum StoreErrorKind: String, Codable, Sendable, CaseIterable {
     case databaseError
 }
 
-/// An error from the store: a kind for programs, a message for people that
-/// names the file or the row and what is wrong, and details for tools.
-public struct StoreError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var kind: StoreErrorKind
-    public var message: String
-    public var details: [String: JSONValue]
-
-    public init(_ kind: StoreErrorKind, _ message: String, details: [String: JSONValue] = [:]) {
-        self.kind = kind
-        self.message = message
-        self.details = details
-    }
-
-    public var description: String { "\(kind.rawValue): \(message)" }
-
-    /// The error as a JSON object: `details` plus `kind` and `message`.
-    public var json: JSONValue {
-        var object = details
-        object["kind"] = .string(kind.rawValue)
-        object["message"] = .string(message)
-        return .object(object)
-    }
-}
+/// An error from the store: a kind for programs, a message for people that names the
+/// file or the row and what is wrong, and details for tools (`KindedError`, the shape
+/// the host's errors share).
+public typealias StoreError = KindedError<StoreErrorKind>
