@@ -62,7 +62,7 @@ let package = Package(
         .executableTarget(
             name: "extrun",
             dependencies: [
-                "ExtrunHost", "ExtrunMCP", "ExtrunProtocol", "ExtrunStore", "ExtrunSystem", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "ExtrunHost", "ExtrunMCP", "ExtrunProtocol", "ExtrunStore", "ExtrunSystem", "ExtrunCommandLine", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             // The CLI is one static executable (the Swift runtime, Foundation, SQLite,
             // libseccomp and glibc linked in): no dynamic loader at start, which a dynamic
@@ -82,11 +82,11 @@ let package = Package(
         // `extrun serve` (docs/serve.md): a long-running host on a Unix socket. Its own executable, which
         // `extrun serve` execs, so that SwiftNIO, swift-log and the metrics stay out of the static CLI
         // whose start time every `extrun handle` pays (docs/serve.md, "Why its own executable").
-        .target(name: "ExtrunServeOptions", dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")]),
+        .target(name: "ExtrunCommandLine", dependencies: ["ExtrunProtocol", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(
             name: "ExtrunServe",
             dependencies: [
-                "ExtrunHost", "ExtrunProtocol", "ExtrunServeOptions",
+                "ExtrunHost", "ExtrunProtocol", "ExtrunCommandLine",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -94,7 +94,7 @@ let package = Package(
             ]
         ),
         .executableTarget(
-            name: "extrun-serve", dependencies: ["ExtrunServe", "ExtrunServeOptions", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            name: "extrun-serve", dependencies: ["ExtrunServe", "ExtrunCommandLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
 
         // Intent definition files (docs/definitions.md): parse, validate, generate Swift and manifest.json.
@@ -132,7 +132,7 @@ let package = Package(
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
-        .testTarget(name: "ExtrunServeTests", dependencies: ["ExtrunServe"]),
+        .testTarget(name: "ExtrunServeTests", dependencies: ["ExtrunServe", "ExtrunHost"]),
         .testTarget(name: "ExtrunMCPTests", dependencies: ["ExtrunMCP", "ExtrunHost", "ExtrunProtocol", "ExtrunTestSupport"], exclude: ["mcp_client.py"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
     ]

@@ -11,6 +11,7 @@
 // at once. What the same clients (Benchmarks/harness/serveload.c) reach against it is the most
 // any service on this listener could do here; the service's rows are read against it.
 // Runs until SIGTERM or SIGINT.
+import ExtrunHost
 import ExtrunServe
 import Foundation
 import NIOCore

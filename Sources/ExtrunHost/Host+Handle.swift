@@ -11,29 +11,23 @@ import Foundation
 extension Host {
     /// Handles one intent, in a new process. Never throws: every failure is in the report.
     public func handle(_ invocation: IntentInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
-        run(invocation, options: options, sessions: OneShotSessions())
+        run(invocation, options: options, context: .oneShot)
     }
 
-    /// Handles one intent with a session from `sessions`: prepare (Host+Prepare.swift),
+    /// Handles one intent with a session from `context.sessions`: prepare (Host+Prepare.swift),
     /// the lifecycle on a session (IntentLifecycle+Execution.swift), the app's step when
     /// the extension calls for it, the donation.
-    /// - Parameters: `catalog`, `checkHome`, `sealMaxAgeNs`: what a pool caches (see `prepare`).
-    func run(
-        _ invocation: IntentInvocation, options: HandleOptions, sessions: any SessionSource, catalog: PluginCatalog? = nil,
-        checkHome: Bool = true, sealMaxAgeNs: UInt64 = 0
-    ) -> HandleReport {
+    func run(_ invocation: IntentInvocation, options: HandleOptions, context: RunContext) -> HandleReport {
         var report = HandleReport(intent: invocation.intent)
         report.id = invocation.id ?? Self.newIdentifier()
-        guard let (prepared, parameters) = prepare(
-            invocation, options: options, report: &report, catalog: catalog, checkHome: checkHome, sealMaxAgeNs: sealMaxAgeNs)
-        else { return report }
+        guard let (prepared, parameters) = prepare(invocation, options: options, report: &report, context: context) else { return report }
         var lifecycle = prepared
         // The owner's store serves the plugin's requests and the donation; when this process
         // has not opened it yet, it is opened on another thread while the plugin runs.
         let owner = lifecycle.plugin.manifest.owner
         let store = PendingStore(home: paths.home, owner: owner, openAhead: options.donate)
         lifecycle.services?.storeSource = { try store.get() }
-        lifecycle.execute(.handle(parameters: parameters), from: sessions, into: &report)
+        lifecycle.execute(.handle(parameters: parameters), from: context.sessions, into: &report)
         finishHandling(lifecycle, parameters: parameters, report: &report, invocation: invocation, options: options) {
             try store.get().donations(of: owner)
         }
@@ -62,15 +56,15 @@ extension Host {
     public func options(
         _ invocation: IntentInvocation, parameter: String, search: String?, options: HandleOptions = HandleOptions()
     ) -> HandleReport {
-        self.options(invocation, parameter: parameter, search: search, options: options, sessions: OneShotSessions())
+        self.options(invocation, parameter: parameter, search: search, options: options, context: .oneShot)
     }
 
     func options(
-        _ invocation: IntentInvocation, parameter: String, search: String?, options: HandleOptions, sessions: any SessionSource
+        _ invocation: IntentInvocation, parameter: String, search: String?, options: HandleOptions, context: RunContext
     ) -> HandleReport {
         var report = HandleReport(intent: invocation.intent)
         report.id = invocation.id
-        guard let (prepared, parameters) = prepare(invocation, options: options, report: &report) else { return report }
+        guard let (prepared, parameters) = prepare(invocation, options: options, report: &report, context: context) else { return report }
         var lifecycle = prepared
         guard let definition = lifecycle.definition.parameter(named: parameter) else {
             let known = lifecycle.definition.parameters.map(\.name).joined(separator: ", ")
@@ -88,19 +82,23 @@ extension Host {
                 details: ["field": .string(parameter)])
             return report
         }
-        lifecycle.execute(.options(parameter: parameter, parameters: parameters, search: search), from: sessions, into: &report)
+        lifecycle.execute(.options(parameter: parameter, parameters: parameters, search: search), from: context.sessions, into: &report)
         return report
     }
 
     /// Continues a user activity in in-app mode with the plugin that declares its type
     /// (`extrun continue`), in a new process. Never throws: every failure is in the report.
     public func continueActivity(_ invocation: ActivityInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
+        continueActivity(invocation, options: options, context: .oneShot)
+    }
+
+    func continueActivity(_ invocation: ActivityInvocation, options: HandleOptions, context: RunContext) -> HandleReport {
         var report = HandleReport(intent: invocation.interaction?.intent)
         report.id = invocation.interaction?.identifier ?? Self.newIdentifier()
         report.activity = invocation.activity
-        guard let (prepared, interaction) = prepare(invocation, options: options, report: &report) else { return report }
+        guard let (prepared, interaction) = prepare(invocation, options: options, report: &report, context: context) else { return report }
         var lifecycle = prepared
-        lifecycle.execute(.continueActivity(invocation.activity, interaction: interaction), from: OneShotSessions(), into: &report)
+        lifecycle.execute(.continueActivity(invocation.activity, interaction: interaction), from: context.sessions, into: &report)
         report.recordStep(activity: invocation.activity)
         return report
     }

@@ -15,19 +15,15 @@ extension Host {
     }
 
     /// Finds the plugin, loads the policy, resolves the limits and checks the
-    /// intent's parameters, before any process is started.
-    /// - Parameter catalog: the plugins a caller keeps (a pool's, at most a second old); nil: looked up now.
-    /// - Parameter checkHome: false when the caller checked the home's permissions itself
-    ///   a moment ago (a pool checks them at most once a second).
-    /// - Parameter sealMaxAgeNs: how old a check of the plugin's signature may be (a pool's 10 ms); 0: checked now.
+    /// intent's parameters, before any process is started. `context`: what a pool caches
+    /// (`RunContext`), or nothing (looked up now).
     func prepare(
-        _ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, catalog: PluginCatalog? = nil, checkHome: Bool = true,
-        sealMaxAgeNs: UInt64 = 0
+        _ invocation: IntentInvocation, options: HandleOptions, report: inout HandleReport, context: RunContext = .oneShot
     ) -> (IntentLifecycle, [String: JSONValue])? {
         var parameters: [String: JSONValue] = [:]
-        let made = prepared(options: options, report: &report, checkHome: checkHome, sealMaxAgeNs: sealMaxAgeNs) { report in
+        let made = prepared(options: options, report: &report, context: context) { report in
             let (plugin, definition) =
-                try catalog?.handler(for: invocation.intent) ?? PluginCatalog.handler(for: invocation.intent, paths: paths)
+                try context.catalog?.handler(for: invocation.intent) ?? PluginCatalog.handler(for: invocation.intent, paths: paths)
             report.plugin = plugin.manifest.id
             parameters = try IntentFileParser.wireParameters(for: invocation, definition: definition)
             let mode = options.mode ?? invocation.mode ?? plugin.manifest.defaultMode
@@ -47,11 +43,13 @@ extension Host {
     /// For `extrun continue`: the plugin that declares the activity's type, in in-app
     /// mode, and the interaction that came with it checked against its manifest as an
     /// intent file's parameters are. Returns the lifecycle and the interaction to send.
-    func prepare(_ invocation: ActivityInvocation, options: HandleOptions, report: inout HandleReport) -> (IntentLifecycle, Interaction?)? {
+    func prepare(
+        _ invocation: ActivityInvocation, options: HandleOptions, report: inout HandleReport, context: RunContext = .oneShot
+    ) -> (IntentLifecycle, Interaction?)? {
         var interactionToSend = invocation.interaction
         var activityOnly = false
-        let made = prepared(options: options, report: &report) { report in
-            let plugin = try catalog().continuer(of: invocation.activity.activityType)
+        let made = prepared(options: options, report: &report, context: context) { report in
+            let plugin = try (context.catalog ?? catalog()).continuer(of: invocation.activity.activityType)
             report.plugin = plugin.manifest.id
             let definition: IntentDefinition
             if let interaction = invocation.interaction {
@@ -90,8 +88,7 @@ extension Host {
     /// limits, and the lifecycle bound to this home. Nil when something does not hold:
     /// the report says what.
     private func prepared(
-        options: HandleOptions, report: inout HandleReport, checkHome: Bool = true, sealMaxAgeNs: UInt64 = 0,
-        select: (inout HandleReport) throws -> Selection
+        options: HandleOptions, report: inout HandleReport, context: RunContext, select: (inout HandleReport) throws -> Selection
     ) -> IntentLifecycle? {
         do {
             let policy: SandboxPolicy
@@ -102,7 +99,7 @@ extension Host {
                 (policy, policySource) = try SandboxPolicy.load(home: paths.home)
             }
             options.log?("[extrun] policy: \(policySource)")
-            if checkHome { try HomeProtection.check(home: paths.home) }
+            if context.checkHome { try HomeProtection.check(home: paths.home) }
             let selection = try select(&report)
             let plugin = selection.plugin
             let limits = try EffectiveLimits.resolve(
@@ -110,7 +107,7 @@ extension Host {
                 memoryOverride: options.memoryLimitBytes, deadlineOverride: options.deadlineMs)
             report.mode = selection.mode
             report.limits = limits
-            return try lifecycle(plugin, definition: selection.definition, limits: limits, policy: policy, options: options, sealMaxAgeNs: sealMaxAgeNs)
+            return try lifecycle(plugin, definition: selection.definition, limits: limits, policy: policy, options: options, sealMaxAgeNs: context.sealMaxAgeNs)
         } catch {
             report.error = error as? HostError ?? HostError(.internalError, "\(error)")
             return nil

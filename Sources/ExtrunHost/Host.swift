@@ -40,6 +40,23 @@ public struct HandleOptions: Sendable {
     public var caller: CallerIdentity?
 
     public init() {}
+
+    /// The options of a run as the front ends got them (`RunOptions`: flags, query, JSON).
+    /// `interactive` and `text` stay the front end's: it supplies the prompter and the output.
+    public init(_ run: RunOptions) {
+        self.init()
+        apply(run)
+    }
+
+    /// Sets the fields `run` names.
+    public mutating func apply(_ run: RunOptions) {
+        mode = run.mode
+        memoryLimitBytes = run.memoryLimitBytes
+        deadlineMs = run.deadlineMs
+        assumeYes = run.assumeYes
+        appLaunch = run.appLaunch
+        donate = run.donate
+    }
 }
 
 /// Who asks for a run, and what it was granted.

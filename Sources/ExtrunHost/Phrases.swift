@@ -10,7 +10,12 @@ extension Host {
     public func phrase(_ text: String, options: HandleOptions = HandleOptions()) -> HandleReport {
         let sessions = PooledSessions(maxIdle: 1)
         defer { sessions.close() }
-        let catalog = self.catalog()
+        return phrase(text, options: options, context: RunContext(sessions: sessions))
+    }
+
+    /// A phrase with the sessions and caches of `context` (a pool's: `PluginPool.phrase`).
+    func phrase(_ text: String, options: HandleOptions, context: RunContext) -> HandleReport {
+        let catalog = context.catalog ?? self.catalog()
         var candidates: [PhraseMatch] = []
         var definitions: [String: IntentDefinition] = [:]
         var templates: [(template: String, intent: String)] = []
@@ -45,16 +50,16 @@ extension Host {
         if let slot = match.slot, let slotText = match.slotText {
             var report = HandleReport(intent: match.intent)
             guard let definition = definitions[match.intent],
-                let value = fill(slot, with: slotText, definition: definition, options: options, sessions: sessions, report: &report)
+                let value = fill(slot, with: slotText, definition: definition, options: options, context: context, report: &report)
             else { return report }
             invocation.parameters[slot] = value
         }
-        return run(invocation, options: options, sessions: sessions)
+        return run(invocation, options: options, context: context)
     }
 
     /// The value for a phrase's parameter, from the words that filled its slot.
     func fill(
-        _ parameter: String, with text: String, definition: IntentDefinition, options: HandleOptions, sessions: any SessionSource,
+        _ parameter: String, with text: String, definition: IntentDefinition, options: HandleOptions, context: RunContext,
         report: inout HandleReport
     ) -> JSONValue?
     {
@@ -68,7 +73,7 @@ extension Host {
             // No `search`: it is what a person typed into a list (protocol.md §5.4a), and a
             // plugin that filters on it exactly would drop the titles matched here without
             // case and accents. The host asks for every option and matches them itself.
-            let offered = self.options(IntentInvocation(intent: intent), parameter: parameter, search: nil, options: options, sessions: sessions)
+            let offered = self.options(IntentInvocation(intent: intent), parameter: parameter, search: nil, options: options, context: context)
             guard let items = offered.options?.allItems else {
                 report = offered
                 return nil

@@ -132,9 +132,45 @@ public final class PluginPool: Sendable {
     /// Handles one intent, in a warm process when one fits. Never throws: every
     /// failure is in the report, as with `Host.handle`.
     public func handle(_ invocation: IntentInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
-        var options = options
+        // As Host.handle: the app's step (a new process, not pooled) when the extension
+        // asks for it, then the donation.
+        withContext(options, intent: invocation.intent, id: invocation.id ?? Host.newIdentifier()) { options, context in
+            host.run(invocation, options: options, context: context)
+        }
+    }
+
+    /// The dynamic options of a parameter (`Host.options`), in a warm process when one fits.
+    public func options(
+        _ invocation: IntentInvocation, parameter: String, search: String?, options: HandleOptions = HandleOptions()
+    ) -> HandleReport {
+        withContext(options, intent: invocation.intent, id: invocation.id) { options, context in
+            host.options(invocation, parameter: parameter, search: search, options: options, context: context)
+        }
+    }
+
+    /// A user activity continued in in-app mode (`Host.continueActivity`), in a warm process when one fits.
+    public func continueActivity(_ invocation: ActivityInvocation, options: HandleOptions = HandleOptions()) -> HandleReport {
+        withContext(options, intent: invocation.interaction?.intent, id: invocation.interaction?.identifier ?? Host.newIdentifier()) {
+            options, context in
+            host.continueActivity(invocation, options: options, context: context)
+        }
+    }
+
+    /// What a person said, matched and handled (`Host.phrase`): the options and the intent in warm processes.
+    public func phrase(_ text: String, options: HandleOptions = HandleOptions()) -> HandleReport {
+        withContext(options, intent: nil, id: nil) { options, context in
+            host.phrase(text, options: options, context: context)
+        }
+    }
+
+    /// Runs `body` with the pool's sessions and caches: the policy file once per pool; the
+    /// catalog and the home's permissions at most once a second. A failure of those is the
+    /// report's error (`intent`, `id`: the report's).
+    private func withContext(
+        _ given: HandleOptions, intent: String?, id: String?, _ body: (HandleOptions, RunContext) -> HandleReport
+    ) -> HandleReport {
+        var options = given
         let now = MonotonicClock.now()
-        // The policy file once per pool; the catalog and the home's permissions at most once a second.
         let cached: Result<(policy: SandboxPolicy?, catalog: PluginCatalog, checkHome: Bool), HostError> = shared.withLockedValue { state in
             var policy: SandboxPolicy?
             if options.policy == nil {
@@ -160,15 +196,16 @@ public final class PluginPool: Sendable {
             let checkHome = state.homeChecked.map { now &- $0 > Self.catalogMaxAgeNs } ?? true
             return .success((policy, catalog, checkHome))
         }
-        let values: (policy: SandboxPolicy?, catalog: PluginCatalog, checkHome: Bool)
-        switch cached {
-        case .failure(let error):
-            var report = HandleReport(intent: invocation.intent)
-            report.id = invocation.id ?? Host.newIdentifier()
+        func failed(_ error: HostError) -> HandleReport {
+            var report = HandleReport(intent: intent)
+            report.id = id
             report.error = error
             return report
-        case .success(let found):
-            values = found
+        }
+        let values: (policy: SandboxPolicy?, catalog: PluginCatalog, checkHome: Bool)
+        switch cached {
+        case .failure(let error): return failed(error)
+        case .success(let found): values = found
         }
         if let policy = values.policy { options.policy = policy }
         if values.checkHome {
@@ -177,17 +214,11 @@ public final class PluginPool: Sendable {
                 shared.withLockedValue { $0.homeChecked = now }
             } catch {
                 shared.withLockedValue { $0.homeChecked = nil }
-                var report = HandleReport(intent: invocation.intent)
-                report.id = invocation.id ?? Host.newIdentifier()
-                report.error = error
-                return report
+                return failed(error)
             }
         }
-        // As Host.handle: the app's step (a new process, not pooled) when the extension
-        // asks for it, then the donation.
-        return host.run(
-            invocation, options: options, sessions: sessions, catalog: values.catalog, checkHome: false,
-            sealMaxAgeNs: PooledSessions.fileIdentityMaxAgeNs)
+        let context = RunContext(sessions: sessions, catalog: values.catalog, checkHome: false, sealMaxAgeNs: PooledSessions.fileIdentityMaxAgeNs)
+        return body(options, context)
     }
 
     /// Ends every idle process (closes its channel, waits its exit grace).

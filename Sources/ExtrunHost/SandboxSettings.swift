@@ -1,4 +1,5 @@
 import CExtrunLinux
+import ExtrunProtocol
 import Foundation
 
 #if canImport(Glibc)

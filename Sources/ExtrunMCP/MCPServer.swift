@@ -4,15 +4,15 @@ import Foundation
 import NIOConcurrencyHelpers
 
 /// `extrun mcp`: an MCP server over stdio (newline-delimited JSON-RPC 2.0) whose
-/// tools are the installed intents, each call run through the warm pool
-/// (`PluginPool.handle`) in the sandbox with its mode's limits. docs/mcp.md
-/// documents the mapping; docs/architecture.md where it sits.
+/// tools are the installed intents, each call run by the `IntentService` every front end
+/// shares (warm sessions, admission, the runs in flight, the shutdown) in the sandbox
+/// with its mode's limits. docs/mcp.md documents the mapping; docs/architecture.md where it sits.
 ///
 /// Threads: the caller's reads standard input and answers what is quick (initialize,
 /// ping, tools/list, the client's answers to elicitations, cancellations); each
-/// `tools/call` runs on a thread of its own, which blocks in the intent (and in an
-/// elicitation, waiting for the client's answer) without stopping the reader; one
-/// more thread polls the plugin path and sends `notifications/tools/list_changed`.
+/// `tools/call` runs on one of the service's worker threads, which blocks in the intent
+/// (and in an elicitation, waiting for the client's answer) without stopping the reader;
+/// one more thread polls the plugin path and sends `notifications/tools/list_changed`.
 public final class MCPServer: Sendable {
     public struct Configuration: Sendable {
         /// The most `tools/call`s in flight; one more is answered with an error result saying so.
@@ -32,12 +32,11 @@ public final class MCPServer: Sendable {
     static let protocolVersions = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 
     let host: ExtrunHost.Host
-    let pool: PluginPool
+    let service: IntentService
+    var pool: PluginPool { service.pool }
     let configuration: Configuration
     let writer: LineWriter
     private let state = NIOLockedValueBox(State())
-    /// Signalled when a call ends (for the drain at the end of input).
-    private let callsDone = NSCondition()
 
     struct State {
         var protocolVersion = MCPServer.protocolVersions[0]
@@ -45,7 +44,6 @@ public final class MCPServer: Sendable {
         var elicitation = false
         var catalog: ToolCatalog?
         var calls: [JSONValue: Call] = [:]
-        var running = 0
         var pending: [String: PendingAnswer] = [:]
         var nextRequest = 1
         var ended = false
@@ -54,7 +52,10 @@ public final class MCPServer: Sendable {
     public init(host: ExtrunHost.Host = ExtrunHost.Host(), configuration: Configuration = Configuration(), output: Int32 = STDOUT_FILENO) {
         self.host = host
         self.configuration = configuration
-        self.pool = PluginPool(host: host, maxIdleProcesses: max(4, configuration.maxConcurrentCalls))
+        // At most maxConcurrentCalls at once, none waiting: one more is refused at once (overloaded).
+        self.service = IntentService(
+            host: host, admission: Admission.Limits(maxConcurrent: configuration.maxConcurrentCalls, maxQueued: 0),
+            warm: PluginPool.WarmLimits(maxIdle: max(4, configuration.maxConcurrentCalls)))
         self.writer = LineWriter(fd: output)
     }
 
@@ -231,26 +232,22 @@ public final class MCPServer: Sendable {
         }
         let (structured, elicitation) = state.withLockedValue { ($0.protocolVersion >= "2025-06-18", $0.elicitation) }
         let call = Call(id: id, progressToken: params["_meta"]?["progressToken"])
-        let admitted: Int? = state.withLockedValue { state in
-            guard !state.ended, state.running < configuration.maxConcurrentCalls, state.calls[id] == nil else { return nil }
-            state.running += 1
+        let registered: Bool = state.withLockedValue { state in
+            guard !state.ended, state.calls[id] == nil else { return false }
             state.calls[id] = call
-            return state.running
+            return true
         }
-        guard admitted != nil else {
-            let running = state.withLockedValue { $0.running }
+        guard registered else {
             var report = HandleReport(intent: tool.intent)
             report.error = HostError(
-                .configurationError,
-                "extrun mcp is already running \(running) calls, the most it runs at once is \(configuration.maxConcurrentCalls) (or the request id is in use); call again when one has finished",
-                details: ["running": .int(Int64(running)), "maxConcurrentCalls": .int(Int64(configuration.maxConcurrentCalls))])
+                .invalidIntent, "the request id \(String(decoding: JSONWriter.bytes(id), as: UTF8.self)) is in use by a call still running, or the server is ending",
+                details: ["field": "id"])
             send(["jsonrpc": "2.0", "id": id, "result": ToolResult.result(of: report, structured: structured)])
             return
         }
         let confirmed = tool.json["inputSchema"]?["properties"]?[ToolCatalog.confirmedArgument] != nil
             && parameters.removeValue(forKey: ToolCatalog.confirmedArgument)?.boolValue == true
         var options = configuration.handleOptions
-        options.cancellation = call.cancellation
         options.caller = options.caller ?? CallerIdentity(uid: getuid(), principal: "mcp")
         if elicitation {
             options.prompter = ElicitingPrompter(server: self, call: call)
@@ -264,16 +261,16 @@ public final class MCPServer: Sendable {
             intent: tool.intent, parameters: parameters, source: "tools/call \(name)",
             baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
         let callOptions = options
-        Thread { [self] in
-            let options = callOptions
-            var report = pool.handle(invocation, options: options)
+        _ = service.submit(.handle(invocation), options: callOptions, uid: getuid(), control: call.control) { [self] handled in
+            var report = handled
             var missing: [OptionItem]?
             if !elicitation, let error = report.error, error.kind == .parameterUnresolved, error.details["options"] == nil,
                 error.details["value"] == nil, let parameter = error.details["parameter"]?.stringValue,
                 tool.definition.parameter(named: parameter)?.dynamicOptions == true, !call.cancellation.isCancelled
             {
                 // Without elicitation, the model is told the values the app offers, to call again with one.
-                missing = host.options(invocation, parameter: parameter, search: nil, options: options).options?.allItems
+                missing = service.perform(.options(invocation, parameter: parameter, search: nil), options: callOptions, control: call.control)
+                    .options?.allItems
             }
             if let refused = call.refusedAnswer, let error = report.error,
                 error.kind == .parameterUnresolved || error.kind == .confirmationDeclined
@@ -288,14 +285,8 @@ public final class MCPServer: Sendable {
             if !call.cancelledByClient {
                 send(["jsonrpc": "2.0", "id": id, "result": ToolResult.result(of: report, structured: structured, missingOptions: missing)])
             }
-            state.withLockedValue {
-                $0.calls[id] = nil
-                $0.running -= 1
-            }
-            callsDone.lock()
-            callsDone.broadcast()
-            callsDone.unlock()
-        }.start()
+            state.withLockedValue { _ = $0.calls.removeValue(forKey: id) }
+        }
     }
 
     // MARK: - Requests to the client
@@ -344,7 +335,7 @@ public final class MCPServer: Sendable {
             if !calls.isEmpty || !pending.isEmpty {
                 configuration.log?("[extrun mcp] the client is not reading (or closed) its input: the calls in flight are cancelled")
             }
-            for call in calls { call.cancellation.cancel("the client stopped reading the server's output") }
+            for call in calls { call.control.cancel("the client stopped reading the server's output") }
             for answer in pending { answer.fulfil(nil) }
         }
     }
@@ -365,12 +356,10 @@ public final class MCPServer: Sendable {
             state.ended = true
             return (Array(state.calls.values), Array(state.pending.values))
         }
-        for call in calls { call.cancellation.cancel(reason) }
+        for call in calls { call.cancel(reason, byClient: false, server: self) }
         for answer in pending { answer.fulfil(nil) }
-        callsDone.lock()
-        while state.withLockedValue({ $0.running }) > 0 { callsDone.wait() }
-        callsDone.unlock()
-        pool.close()
+        // No grace: the calls are cancelled now (each plugin's cancel grace), answered, and waited for.
+        service.shutDown(grace: 0, reason: reason, cancelWaitSeconds: 3600)
         writer.finish()
     }
 }
@@ -379,7 +368,9 @@ public final class MCPServer: Sendable {
 final class Call: Sendable {
     let id: JSONValue
     let progressToken: JSONValue?
-    let cancellation = Cancellation()
+    /// The run's control in the service (`cancelAll` at the end reaches it too).
+    let control = RunControl()
+    var cancellation: Cancellation { control.cancellation }
     private let state = NIOLockedValueBox(CallState())
 
     struct CallState {
@@ -408,7 +399,7 @@ final class Call: Sendable {
     /// elicitation it waits on answers nil.
     func cancel(_ reason: String, byClient: Bool, server: MCPServer) {
         if byClient { state.withLockedValue { $0.cancelledByClient = true } }
-        cancellation.cancel(reason)
+        control.cancel(reason)
         let waiting = state.withLockedValue { Array($0.waiting.values) }
         for answer in waiting { answer.fulfil(nil) }
     }

@@ -18,13 +18,15 @@ struct Caller: Sendable {
 }
 
 /// What the service does with a decoded call; the HTTP side (ServeHTTPHandler) only
-/// moves bytes. Intents run through the host's one path: `PluginPool.handle` for
-/// `handle` (warm processes), `Host.options`, `Host.continueActivity` and `Host.phrase`
-/// for the others; never on an event loop (a worker thread each, `Admission`).
+/// moves bytes. Intents run through the `IntentService` every front end shares: its
+/// admission, its worker threads (never an event loop), its warm sessions for every verb,
+/// its runs in flight and its shutdown. What is the service's own: the callers and their
+/// grants, the prompts streamed over HTTP, the byte budgets, metrics, logs and backoffs.
 final class ServeEngine: Sendable {
     let host: Host
-    let pool: PluginPool
-    let admission: Admission
+    let service: IntentService
+    var pool: PluginPool { service.pool }
+    var admission: Admission { service.admission }
     let runs = RunRegistry()
     let metrics: ServeMetrics
     let logger: Logger
@@ -32,9 +34,6 @@ final class ServeEngine: Sendable {
     /// One thread for catalog lookups (`GET /v1/intents`): off the event loop, never a thread per request.
     let lookups: NIOThreadPool
     private let policyState: NIOLockedValueBox<ServePolicy>
-    /// The runs in flight (SIGTERM cancels them after the grace).
-    private let inFlight = NIOLockedValueBox<[UInt64: RunControl]>([:])
-    private let counter = Atomic<UInt64>(0)
     /// Request bytes reserved by the connections now reading a body (maxBufferedRequestBytes).
     let bufferedRequestBytes = Atomic<Int>(0)
     /// Answer bytes written and not yet taken by their callers (maxPendingResponseBytes).
@@ -47,17 +46,15 @@ final class ServeEngine: Sendable {
     let serviceUID = getuid()
     /// Answer bytes released since the last return of free memory to the system (`trimMemory`).
     private let releasedSinceTrim = Atomic<Int>(0)
-    private let stopping = Atomic<Bool>(false)
 
     init(host: Host, policy: ServePolicy, logger: Logger) {
         self.host = host
         self.logger = logger
-        pool = PluginPool(host: host, limits: policy.warmLimits)
+        service = IntentService(host: host, admission: Self.admissionLimits(policy), warm: policy.warmLimits)
         policyState = NIOLockedValueBox(policy)
         metrics = ServeMetrics()
         refusals = RefusalLog(logger: logger)
         crashes = CrashTracker()
-        admission = Admission(limits: Self.admissionLimits(policy))
         lookups = NIOThreadPool(numberOfThreads: 1)
         lookups.start()
     }
@@ -101,7 +98,7 @@ final class ServeEngine: Sendable {
         _ call: ServeCall, caller: Caller, control: RunControl, sink: (any EventSink)?,
         finish: @escaping @Sendable (Outcome) -> Void
     ) -> Admission.Ticket? {
-        let submitted = admission.submit(uid: caller.uid) { [self] in
+        let submitted = service.submit(uid: caller.uid, refused: { [self] in finish(refusal($0, call: call)) }) { [self] in
             var outcome = run(call, caller: caller, control: control, sink: sink)
             if sink == nil {
                 var bytes = JSONWriter.bytes(outcome.body)
@@ -135,26 +132,18 @@ final class ServeEngine: Sendable {
 
     /// Runs one admitted call on the current (worker) thread.
     private func run(_ call: ServeCall, caller: Caller, control: RunControl, sink: (any EventSink)?) -> Outcome {
-        if stopping.load(ordering: .relaxed) {
-            return refusal(
-                HostError(.overloaded, "the service is shutting down and takes no new intents", details: ["reason": "shutdown"]), call: call)
-        }
-        let number = counter.add(1, ordering: .relaxed).newValue
-        inFlight.withLockedValue { $0[number] = control }
         let started = MonotonicClock.now()
-        defer { inFlight.withLockedValue { _ = $0.removeValue(forKey: number) } }
         let policy = self.policy
         var options = HandleOptions()
-        options.cancellation = control.cancellation
         options.caller = callerIdentity(caller, grants: policy.grants)  // who may run which owners (ServeGrants)
-        var callOptions = CallOptions()
+        var callOptions = RunOptions()
         var interactive: InteractiveRun?
         let runID = RandomIdentifier.uuid()
         switch call {
         case .handle(_, let o), .options(_, _, _, let o), .continueActivity(_, let o), .phrase(_, let o): callOptions = o
         default: break
         }
-        callOptions.apply(to: &options)
+        options.apply(callOptions)
         var log = logger
         log[metadataKey: "run"] = "\(runID)"
         log[metadataKey: "uid"] = "\(caller.uid)"
@@ -175,7 +164,7 @@ final class ServeEngine: Sendable {
                 if let message = progress.message { event["message"] = .string(message) }
                 sink.sendProgress(.object(event))
             }
-            control.attach(prompter)
+            control.onCancel { prompter.close() }
             sink.send(.object(["event": "started", "run": .string(runID)]))
         }
         defer {
@@ -189,7 +178,7 @@ final class ServeEngine: Sendable {
         // intent, a prompt's answer, a phrase's slot, an activity's interaction) is refused
         // on this thread, whoever the caller (docs/serve.md, "Files").
         let (reportMade, pluginFound) = IntentFileParser.$pathsRefused.withValue(Self.pathsRefusedReason) {
-            runOnHost(call, options: options)
+            runOnHost(call, options: options, control: control)
         }
         var report = reportMade
         let pluginID = pluginFound ?? report.plugin
@@ -228,7 +217,7 @@ final class ServeEngine: Sendable {
         "the service does not read files for its callers (it would read them with its own rights, not yours): a file prompt cannot be answered over the service; put the file in the intent's parameters instead, which `extrun handle --server` sends inline"
 
     /// The host's part of a run (on the run's thread, with paths refused): the report and the plugin.
-    private func runOnHost(_ call: ServeCall, options: HandleOptions) -> (HandleReport, String?) {
+    private func runOnHost(_ call: ServeCall, options: HandleOptions, control: RunControl) -> (HandleReport, String?) {
         var report: HandleReport
         var pluginID: String?
         switch call {
@@ -237,7 +226,7 @@ final class ServeEngine: Sendable {
                 let plugin = try checkPlugin(for: invocation)
                 pluginID = plugin
                 try crashes.check(plugin: plugin)
-                report = pool.handle(invocation, options: options)
+                report = service.perform(.handle(invocation), options: options, control: control)
             } catch {
                 report = ServeResponse.refusal(error, intent: invocation.intent)
                 report.id = invocation.id
@@ -245,14 +234,14 @@ final class ServeEngine: Sendable {
         case .options(let invocation, let parameter, let search, _):
             do throws(HostError) {
                 pluginID = try checkPlugin(for: invocation)
-                report = host.options(invocation, parameter: parameter, search: search, options: options)
+                report = service.perform(.options(invocation, parameter: parameter, search: search), options: options, control: control)
             } catch {
                 report = ServeResponse.refusal(error, intent: invocation.intent)
             }
         case .continueActivity(let invocation, _):
-            report = host.continueActivity(invocation, options: options)
+            report = service.perform(.continueActivity(invocation), options: options, control: control)
         case .phrase(let text, _):
-            report = host.phrase(text, options: options)
+            report = service.perform(.phrase(text), options: options, control: control)
         default:
             report = ServeResponse.refusal(HostError(.internalError, "\(call.label) is not a run"))
         }
@@ -417,30 +406,15 @@ final class ServeEngine: Sendable {
 
     // MARK: Shutdown
 
-    /// SIGTERM: intents that have not started are refused (`overloaded`, reason `shutdown`).
-    func stopAccepting() {
-        stopping.store(true, ordering: .relaxed)
-        admission.close()
+    /// SIGTERM: stop taking intents; the ones in flight get the grace, then are cancelled
+    /// (`IntentService.shutDown`), a prompt still open closed with its run (`RunControl.onCancel`).
+    func shutDown(reason: String) {
+        service.shutDown(grace: policy.shutdownGraceSeconds, reason: reason) { [self] running in
+            logger.warning("cancelling intents still running after the grace", metadata: ["running": "\(running)"])
+        }
     }
 
-    /// Cancels every run in flight (SIGTERM after the grace).
-    func cancelAll(_ reason: String) {
-        for control in inFlight.withLockedValue({ Array($0.values) }) { control.cancel(reason) }
-        runs.closeAll()
-    }
-
-    var runningCount: Int { admission.running }
-}
-
-extension CallOptions {
-    func apply(to options: inout HandleOptions) {
-        options.mode = mode
-        options.memoryLimitBytes = memoryLimitBytes
-        options.deadlineMs = deadlineMs
-        options.assumeYes = assumeYes
-        options.appLaunch = appLaunch
-        options.donate = donate
-    }
+    var runningCount: Int { service.running }
 }
 
 extension ServeCall {
@@ -450,24 +424,6 @@ extension ServeCall {
         case .continueActivity(let invocation, _): invocation.interaction?.intent
         default: nil
         }
-    }
-}
-
-/// One run's means of being stopped from outside: its `Cancellation`, and its pending
-/// prompt, which the host does not interrupt (a cancelled run's prompt must return nil).
-final class RunControl: Sendable {
-    let cancellation = Cancellation()
-    private let prompter = NIOLockedValueBox<InteractiveRun?>(nil)
-
-    func attach(_ run: InteractiveRun) {
-        prompter.withLockedValue { $0 = run }
-        if cancellation.isCancelled { run.close() }
-    }
-
-    /// The caller went away, or the service is stopping.
-    func cancel(_ reason: String) {
-        cancellation.cancel(reason)
-        prompter.withLockedValue { $0 }?.close()
     }
 }
 

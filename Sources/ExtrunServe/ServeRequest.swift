@@ -12,10 +12,10 @@ public enum ServeCall: Sendable {
     case metrics
     /// The intents the service can run (`GET /v1/intents`), or one (`GET /v1/intents/NAME`).
     case describe(intent: String?)
-    case handle(IntentInvocation, CallOptions)
-    case options(IntentInvocation, parameter: String, search: String?, CallOptions)
-    case continueActivity(ActivityInvocation, CallOptions)
-    case phrase(String, CallOptions)
+    case handle(IntentInvocation, RunOptions)
+    case options(IntentInvocation, parameter: String, search: String?, RunOptions)
+    case continueActivity(ActivityInvocation, RunOptions)
+    case phrase(String, RunOptions)
     /// An answer to a prompt of an interactive run (`POST /v1/runs/RUN/answers`).
     case answer(run: String, prompt: String, answer: JSONValue)
 
@@ -40,23 +40,6 @@ public enum ServeCall: Sendable {
         default: false
         }
     }
-}
-
-/// The query options of a run: the `extrun handle` flags, by name (docs/serve.md).
-public struct CallOptions: Sendable, Equatable {
-    public var mode: Mode?
-    public var memoryLimitBytes: Int64?
-    public var deadlineMs: Int?
-    public var assumeYes = false
-    public var appLaunch = true
-    public var donate = true
-    /// Stream events (prompts, progress) as NDJSON and take answers (`interactive=true`);
-    /// otherwise nobody is asked, as `extrun handle --no-input`.
-    public var interactive = false
-    /// Add the report's text summary (`format=text`, as `--format text`).
-    public var text = false
-
-    public init() {}
 }
 
 /// A request the service refuses before running anything: its HTTP status and the
@@ -231,51 +214,13 @@ public enum ServeRequestDecoder {
         return (path, query)
     }
 
-    static let optionNames: Set<String> = [
-        "mode", "memoryLimit", "timeout", "yes", "appLaunch", "donate", "interactive", "format", "parameter", "search",
-    ]
-
-    static func callOptions(_ query: [String: String]) throws(ServeRequestError) -> CallOptions {
-        var options = CallOptions()
-        func fail(_ message: String, _ field: String) -> ServeRequestError {
-            ServeRequestError(400, .invalidIntent, message, details: ["field": .string(field)])
+    /// The run's options from the query (their names: ExtrunProtocol/RunOptions.swift);
+    /// `parameter` and `search` are `/v1/options`' own, and taken (unused) by the others.
+    static func callOptions(_ query: [String: String]) throws(ServeRequestError) -> RunOptions {
+        do throws(RunOptions.DecodingError) {
+            return try RunOptions(query: query, extra: ["parameter", "search"])
+        } catch {
+            throw ServeRequestError(400, .invalidIntent, error.message, details: ["field": .string(error.field)])
         }
-        func flag(_ name: String) throws(ServeRequestError) -> Bool? {
-            guard let value = query[name] else { return nil }
-            switch value.lowercased() {
-            case "true", "1", "yes": return true
-            case "false", "0", "no": return false
-            default: throw fail("?\(name)=\(value.prefix(100)) is not true or false", name)
-            }
-        }
-        if let unknown = query.keys.sorted().first(where: { !optionNames.contains($0) }) {
-            throw fail(
-                "unknown query field '\(unknown.prefix(100))' (the fields: \(optionNames.sorted().joined(separator: ", ")))", unknown)
-        }
-        if let mode = query["mode"] {
-            guard let value = Mode(rawValue: mode) else { throw fail("?mode=\(mode.prefix(100)) is not extension or in-app", "mode") }
-            options.mode = value
-        }
-        if let size = query["memoryLimit"] {
-            guard let bytes = ByteCount.parse(size) else {
-                throw fail("?memoryLimit=\(size.prefix(100)) is not a size; write it like 64MiB or 1GiB", "memoryLimit")
-            }
-            options.memoryLimitBytes = bytes
-        }
-        if let duration = query["timeout"] {
-            guard let ms = DurationText.parseMilliseconds(duration) else {
-                throw fail("?timeout=\(duration.prefix(100)) is not a duration; write it like 5s, 2500ms or 1m", "timeout")
-            }
-            options.deadlineMs = ms
-        }
-        options.assumeYes = try flag("yes") ?? false
-        options.appLaunch = try flag("appLaunch") ?? true
-        options.donate = try flag("donate") ?? true
-        options.interactive = try flag("interactive") ?? false
-        if let format = query["format"] {
-            guard format == "json" || format == "text" else { throw fail("?format=\(format.prefix(100)) is not json or text", "format") }
-            options.text = format == "text"
-        }
-        return options
     }
 }

@@ -1,6 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
-import ExtrunServeOptions
+import ExtrunCommandLine
 import Foundation
 import Logging
 import NIOCore
@@ -49,9 +49,7 @@ public enum ServeService {
         let engine = ServeEngine(host: host, policy: policy, logger: logger)
         let stop = StopSignal()
         // Before the socket exists: a SIGTERM sent as soon as the socket answers is taken, not lost.
-        // Kept alive to the end (withExtendedLifetime below): in an optimized build a source no
-        // longer used is released at once, and SIGTERM, ignored in favour of the source, would do nothing.
-        let sources = installSignals(stop: stop, engine: engine, policyPath: policyPath, required: options.config != nil, logger: logger)
+        installSignals(stop: stop, engine: engine, policyPath: policyPath, required: options.config != nil, logger: logger)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         var channels: [any Channel] = []
         var socketDirectory: SocketDirectory?
@@ -92,7 +90,6 @@ public enum ServeService {
         } catch {
             for channel in channels { try? channel.close().wait() }
             try? group.syncShutdownGracefully()
-            withExtendedLifetime(sources) {}
             return fail(error)
         }
 
@@ -103,21 +100,10 @@ public enum ServeService {
         logger.info("stopping", metadata: ["running": "\(engine.runningCount)", "graceSeconds": "\(engine.policy.shutdownGraceSeconds)"])
         for channel in channels { try? channel.close().wait() }
         socketDirectory?.unlinkSocket()
-        engine.stopAccepting()
-        let graceEnd = MonotonicClock.now() + UInt64(engine.policy.shutdownGraceSeconds * 1e9)
-        while engine.runningCount > 0, MonotonicClock.now() < graceEnd { usleep(10_000) }
-        if engine.runningCount > 0 {
-            logger.warning("cancelling intents still running after the grace", metadata: ["running": "\(engine.runningCount)"])
-            engine.cancelAll("the service is stopping (SIGTERM)")
-            // A cancelled plugin gets its cancel grace (500 ms), then is killed.
-            let killEnd = MonotonicClock.now() + 10_000_000_000
-            while engine.runningCount > 0, MonotonicClock.now() < killEnd { usleep(10_000) }
-        }
-        engine.pool.close()
+        engine.shutDown(reason: "the service is stopping (SIGTERM)")
         // Let the last answers reach their callers.
         usleep(50_000)
         try? group.syncShutdownGracefully()
-        withExtendedLifetime(sources) {}
         logger.info("stopped")
         return 0
     }
@@ -251,31 +237,22 @@ public enum ServeService {
         return difference == 0
     }
 
-    static func installSignals(stop: StopSignal, engine: ServeEngine, policyPath: String, required: Bool, logger: Logger) -> [any DispatchSourceSignal] {
-        let queue = DispatchQueue(label: "extrun.serve.signals")
-        var sources: [any DispatchSourceSignal] = []
-        for number in [SIGTERM, SIGINT] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            sources.append(source)
-        }
-        signal(SIGHUP, SIG_IGN)
-        let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: queue)
-        hangup.setEventHandler {
-            do throws(HostError) {
-                let (policy, source) = try ServePolicy.load(path: policyPath, required: required)
-                let sandbox = try engine.pool.reloadPolicy()
-                engine.update(policy)
-                logger.info("policy re-read (SIGHUP)", metadata: ["source": "\(source)", "sandboxPolicy": "\(sandbox)"])
-            } catch {
-                logger.error("SIGHUP: the policy was not changed: \(error.message)", metadata: ["kind": "\(error.kind.rawValue)"])
-            }
-        }
-        hangup.resume()
-        sources.append(hangup)
-        return sources
+    /// SIGTERM and SIGINT stop the service (the first gracefully, a second at once:
+    /// `TerminationSignals`); SIGHUP re-reads serve.json and policy.json.
+    static func installSignals(stop: StopSignal, engine: ServeEngine, policyPath: String, required: Bool, logger: Logger) {
+        TerminationSignals.install(
+            terminating: [SIGTERM, SIGINT], reloading: [SIGHUP],
+            onReload: { _ in
+                do throws(HostError) {
+                    let (policy, source) = try ServePolicy.load(path: policyPath, required: required)
+                    let sandbox = try engine.pool.reloadPolicy()
+                    engine.update(policy)
+                    logger.info("policy re-read (SIGHUP)", metadata: ["source": "\(source)", "sandboxPolicy": "\(sandbox)"])
+                } catch {
+                    logger.error("SIGHUP: the policy was not changed: \(error.message)", metadata: ["kind": "\(error.kind.rawValue)"])
+                }
+            },
+            onTerminate: { _ in stop.signal() })
     }
 
     /// Ends warm processes idle past `idleTimeoutSeconds` (checked 4 times per timeout, at

@@ -1,6 +1,6 @@
 import ArgumentParser
 import ExtrunServe
-import ExtrunServeOptions
+import ExtrunCommandLine
 
 #if canImport(Glibc)
 import Glibc

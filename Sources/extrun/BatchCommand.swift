@@ -1,7 +1,9 @@
 import ArgumentParser
+import ExtrunCommandLine
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
+import Synchronization
 
 /// `extrun batch`: several intents in one call, with warm plugin reuse.
 struct Batch: ParsableCommand {
@@ -36,7 +38,10 @@ struct Batch: ParsableCommand {
     @Option(help: "Output format: json (one object per line) or text.")
     var format: OutputFormat = .json
 
-    @OptionGroup var interaction: InteractionOptions
+    @OptionGroup var options: RunOptionFlags
+
+    @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases with their times, and the plugins' output.")
+    var verbose = false
 
     @Flag(help: "Stop after the first intent that does not succeed.")
     var stopOnFailure = false
@@ -44,43 +49,58 @@ struct Batch: ParsableCommand {
     @Option(name: .shortAndLong, help: "How many intents to handle at once (each in a process of its own); more than 1 implies --no-input.")
     var jobs = 1
 
-    @Option(help: ArgumentHelp("Memory cap for every intent, as `extrun handle --memory-limit` (the process's whole life).", valueName: "size"))
-    var memoryLimit: String?
-
-    @Option(help: ArgumentHelp("Deadline for each intent, as `extrun handle --timeout`, e.g. 5s or 2500ms (a unit is required).", valueName: "duration"))
-    var timeout: String?
-
     func validate() throws {
         if intentFiles.isEmpty { throw ValidationError("give at least one intent file") }
         if intentFiles.filter({ $0 == "-" }).count > 1 {
             throw ValidationError("standard input (-) can be read once only")
         }
         if jobs < 1 || jobs > 64 { throw ValidationError("--jobs takes 1 to 64 (got \(jobs))") }
-        try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
     }
 
     func run() throws {
-        var options = HandleOptions()
-        options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
-        options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
-        interaction.apply(to: &options, mayPrompt: jobs == 1)
-        let pool = PluginPool(maxIdleProcesses: max(4, jobs))
-        defer { pool.close() }
+        let options = HandleOptions.commandLine(self.options.runOptions(mayPrompt: jobs == 1), verbose: verbose)
+        // The intents run as the service runs them (warm sessions, worker threads): at most
+        // --jobs at once, the others waiting in the order of the files.
+        let service = IntentService(
+            admission: Admission.Limits(maxConcurrent: jobs, maxQueued: intentFiles.count), warm: PluginPool.WarmLimits(maxIdle: max(4, jobs)))
+        defer { service.shutDown(grace: 0, reason: "extrun batch ended") }
         let files = intentFiles
-        let handleOptions = options
+        let stopOnFailure = self.stopOnFailure
         @Sendable func handle(_ file: String) -> HandleReport {
             do throws(HostError) {
-                return pool.handle(try IntentFileParser.read(path: file), options: handleOptions)
+                return service.perform(.handle(try IntentFileParser.read(path: file)), options: options)
             } catch {
                 var report = HandleReport(intent: nil)
                 report.error = error
                 return report
             }
         }
-        let reports = BatchReports(count: files.count, jobs: jobs, stopOnFailure: stopOnFailure, handle: { handle(files[$0]) })
+        // Each file's report, in the order of the files; nil: not run (--stop-on-failure stopped the batch before it).
+        let reports = files.indices.map { _ in Promise<HandleReport?>() }
+        if jobs > 1 {
+            // The first file that failed, with --stop-on-failure (Int.max: none).
+            let stoppedAt = Atomic<Int>(.max)
+            for index in files.indices {
+                let submitted = service.submit(uid: getuid(), refused: { _ in reports[index].fulfil(nil) }) {
+                    if index > stoppedAt.load(ordering: .acquiring) {
+                        reports[index].fulfil(nil)
+                        return
+                    }
+                    let report = handle(files[index])
+                    if stopOnFailure, report.exitCode != 0 { stoppedAt.min(index, ordering: .acquiringAndReleasing) }
+                    reports[index].fulfil(report)
+                }
+                if case .failure(let error) = submitted {
+                    var report = HandleReport(intent: nil)
+                    report.error = error
+                    reports[index].fulfil(report)
+                }
+            }
+        }
         var status: Int32 = 0
         for index in files.indices {
-            guard let report = reports.next(index) else { break }
+            // One job: on this thread, where the terminal's prompts are asked.
+            guard let report = jobs > 1 ? reports[index].wait() : handle(files[index]) else { break }
             switch format {
             case .json: Output.printLine(String(decoding: JSONWriter.bytes(report.json), as: UTF8.self))
             case .text: Output.printLine((index > 0 ? "\n" : "") + report.text)
@@ -90,63 +110,7 @@ struct Batch: ParsableCommand {
                 if stopOnFailure { break }
             }
         }
-        options.log?("[extrun] batch: \(intentFiles.count) intents, \(pool.launches) plugin processes started, \(pool.reuses) reused")
+        options.log?("[extrun] batch: \(intentFiles.count) intents, \(service.pool.launches) plugin processes started, \(service.pool.reuses) reused")
         if status != 0 { throw ExitCode(status) }
-    }
-}
-
-/// The reports of a batch, handled on `jobs` threads (or on the caller's, for one job)
-/// and handed out in the order of the files.
-final class BatchReports: Sendable {
-    private let count: Int
-    private let handle: @Sendable (Int) -> HandleReport
-    private let serial: Bool
-    private let stopOnFailure: Bool
-    private let state = NSCondition()
-    private nonisolated(unsafe) var done: [Int: HandleReport] = [:]
-    private nonisolated(unsafe) var nextToStart = 0
-    /// The first index that failed when --stop-on-failure stops the batch.
-    private nonisolated(unsafe) var stoppedAfter: Int?
-
-    init(count: Int, jobs: Int, stopOnFailure: Bool, handle: @escaping @Sendable (Int) -> HandleReport) {
-        self.count = count
-        self.handle = handle
-        self.serial = jobs == 1
-        self.stopOnFailure = stopOnFailure
-        guard !serial else { return }
-        for _ in 0..<min(jobs, count) {
-            Thread { [self] in work() }.start()
-        }
-    }
-
-    private func work() {
-        while true {
-            state.lock()
-            let index = nextToStart
-            if index >= count || stoppedAfter.map({ index > $0 }) == true {
-                state.unlock()
-                return
-            }
-            nextToStart += 1
-            state.unlock()
-            let report = handle(index)
-            state.lock()
-            done[index] = report
-            if stopOnFailure && report.exitCode != 0 { stoppedAfter = min(stoppedAfter ?? index, index) }
-            state.broadcast()
-            state.unlock()
-        }
-    }
-
-    /// The report of file `index` (waiting for it), or nil when the batch stopped before it.
-    func next(_ index: Int) -> HandleReport? {
-        if serial { return handle(index) }
-        state.lock()
-        defer { state.unlock() }
-        while done[index] == nil {
-            if let stop = stoppedAfter, index > stop { return nil }
-            state.wait()
-        }
-        return done.removeValue(forKey: index)
     }
 }

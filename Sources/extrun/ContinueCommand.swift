@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExtrunCommandLine
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
@@ -32,45 +33,27 @@ struct ContinueCommand: ParsableCommand {
     @Argument(help: ArgumentHelp("The activity file; - reads standard input.", valueName: "activity.json"))
     var activityFile: String
 
-    @Option(
-        name: .customLong("memory-limit"),
-        help: ArgumentHelp("Memory cap for this run, e.g. 512MiB, within the policy's maximum for in-app mode.", valueName: "size"))
-    var memoryLimit: String?
-
-    @Option(help: ArgumentHelp("Deadline for this run, counted from the plugin's launch, e.g. 5s.", valueName: "duration"))
-    var timeout: String?
+    @OptionGroup var limits: RunLimitFlags
 
     @Option(help: "Output format: json (for programs) or text (a summary for people).")
     var format: OutputFormat = .json
 
-    @Flag(help: "Do not store the plugin's own donations.")
-    var noDonate = false
-
     @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases, and the plugin's stdout, stderr and log lines.")
     var verbose = false
-
-    func validate() throws {
-        try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
-    }
 
     @OptionGroup var service: ServerOptions
 
     func run() throws {
+        var run = RunOptions()
+        limits.apply(to: &run)
         if let server = service.socket {
             service.noteVerbose(verbose)
-            var query: [(String, String)] = []
-            if let memoryLimit { query.append(("memoryLimit", memoryLimit)) }
-            if let timeout { query.append(("timeout", timeout)) }
-            if noDonate { query.append(("donate", "false")) }
-            let status = ServerClient.continueActivity(server: server, activityFile: activityFile, query: query, text: format == .text)
+            run.text = format == .text
+            let status = ServerClient.continueActivity(server: server, activityFile: activityFile, options: run)
             if status != 0 { throw ExitCode(status) }
             return
         }
-        var options = HandleOptions()
-        options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
-        options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
-        options.donate = !noDonate
-        if verbose { options.log = { line in Output.printError(line) } }
+        let options = HandleOptions.commandLine(run, verbose: verbose)
         try ReportOutput.printAndExit(format: format) { () throws(HostError) in
             Host().continueActivity(try ActivityFileParser.read(path: activityFile), options: options)
         }

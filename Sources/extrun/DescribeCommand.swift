@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExtrunCommandLine
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
@@ -120,18 +121,16 @@ struct Options: ParsableCommand {
     @OptionGroup var service: ServerOptions
 
     func run() throws {
+        var run = RunOptions()
+        run.mode = mode
+        run.text = format == .text
         if let server = service.socket {
             service.noteVerbose(verbose)
-            var query = [("parameter", parameter)]
-            if let search { query.append(("search", search)) }
-            if let mode { query.append(("mode", mode.rawValue)) }
-            let status = ServerClient.options(server: server, intentFile: intentFile, query: query, text: format == .text)
+            let status = ServerClient.options(server: server, intentFile: intentFile, parameter: parameter, search: search, options: run)
             if status != 0 { throw ExitCode(status) }
             return
         }
-        var options = HandleOptions()
-        options.mode = mode
-        if verbose { options.log = { Output.printError($0) } }
+        let options = HandleOptions.commandLine(run, verbose: verbose)
         try ReportOutput.printAndExit(format: format) { () throws(HostError) in
             Host().options(try IntentFileParser.read(path: intentFile), parameter: parameter, search: search, options: options)
         }

@@ -39,7 +39,7 @@ struct Extrun: ParsableCommand {
             Glibc.exit(HandleFastPath.run(intentFile: file))
         }
         if let (server, file) = HandleFastPath.servedIntent(in: arguments) {
-            Glibc.exit(ServerClient.handle(server: server, intentFile: file, query: [], prompter: TerminalPrompter(), text: false))
+            Glibc.exit(ServerClient.handle(server: server, intentFile: file, options: .interactiveDefaults))
         }
         do {
             var command = try parseAsRoot(arguments)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExtrunCommandLine
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
@@ -85,68 +86,28 @@ struct Handle: ParsableCommand {
     @Argument(help: ArgumentHelp("The intent file to handle; - reads standard input.", valueName: "intent.json"))
     var intentFile: String
 
-    @Option(help: "Run the plugin in this mode (extension or in-app), overriding the intent file and the manifest.")
-    var mode: Mode?
+    @OptionGroup var options: RunOptionFlags
 
-    @Option(
-        name: .customLong("memory-limit"),
-        help: ArgumentHelp(
-            "Memory cap for this run, e.g. 64MiB or 1GiB (private writable memory), above 64 KiB and within the policy's maximum for the mode.",
-            valueName: "size"))
-    var memoryLimit: String?
-
-    @Option(
-        help: ArgumentHelp(
-            "Deadline for this run, counted from the plugin's launch, e.g. 5s, 2500ms or 1m (a unit is required), within the policy's maximum; in extension mode progress reports extend it up to the mode's maximum.",
-            valueName: "duration"))
-    var timeout: String?
+    @Flag(name: .shortAndLong, help: "Show on stderr what happens: phases with their times, each host-service request, and the plugin's stdout, stderr and log lines.")
+    var verbose = false
 
     @Option(help: "Output format: json (for programs) or text (a summary for people).")
     var format: OutputFormat = .json
 
-
-
-    @OptionGroup var interaction: InteractionOptions
-
-    @Flag(help: "Stop after the extension when it asks for the app (continueInApp, failureRequiringAppLaunch, or a memory retry).")
-    var noAppLaunch = false
-
-    @Flag(help: "Do not donate this run's interaction (nor the plugin's own donations) to the donation log.")
-    var noDonate = false
-
     @OptionGroup var service: ServerOptions
 
-    func validate() throws {
-        try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
-    }
-
     func run() throws {
+        var run = options.runOptions()
         if let server = service.socket {
-            service.noteVerbose(interaction.verbose)
-            var query: [(String, String)] = []
-            if let mode { query.append(("mode", mode.rawValue)) }
-            if let memoryLimit { query.append(("memoryLimit", memoryLimit)) }
-            if let timeout { query.append(("timeout", timeout)) }
-            if interaction.assumeYes { query.append(("yes", "true")) }
-            if noAppLaunch { query.append(("appLaunch", "false")) }
-            if noDonate { query.append(("donate", "false")) }
-            let prompter = interaction.noInput ? nil : TerminalPrompter()
-            let status = ServerClient.handle(server: server, intentFile: intentFile, query: query, prompter: prompter, text: format == .text)
+            service.noteVerbose(verbose)
+            run.text = format == .text
+            let status = ServerClient.handle(server: server, intentFile: intentFile, options: run)
             if status != 0 { throw ExitCode(status) }
             return
         }
-        var options = HandleOptions()
-        options.mode = mode
-        options.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
-        options.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
-        options.appLaunch = !noAppLaunch
-        options.donate = !noDonate
-        interaction.apply(to: &options)
-
+        let options = HandleOptions.commandLine(run, verbose: verbose)
         try ReportOutput.printAndExit(format: format) { () throws(HostError) in
             Host().handle(try IntentFileParser.read(path: intentFile), options: options)
         }
     }
 }
-
-extension Mode: ExpressibleByArgument {}

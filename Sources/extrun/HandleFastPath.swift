@@ -36,7 +36,7 @@ enum HandleFastPath {
     /// Handles the intent, prints the report as JSON and returns the exit status.
     static func run(intentFile: String) -> Int32 {
         if let server = ServerClient.environmentServer {
-            return ServerClient.handle(server: server, intentFile: intentFile, query: [], prompter: TerminalPrompter(), text: false)
+            return ServerClient.handle(server: server, intentFile: intentFile, options: .interactiveDefaults)
         }
         var options = HandleOptions()
         options.prompter = TerminalPrompter()

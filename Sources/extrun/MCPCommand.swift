@@ -1,6 +1,8 @@
 import ArgumentParser
+import ExtrunCommandLine
 import ExtrunHost
 import ExtrunMCP
+import ExtrunProtocol
 import Foundation
 
 #if canImport(Glibc)
@@ -41,21 +43,13 @@ struct MCPCommand: ParsableCommand {
     @Flag(name: .shortAndLong, help: "Show on stderr each call's outcome and what the host does (phases, plugin output).")
     var verbose = false
 
-    @Option(help: ArgumentHelp("Memory cap for every intent, as `extrun handle --memory-limit` (the process's whole life).", valueName: "size"))
-    var memoryLimit: String?
-
-    @Option(help: ArgumentHelp("Deadline for each intent, as `extrun handle --timeout`, e.g. 5s or 2500ms.", valueName: "duration"))
-    var timeout: String?
+    @OptionGroup var limits: RunLimitFlags
 
     @Option(help: "How many tool calls run at once (each in a plugin process of its own).")
     var maxCalls = 8
 
-    @Flag(help: "Do not donate successful calls to their owners' donation logs (as `extrun handle --no-donate`).")
-    var noDonate = false
-
     func validate() throws {
         if maxCalls < 1 || maxCalls > 64 { throw ValidationError("--max-calls takes 1 to 64 (got \(maxCalls))") }
-        try ReportOutput.validate(memoryLimit: memoryLimit, timeout: timeout)
     }
 
     func run() throws {
@@ -63,16 +57,16 @@ struct MCPCommand: ParsableCommand {
         _ = signal(SIGPIPE, SIG_IGN)
         var configuration = MCPServer.Configuration()
         configuration.maxConcurrentCalls = maxCalls
-        configuration.handleOptions.memoryLimitBytes = memoryLimit.flatMap(ByteCount.parse)
-        configuration.handleOptions.deadlineMs = timeout.flatMap(DurationText.parseMilliseconds)
-        configuration.handleOptions.donate = !noDonate
+        var run = RunOptions()
+        limits.apply(to: &run)
+        configuration.handleOptions = HandleOptions(run)
         if verbose {
             let log: @Sendable (String) -> Void = { line in Output.printError(line) }
             configuration.log = log
             configuration.handleOptions.log = log
         }
         let server = MCPServer(configuration: configuration)
-        TerminationSignals.install { signal in
+        TerminationSignals.install(terminating: [SIGTERM, SIGINT, SIGHUP]) { signal in
             server.stop(reason: "extrun mcp received signal \(signal)")
             Glibc.exit(128 + signal)
         }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import ExtrunCommandLine
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
@@ -25,7 +26,8 @@ struct PhraseCommand: ParsableCommand {
 
     @Argument(help: "What the person said.") var text: String
     @Option(help: "Output format: json or text.") var format: OutputFormat = .json
-    @OptionGroup var interaction: InteractionOptions
+    @OptionGroup var options: RunOptionFlags
+    @Flag(name: .shortAndLong, help: "Show on stderr what happens: the phrase matched, phases, and the plugin's output.") var verbose = false
     @OptionGroup var service: ServerOptions
 
     func validate() throws {
@@ -35,16 +37,15 @@ struct PhraseCommand: ParsableCommand {
     }
 
     func run() throws {
+        var run = options.runOptions()
         if let server = service.socket {
-            service.noteVerbose(interaction.verbose)
-            let query: [(String, String)] = interaction.assumeYes ? [("yes", "true")] : []
-            let prompter = interaction.noInput ? nil : TerminalPrompter()
-            let status = ServerClient.phrase(server: server, said: text, query: query, prompter: prompter, text: format == .text)
+            service.noteVerbose(verbose)
+            run.text = format == .text
+            let status = ServerClient.phrase(server: server, said: text, options: run)
             if status != 0 { throw ExitCode(status) }
             return
         }
-        var options = HandleOptions()
-        interaction.apply(to: &options)
+        let options = HandleOptions.commandLine(run, verbose: verbose)
         try ReportOutput.printAndExit(format: format) { () throws(HostError) in Host().phrase(text, options: options) }
     }
 }

@@ -3,8 +3,7 @@ import ExtrunHost
 import ExtrunProtocol
 
 /// What `handle`, its fast path, `continue`, `options` and `phrase` share: a report
-/// printed as JSON or text, whose exit status is the process's; and the checks of
-/// --memory-limit and --timeout.
+/// printed as JSON or text, whose exit status is the process's.
 enum ReportOutput {
     /// Prints the report as `print(format:_:)` does; a status other than 0 ends the command with it.
     static func printAndExit(format: OutputFormat, _ make: () throws(HostError) -> HandleReport) throws {
@@ -35,18 +34,5 @@ enum ReportOutput {
             Output.printLine(report.text)
         }
         return report.exitCode
-    }
-
-    static func validate(memoryLimit: String?, timeout: String?) throws {
-        if let memoryLimit, ByteCount.parse(memoryLimit) == nil {
-            throw ValidationError("--memory-limit '\(memoryLimit)' is not a size; write it like 64MiB, 1GiB or 500000000")
-        }
-        let bare = timeout?.trimmingCharacters(in: .whitespaces) ?? ""
-        if let timeout, !bare.isEmpty, bare.allSatisfy({ $0.isNumber || $0 == "." }) {
-            throw ValidationError("--timeout '\(timeout)' has no unit: write \(bare)s (seconds) or \(bare)ms (milliseconds)")
-        }
-        if let timeout, DurationText.parseMilliseconds(timeout) == nil {
-            throw ValidationError("--timeout '\(timeout)' is not a duration; write it like 5s, 2500ms or 1m")
-        }
     }
 }

@@ -1,5 +1,5 @@
 import ArgumentParser
-import ExtrunServeOptions
+import ExtrunCommandLine
 import Foundation
 
 #if canImport(Glibc)

@@ -24,19 +24,21 @@ enum ServerClient {
         var message: String
     }
 
-    /// `extrun handle`: the intent file to `POST /v1/handle`. Query fields of the call
-    /// (`mode`, `memoryLimit`, `timeout`, `yes`, `appLaunch`, `donate`); `interactive` and `format` are added here.
-    static func handle(server: String, intentFile: String, query: [(String, String)], prompter: TerminalPrompter?, text: Bool) -> Int32 {
-        run(server: server, endpoint: "/v1/handle", query: query, prompter: prompter, text: text, source: intentFile) {
+    /// `extrun handle`: the intent file to `POST /v1/handle`, with the run's options as its
+    /// query (`RunOptions.queryItems`); the terminal is asked when `options.interactive`.
+    static func handle(server: String, intentFile: String, options: RunOptions) -> Int32 {
+        run(server: server, endpoint: "/v1/handle", options: options, source: intentFile) {
             try readIntent(intentFile)
         } inline: { body, error in
             try inlineFiles(body, refusal: error, intentFile: intentFile)
         }
     }
 
-    /// `extrun options`: the intent file to `POST /v1/options` (`parameter`, `search`, `mode` in `query`).
-    static func options(server: String, intentFile: String, query: [(String, String)], text: Bool) -> Int32 {
-        run(server: server, endpoint: "/v1/options", query: query, prompter: nil, text: text, source: intentFile) {
+    /// `extrun options`: the intent file to `POST /v1/options` (`parameter`, `search` after the run's options).
+    static func options(server: String, intentFile: String, parameter: String, search: String?, options: RunOptions) -> Int32 {
+        var endpoint = [("parameter", parameter)]
+        if let search { endpoint.append(("search", search)) }
+        return run(server: server, endpoint: "/v1/options", options: options, endpointQuery: endpoint, source: intentFile) {
             try readIntent(intentFile)
         } inline: { body, error in
             try inlineFiles(body, refusal: error, intentFile: intentFile)
@@ -46,8 +48,8 @@ enum ServerClient {
     /// `extrun continue`: the activity file to `POST /v1/continue`; file parameters of its
     /// `interaction` given as paths are read here (relative to the current directory, as
     /// `extrun continue` reads them) and sent inline.
-    static func continueActivity(server: String, activityFile: String, query: [(String, String)], text: Bool) -> Int32 {
-        run(server: server, endpoint: "/v1/continue", query: query, prompter: nil, text: text, source: activityFile) {
+    static func continueActivity(server: String, activityFile: String, options: RunOptions) -> Int32 {
+        run(server: server, endpoint: "/v1/continue", options: options, source: activityFile) {
             try readIntent(activityFile, what: "activity file")
         } inline: { body, error in
             try inlineInteractionFile(body, refusal: error, activityFile: activityFile)
@@ -55,8 +57,8 @@ enum ServerClient {
     }
 
     /// `extrun phrase`: what the person said to `POST /v1/phrase`.
-    static func phrase(server: String, said phrase: String, query: [(String, String)], prompter: TerminalPrompter?, text: Bool) -> Int32 {
-        run(server: server, endpoint: "/v1/phrase", query: query, prompter: prompter, text: text, source: nil) {
+    static func phrase(server: String, said phrase: String, options: RunOptions) -> Int32 {
+        run(server: server, endpoint: "/v1/phrase", options: options, source: nil) {
             JSONWriter.bytes(.object(["phrase": .string(phrase)]))
         } inline: { _, _ in nil }
     }
@@ -98,15 +100,15 @@ enum ServerClient {
     /// nothing more to inline) and the request is sent again. `source` is the file the body
     /// came from (`-`: standard input): an error naming the service's `<request>` names it instead.
     static func run(
-        server: String, endpoint: String, query: [(String, String)], prompter: TerminalPrompter?, text: Bool, source: String?,
+        server: String, endpoint: String, options: RunOptions, endpointQuery: [(String, String)] = [], source: String?,
         body makeBody: () throws -> [UInt8], inline: ([UInt8], JSONValue) throws -> [UInt8]?
     ) -> Int32 {
         let outcome: JSONValue
+        let prompter = options.interactive ? TerminalPrompter() : nil
+        let text = options.text
         do {
             var body = try makeBody()
-            var fields = query
-            if prompter != nil { fields.append(("interactive", "true")) }
-            if text { fields.append(("format", "text")) }
+            let fields = options.queryItems + endpointQuery
             let target = endpoint + "?" + fields.map { "\($0.0)=\(percentEncoded($0.1))" }.joined(separator: "&")
             var answer = try call(server: server, target: target, body: body, prompter: prompter)
             var rounds = 0

@@ -197,6 +197,33 @@ struct ServeLimitTests {
         #expect(result.status == 0, "\(result)\n\(service.logText)")
     }
 
+    @Test("options, continue and phrase over the service run in warm sessions: the second call of each reuses the process")
+    func everyVerbIsWarm() throws {
+        let service = try RunningService(cli: cli)
+        defer { service.stop() }
+        func counts() throws -> (launches: Int64, reuses: Int64) {
+            let health = try JSONParser.parse(Array(try service.python("health").stdout.utf8))
+            return (health["launches"]?.intValue ?? -1, health["reuses"]?.intValue ?? -1)
+        }
+        let person = StagedPlugins.packageRoot.appendingPathComponent("Examples/activities/view-person.json").path
+        let calls: [(String, [String])] = [
+            ("options", ["options", "--server", service.socket, "Examples/intents/order-soup.json", "soup"]),
+            ("continue", ["continue", "--server", service.socket, person]),
+            ("phrase", ["phrase", "--server", service.socket, "--yes", "Order clam chowder in Soup Chef"]),
+        ]
+        for (verb, arguments) in calls {
+            let first = try service.client(arguments)
+            #expect(first.status == 0, "\(verb): \(first)")
+            let before = try counts()
+            let second = try service.client(arguments)
+            #expect(second.status == 0, "\(verb): \(second)")
+            let after = try counts()
+            // The same call again starts no process: each of its steps takes a warm one.
+            #expect(after.launches == before.launches, "\(verb): launches \(before.launches) -> \(after.launches)\n\(service.logText)")
+            #expect(after.reuses > before.reuses, "\(verb): reuses \(before.reuses) -> \(after.reuses)")
+        }
+    }
+
     @Test("SIGHUP re-reads serve.json; a bad file is logged and the running policy kept")
     func sighup() throws {
         let service = try RunningService(cli: cli, policy: #"{"maxConcurrent": 1, "maxQueued": 0}"#)

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import ExtrunServe
+import ExtrunHost
 
 /// The threads `extrun serve` runs intents on (Admission.swift, `Workers`).
 @Suite struct WorkersTests {

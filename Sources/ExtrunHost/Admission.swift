@@ -1,4 +1,3 @@
-import ExtrunHost
 import ExtrunProtocol
 import Foundation
 import NIOConcurrencyHelpers
@@ -7,18 +6,26 @@ import NIOConcurrencyHelpers
 /// per peer uid, and at most `maxQueued` waiting; one more is refused at once with
 /// `overloaded` and its numbers (never an unbounded backlog). A waiting intent starts, in
 /// the order of arrival, as soon as a place frees for its caller.
-final class Admission: Sendable {
-    struct Limits: Sendable {
-        var maxConcurrent: Int
-        var maxQueued: Int
+public final class Admission: Sendable {
+    public struct Limits: Sendable {
+        public var maxConcurrent: Int
+        public var maxQueued: Int
         /// The most intents one caller may have waiting: its share of the queue.
-        var maxQueuedPerCaller: Int = .max
-        var perCaller: @Sendable (UInt32) -> Int
+        public var maxQueuedPerCaller: Int = .max
+        /// The most intents one caller (uid) may run at once.
+        public var perCaller: @Sendable (UInt32) -> Int
+
+        public init(maxConcurrent: Int, maxQueued: Int, maxQueuedPerCaller: Int = .max, perCaller: @escaping @Sendable (UInt32) -> Int = { _ in .max }) {
+            self.maxConcurrent = maxConcurrent
+            self.maxQueued = maxQueued
+            self.maxQueuedPerCaller = maxQueuedPerCaller
+            self.perCaller = perCaller
+        }
     }
 
-    struct Ticket: Sendable, Hashable {
-        let number: UInt64
-        let uid: UInt32
+    public struct Ticket: Sendable, Hashable {
+        public let number: UInt64
+        public let uid: UInt32
     }
 
     private struct Waiting {
@@ -39,12 +46,12 @@ final class Admission: Sendable {
     private let state: NIOLockedValueBox<State>
     private let workers: Workers
 
-    init(limits: Limits) {
+    public init(limits: Limits) {
         state = NIOLockedValueBox(State(limits: limits))
         workers = Workers()
     }
 
-    func update(_ limits: Limits) {
+    public func update(_ limits: Limits) {
         let ready = state.withLockedValue { state in
             state.limits = limits
             return Self.startable(&state)
@@ -60,12 +67,12 @@ final class Admission: Sendable {
         }
     }
 
-    var running: Int { state.withLockedValue { $0.running } }
-    var queued: Int { state.withLockedValue { $0.queue.count } }
-    var refused: Int { state.withLockedValue { $0.refused } }
+    public var running: Int { state.withLockedValue { $0.running } }
+    public var queued: Int { state.withLockedValue { $0.queue.count } }
+    public var refused: Int { state.withLockedValue { $0.refused } }
 
     /// Runs `start` on a worker thread now, or later when a place frees; or refuses.
-    func submit(uid: UInt32, _ start: @escaping @Sendable () -> Void) -> Result<Ticket, HostError> {
+    public func submit(uid: UInt32, _ start: @escaping @Sendable () -> Void) -> Result<Ticket, HostError> {
         let outcome = state.withLockedValue { state -> Result<(Ticket, Bool), HostError> in
             state.next += 1
             let ticket = Ticket(number: state.next, uid: uid)
@@ -119,7 +126,7 @@ final class Admission: Sendable {
     }
 
     /// A queued intent whose caller went away: out of the queue (true), or already running (false).
-    func withdraw(_ ticket: Ticket) -> Bool {
+    public func withdraw(_ ticket: Ticket) -> Bool {
         state.withLockedValue { state in
             guard let index = state.queue.firstIndex(where: { $0.ticket == ticket }) else { return false }
             state.queue.remove(at: index)
@@ -139,8 +146,8 @@ final class Admission: Sendable {
     }
 
     /// Takes no more intents. The waiting ones run now, outside the limits: the caller
-    /// (`ServeEngine.stopAccepting`) has made them refuse at once.
-    func close() {
+    /// (`IntentService.stopAccepting`) has made them refuse at once.
+    public func close() {
         let waiting = state.withLockedValue { state in
             state.closed = true
             defer { state.queue.removeAll() }
@@ -214,10 +221,10 @@ public final class Workers: @unchecked Sendable {
     }
 
     /// Threads started so far.
-    var threads: Int { lock.withLock { started } }
+    public var threads: Int { lock.withLock { started } }
 
     /// Threads waiting for a job now.
-    var idleThreads: Int { lock.withLock { idle.count } }
+    public var idleThreads: Int { lock.withLock { idle.count } }
 
     private func loop(_ worker: Worker) {
         while true {
