@@ -130,7 +130,7 @@ let package = Package(
         .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport"], exclude: ["Fixtures"]),
-        .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore", "ExtrunTestSupport"]),
+        .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore", "ExtrunStoreFill", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunServeTests", dependencies: ["ExtrunServe", "ExtrunHost"]),
         .testTarget(name: "ExtrunMCPTests", dependencies: ["ExtrunMCP", "ExtrunHost", "ExtrunProtocol", "ExtrunTestSupport"], exclude: ["mcp_client.py"]),
@@ -140,7 +140,13 @@ let package = Package(
 
 // Benchmarks (Scripts/bench, docs/benchmarks.md): the in-process harness.
 package.targets.append(contentsOf: [
-    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore"], path: "Benchmarks/ExtrunBench"),
+    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore", "ExtrunStoreFill"], path: "Benchmarks/ExtrunBench"),
+    // A store filled fast (`ExtrunBench populate`, the migration tests): not in any product; it
+    // writes through the store's `package` internals.
+    .target(
+        name: "ExtrunStoreFill",
+        dependencies: ["ExtrunStore", "ExtrunProtocol", "ExtrunSystem", .product(name: "GRDB", package: "GRDB.swift")],
+        path: "Benchmarks/StoreFill"),
     // The listener of `extrun serve` with no intent behind it: the floor under its throughput rows.
     .executableTarget(
         name: "ExtrunHTTPFloor",

@@ -45,7 +45,8 @@
 // Prints one JSON object on stdout. Latencies are in microseconds.
 import ExtrunHost
 import ExtrunProtocol
-@_spi(Benchmark) import ExtrunStore
+import ExtrunStore
+import ExtrunStoreFill
 import Foundation
 import Synchronization
 
@@ -130,7 +131,7 @@ encoder.outputFormatting = [.sortedKeys]
 /// Fills an owner of `$EXTRUN_HOME` with generated globals and bookmarks, fast, for the
 /// migration benchmark (Scripts/bench, docs/migration.md): `ExtrunBench populate --owner OLD
 /// --globals N [--value-bytes 32] [--bookmarks N --bookmark-target PATH] [--container-files N]`.
-/// It was the product's hidden `extrun migrate populate`; scaffolding belongs to the bench.
+/// The fill is ExtrunStoreFill (Benchmarks/StoreFill), outside every product.
 @MainActor func populate() {
     guard let owner = options["owner"] else { fail("populate needs --owner OWNER (and --globals N, --bookmarks N, ...)") }
     do {

@@ -134,7 +134,7 @@ public struct BookmarkEntry: Sendable, Equatable {
 }
 
 /// What is sealed for a bookmark (docs/store.md, "Bookmarks").
-struct BookmarkRecord: Codable, Equatable {
+package struct BookmarkRecord: Codable, Equatable {
     var path: String
     var lastKnownPath: String
     var kind: BookmarkKind
@@ -146,6 +146,22 @@ struct BookmarkRecord: Codable, Equatable {
     /// Who made it; absent in a record sealed before creators were recorded (docs/store.md).
     var creatorUID: UInt32?
     var creatorPrincipal: String?
+
+    package init(
+        path: String, lastKnownPath: String, kind: BookmarkKind, readOnly: Bool, created: Date, device: UInt64, inode: UInt64, birth: Int64?,
+        creatorUID: UInt32? = nil, creatorPrincipal: String? = nil
+    ) {
+        self.path = path
+        self.lastKnownPath = lastKnownPath
+        self.kind = kind
+        self.readOnly = readOnly
+        self.created = created
+        self.device = device
+        self.inode = inode
+        self.birth = birth
+        self.creatorUID = creatorUID
+        self.creatorPrincipal = creatorPrincipal
+    }
 
     var identity: FileIdentity {
         get { FileIdentity(device: device, inode: inode, birth: birth) }
@@ -359,7 +375,7 @@ public struct Bookmarks: Sendable {
     }
 
     /// The file or folder at `path`: its absolute and canonical paths, kind and identity.
-    static func locate(_ path: String) throws -> (absolute: String, canonical: String, kind: BookmarkKind, identity: FileIdentity) {
+    package static func locate(_ path: String) throws -> (absolute: String, canonical: String, kind: BookmarkKind, identity: FileIdentity) {
         let details: [String: JSONValue] = ["path": .string(path)]
         if path.isEmpty || path.utf8.contains(0) {
             throw StoreError(.invalidPath, "a bookmark needs the path of a file or folder", details: details)

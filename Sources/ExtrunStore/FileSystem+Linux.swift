@@ -162,7 +162,7 @@ struct FileStatus {
 }
 
 /// Small wrappers over the descriptor-based calls the store uses.
-enum FileOps {
+package enum FileOps {
     static func check(_ result: Int32, _ call: String) throws(SystemCallError) {
         if result < 0 { throw SystemCallError(call: call, code: errno) }
     }
@@ -262,7 +262,7 @@ enum FileOps {
     }
 
     /// Creates the directory at `path` with mode 0700 (and its missing parents), or checks it exists.
-    static func makePrivateDirectory(_ path: String) throws(SystemCallError) {
+    package static func makePrivateDirectory(_ path: String) throws(SystemCallError) {
         var info = stat()
         if stat(path, &info) == 0 {
             if info.st_mode & S_IFMT != S_IFDIR { throw SystemCallError(call: "mkdir", code: ENOTDIR) }

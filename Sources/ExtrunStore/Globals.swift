@@ -153,7 +153,7 @@ public struct Globals: Sendable {
     }
 
     /// The value as compact JSON with sorted keys: what is sealed, and what the size limit counts.
-    static func serialize(_ value: JSONValue, name: String, owner: String) throws -> Data {
+    package static func serialize(_ value: JSONValue, name: String, owner: String) throws -> Data {
         let data: Data
         do {
             data = try JSONCoding.encoder().encode(value)

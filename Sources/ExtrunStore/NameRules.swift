@@ -5,9 +5,9 @@ import Foundation
 ///
 /// Names are compared byte for byte (SQLite BINARY), so they must be in
 /// Unicode NFC: otherwise "é" typed two ways would be two different names.
-enum NameRules {
+package enum NameRules {
     /// Owners become key file names: no path separators, no `.`/`..`, at most 64 bytes.
-    static func validateOwner(_ owner: String) throws {
+    package static func validateOwner(_ owner: String) throws {
         if isPlain(owner, limit: StoreLimits.maxOwnerNameBytes, slashes: false) && owner != "." && owner != ".." { return }
         try validateCommon(owner, what: "owner name", limit: StoreLimits.maxOwnerNameBytes)
         if owner.utf8.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\\") }) {

@@ -3,7 +3,7 @@ import ExtrunProtocol
 import Foundation
 
 /// What a sealed blob holds; part of its authenticated data.
-enum SealKind: String, Sendable {
+package enum SealKind: String, Sendable {
     case global
     case bookmark
     case donation
@@ -12,10 +12,16 @@ enum SealKind: String, Sendable {
 /// The owner, kind and name a sealed blob belongs to. They are not encrypted
 /// (they are the row's key) but authenticated: a blob copied under another
 /// owner, kind or name no longer opens.
-struct SealContext: Sendable {
+package struct SealContext: Sendable {
     var owner: String
     var kind: SealKind
     var name: String
+
+    package init(owner: String, kind: SealKind, name: String) {
+        self.owner = owner
+        self.kind = kind
+        self.name = name
+    }
 
     /// The authenticated data, byte for byte (docs/store.md, "Sealing"):
     /// `"extrun-seal-v1" 0x00` then kind, owner and name, each as a 4-byte
@@ -37,7 +43,7 @@ struct SealContext: Sendable {
 /// A sealed blob is `0x01 ‖ nonce (12 bytes, random) ‖ ciphertext ‖ tag (16 bytes)`.
 /// The AES key is derived from the owner's data key with HKDF-SHA256, so the
 /// data key itself can later serve other purposes under other labels.
-enum Sealing {
+package enum Sealing {
     static let label = "extrun-seal-v1"
     static let formatVersion: UInt8 = 1
     /// Bytes a sealed blob adds to its plaintext: version, nonce and tag.
@@ -48,7 +54,7 @@ enum Sealing {
             inputKeyMaterial: dataKey, info: Data("extrun-seal-v1 aes-256-gcm".utf8), outputByteCount: 32)
     }
 
-    static func seal(_ plaintext: Data, with key: OwnerKey, context: SealContext) throws -> Data {
+    package static func seal(_ plaintext: Data, with key: OwnerKey, context: SealContext) throws -> Data {
         do {
             let box = try AES.GCM.seal(plaintext, using: key.sealingKey, nonce: AES.GCM.Nonce(), authenticating: context.authenticatedData)
             guard let combined = box.combined else {

@@ -27,7 +27,7 @@ public final class Store: Sendable {
 
     let homePath: String
     let keystore: Keystore
-    let database: StoreDatabase
+    package let database: StoreDatabase
     /// Keys already checked against the store, by owner.
     private let verifiedKeys = NIOLockedValueBox<[String: OwnerKey]>([:])
     /// The quota defaults from the policy, read on the first write that needs them (Quotas.swift).
@@ -183,7 +183,7 @@ public final class Store: Sendable {
     public func foldLog() -> Bool { database.foldLog() }
 
     /// The key for writing: created on the owner's first write.
-    func writeKey(_ owner: String) throws -> OwnerKey {
+    package func writeKey(_ owner: String) throws -> OwnerKey {
         guard let key = try key(for: owner, create: true) else {
             throw StoreError(.databaseError, "no key for owner '\(owner)' after creating one")
         }

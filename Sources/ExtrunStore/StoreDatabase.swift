@@ -15,9 +15,9 @@ import Glibc
 ///
 /// The file is checked before SQLite touches it, and never repaired,
 /// reset or recreated: a damaged file is an error that names it.
-final class StoreDatabase: Sendable {
+package final class StoreDatabase: Sendable {
     let path: String
-    let queue: DatabaseQueue
+    package let queue: DatabaseQueue
     /// The file the header was checked through (StoreFileDescriptors).
     private let headerFile: StoreFileDescriptors.FileKey
     /// Whether closing the connection folds the write-ahead log into the file (SQLite's
@@ -415,7 +415,7 @@ final class StoreDatabase: Sendable {
     /// to the busy timeout), so a read-modify-write never fails half-way on
     /// a stale snapshot. Durable: the connection is back at `synchronous = FULL`
     /// first when donations left it relaxed (`access(durable:)`).
-    func write<T>(_ body: (Database) throws -> T) throws -> T {
+    package func write<T>(_ body: (Database) throws -> T) throws -> T {
         try access(durable: true) { db in
             var result: T?
             try db.inTransaction(.immediate) {
@@ -517,7 +517,7 @@ final class StoreDatabase: Sendable {
     }
 
     /// A `StoreError` for anything thrown while using the database at `path`.
-    static func storeError(_ error: any Error, path: String) -> StoreError {
+    package static func storeError(_ error: any Error, path: String) -> StoreError {
         if let error = error as? StoreError { return error }
         let details: [String: JSONValue] = ["file": .string(path)]
         guard let error = error as? DatabaseError else {

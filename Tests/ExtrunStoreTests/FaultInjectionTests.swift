@@ -3,7 +3,7 @@ import ExtrunTestSupport
 import Foundation
 import Testing
 
-@_spi(Benchmark) @testable import ExtrunStore
+@testable import ExtrunStore
 
 #if canImport(Glibc)
 import Glibc

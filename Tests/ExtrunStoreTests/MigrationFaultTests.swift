@@ -1,9 +1,10 @@
 import ExtrunProtocol
+import ExtrunStoreFill
 import Foundation
 import GRDB
 import Testing
 
-@_spi(Benchmark) @testable import ExtrunStore
+@testable import ExtrunStore
 
 #if canImport(Glibc)
 import Glibc

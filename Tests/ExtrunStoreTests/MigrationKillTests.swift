@@ -1,10 +1,11 @@
 import ExtrunProtocol
+import ExtrunStoreFill
 import ExtrunTestSupport
 import Foundation
 import GRDB
 import Testing
 
-@_spi(Benchmark) @testable import ExtrunStore
+@testable import ExtrunStore
 
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,8 @@
+// Filling a store fast, for the benchmarks (`ExtrunBench populate`, Scripts/bench) and the
+// migration tests: not part of the product. It writes sealed rows through the store's
+// `package` internals (the database, the owner's key, sealing, bookmark records).
 import ExtrunProtocol
+import ExtrunStore
 import ExtrunSystem
 import Foundation
 import GRDB
@@ -36,7 +40,7 @@ public struct BulkFill: Sendable {
     public static func bookmarkName(_ index: Int) -> String { "b" + padded(index) }
     public static func containerBookmarkName(_ index: Int) -> String { "c" + padded(index) }
 
-    static func padded(_ index: Int) -> String {
+    public static func padded(_ index: Int) -> String {
         let digits = String(index)
         return String(repeating: "0", count: max(0, 7 - digits.count)) + digits
     }
@@ -45,8 +49,7 @@ public struct BulkFill: Sendable {
 extension Store {
     /// Fills an owner with many globals and bookmarks fast (10,000 rows per
     /// transaction, synchronous=OFF), for benchmarks and tests of migration.
-    /// Not for plugins: nothing in the host calls it. Existing names are replaced.
-    @_spi(Benchmark)
+    /// Existing names are replaced.
     public func populateForBenchmark(owner: String, _ fill: BulkFill) throws {
         try NameRules.validateOwner(owner)
         let key = try writeKey(owner)
@@ -95,10 +98,12 @@ extension Store {
             }
             for index in 0..<fill.containerFiles {
                 let file = folder + "/f" + BulkFill.padded(index) + ".txt"
-                let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-                guard fd >= 0 else { throw StoreError(.ioError, "cannot write \(file): \(SystemCall.lastReason)") }
+                let fd: Int32
+                do { fd = try SystemCall.retrying("open") { open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600) } } catch {
+                    throw StoreError(.ioError, "cannot write \(file): \(error.reason)")
+                }
                 defer { close(fd) }
-                do { try FileOps.writeAll(fd, Data("contents of file \(index)\n".utf8)) } catch {
+                do { try SystemCall.writeAll(fd, Data("contents of file \(index)\n".utf8)) } catch {
                     throw StoreError(.ioError, "cannot write \(file): \(error.reason)")
                 }
                 let target = try Bookmarks.locate(file)
