@@ -1,17 +1,17 @@
 // swift-tools-version: 6.1
 //
-// Module layout (dependencies point one way, left to right):
+// Module layout (dependencies point one way; docs/architecture.md draws it):
 //
-//   ExtrunProtocol  ← ExtrunSDK                      (plugins import ExtrunSDK)
-//   ExtrunSystem    ← ExtrunStore, ExtrunHost, extrun   (system calls: EINTR, errno; swift-system. Not the SDK:
-//                     a plugin compiled against ExtrunSDK's module alone would then need swift-system's C module)
-//   ExtrunProtocol  ← ExtrunHost ← extrun (the CLI)
-//   CExtrunLinux    ← ExtrunHost                     (the supervisor, seccomp, rlimits: C)
-//   CExtrunStoreShims ← ExtrunStore                  (openat2, renameat2, statx: C)
-//   ExtrunDefinitions ← ExtrunHost                   (JSON Schemas for `extrun plugins check`)
-//   ExtrunStore     ← ExtrunHost                     (owners' keys, sealed globals and bookmarks: GRDB + swift-crypto)
-//
-// ExtrunProtocol has no I/O: wire messages, framing, manifests, versions.
+//   ExtrunProtocol  ← ExtrunSDK ← the example plugins     (no I/O: wire messages, framing, JSON, manifests,
+//                                                           a run's options RunOptions, KindedError)
+//   ExtrunProtocol  ← ExtrunDefinitions ← extrun-intentgen ← IntentGenerator (definition files, code generation)
+//   ExtrunProtocol  ← ExtrunCommandLine                   (the flags extrun and extrun-serve share; ArgumentParser)
+//   ExtrunSystem    ← ExtrunStore, ExtrunHost, ExtrunServe, extrun (system calls: EINTR, would-block, errno; swift-system.
+//                     Not the SDK: a plugin compiled against ExtrunSDK's module alone would then need swift-system's C module)
+//   CExtrunStoreShims ← ExtrunStore                       (openat2, renameat2, statx: C; GRDB + swift-crypto above)
+//   CExtrunLinux, ExtrunStore, ExtrunDefinitions ← ExtrunHost (the host; IntentService, the layer every front end shares)
+//   ExtrunHost ← ExtrunMCP ← extrun                       (the CLI: one static executable)
+//   ExtrunHost ← ExtrunServe ← extrun-serve               (`extrun serve`: SwiftNIO, swift-log, metrics; its own executable)
 import PackageDescription
 
 let package = Package(
@@ -86,7 +86,7 @@ let package = Package(
         .target(
             name: "ExtrunServe",
             dependencies: [
-                "ExtrunHost", "ExtrunProtocol", "ExtrunCommandLine",
+                "ExtrunHost", "ExtrunProtocol", "ExtrunSystem", "ExtrunCommandLine",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

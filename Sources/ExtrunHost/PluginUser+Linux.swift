@@ -246,9 +246,7 @@ enum HomeProtection {
             try StorePermissions.check(home: home.path)
             try StorePermissions.checkContainers(home: home.path)
         } catch let error as StoreError {
-            var details = error.details
-            details["problem"] = .string(error.kind.rawValue)
-            throw HostError(.configurationError, error.message, details: details)
+            throw HostError(.configurationError, from: error, keepingKindAs: "problem")
         } catch {
             throw HostError(.internalError, "cannot check \(home.path): \(error)")
         }

@@ -1,4 +1,5 @@
 import CExtrunLinux
+import ExtrunSystem
 import Foundation
 import NIOConcurrencyHelpers
 
@@ -38,7 +39,7 @@ enum ScratchDirectory {
         var attempts = 0
         while true {
             guard let (folder, folderFD) = openFolder(in: base) else {
-                throw HostError(.internalError, "cannot open \(base) to make a scratch directory in it: \(String(cString: strerror(errno)))")
+                throw HostError(.internalError, "cannot open \(base) to make a scratch directory in it: \(SystemCall.lastReason)")
             }
             defer { close(folderFD) }
             if swept.withLockedValue({ $0.insert(folder).inserted }) { sweep(folder) }
@@ -94,7 +95,7 @@ enum ScratchDirectory {
         }
         guard made else {
             let saved = errno
-            return .failed(HostError(.internalError, "cannot create a scratch directory under \(folder): \(String(cString: strerror(saved)))"), saved)
+            return .failed(HostError(.internalError, "cannot create a scratch directory under \(folder): \(SystemCall.reason(saved))"), saved)
         }
         let madeName = unlockedPrefix + suffix
         let name = prefix + suffix
@@ -103,14 +104,14 @@ enum ScratchDirectory {
             let saved = errno
             if lock >= 0 { close(lock) }
             unlinkat(folderFD, madeName, AT_REMOVEDIR)
-            return .failed(HostError(.internalError, "cannot lock the scratch directory \(folder)/\(madeName): \(String(cString: strerror(saved)))"), saved)
+            return .failed(HostError(.internalError, "cannot lock the scratch directory \(folder)/\(madeName): \(SystemCall.reason(saved))"), saved)
         }
         let path = "\(folder)/\(name)"
         if let owner, owner.dropsPrivileges, fchown(lock, owner.uid, owner.gid) != 0 {
             let saved = errno
             unlinkat(folderFD, name, AT_REMOVEDIR)
             close(lock)
-            return .failed(HostError(.internalError, "cannot give the scratch directory \(path) to the plugin's user (uid \(owner.uid)): \(String(cString: strerror(saved)))"), saved)
+            return .failed(HostError(.internalError, "cannot give the scratch directory \(path) to the plugin's user (uid \(owner.uid)): \(SystemCall.reason(saved))"), saved)
         }
         locks.withLockedValue { $0[path] = lock }
         return .made(URL(fileURLWithPath: path, isDirectory: true))

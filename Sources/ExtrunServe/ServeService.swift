@@ -1,6 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import ExtrunCommandLine
+import ExtrunSystem
 import Foundation
 import Logging
 import NIOCore
@@ -77,7 +78,7 @@ public enum ServeService {
                 let channel = try? bind(engine: engine, group: group, token: nil) { $0.bind(unixDomainSocketPath: directory.pinnedPath) }
                 umask(previous)
                 guard let channel else {
-                    throw HostError(.configurationError, "cannot listen on \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+                    throw HostError(.configurationError, "cannot listen on \(path): \(SystemCall.lastReason)", details: ["file": .string(path)])
                 }
                 socketDirectory = directory
                 channels.append(channel)
@@ -216,7 +217,7 @@ public enum ServeService {
     static func readToken(_ path: String) throws(HostError) -> [UInt8] {
         var info = stat()
         guard stat(path, &info) == 0, let data = FileManager.default.contents(atPath: path) else {
-            throw HostError(.configurationError, "cannot read the token file \(path): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            throw HostError(.configurationError, "cannot read the token file \(path): \(SystemCall.lastReason)", details: ["file": .string(path)])
         }
         guard info.st_mode & 0o077 == 0 else {
             throw HostError(

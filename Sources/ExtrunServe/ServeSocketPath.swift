@@ -1,4 +1,5 @@
 import ExtrunHost
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -43,7 +44,7 @@ final class SocketDirectory: Sendable {
         // The components still to walk (a trusted link's target is put in front of them).
         var pending: [Substring] = parent.split(separator: "/", omittingEmptySubsequences: true)
         var current = Glibc.open(parent.hasPrefix("/") || path.hasPrefix("/") ? "/" : ".", Self.pathOnly | O_DIRECTORY | O_CLOEXEC)
-        guard current >= 0 else { throw fail("cannot open the socket's directory \(parent): \(String(cString: strerror(errno)))", parent) }
+        guard current >= 0 else { throw fail("cannot open the socket's directory \(parent): \(SystemCall.lastReason)", parent) }
         var walked = path.hasPrefix("/") ? "" : "."
         var links = 0
         while !pending.isEmpty {
@@ -54,11 +55,11 @@ final class SocketDirectory: Sendable {
             if fstatat(current, component, &info, AT_SYMLINK_NOFOLLOW) != 0 {
                 guard errno == ENOENT else {
                     close(current)
-                    throw fail("cannot reach the socket's directory \(here): \(String(cString: strerror(errno)))", here)
+                    throw fail("cannot reach the socket's directory \(here): \(SystemCall.lastReason)", here)
                 }
                 guard mkdirat(current, component, 0o700) == 0 || errno == EEXIST else {
                     close(current)
-                    throw fail("cannot create \(here) for the socket: \(String(cString: strerror(errno)))", here)
+                    throw fail("cannot create \(here) for the socket: \(SystemCall.lastReason)", here)
                 }
                 // Opened below like any other directory (a link put there meanwhile is checked).
                 pending.insert(Substring(component), at: 0)
@@ -81,7 +82,7 @@ final class SocketDirectory: Sendable {
                 let length = readlinkat(current, component, &target, target.count - 1)
                 guard links <= 40, length > 0 else {
                     close(current)
-                    throw fail("cannot follow the link \(here) on the socket's path: \(links > 40 ? "too many links" : String(cString: strerror(errno)))", here)
+                    throw fail("cannot follow the link \(here) on the socket's path: \(links > 40 ? "too many links" : SystemCall.lastReason)", here)
                 }
                 let text = String(decoding: target.prefix(length).map { UInt8(bitPattern: $0) }, as: UTF8.self)
                 pending.insert(contentsOf: text.split(separator: "/", omittingEmptySubsequences: true), at: 0)
@@ -98,7 +99,7 @@ final class SocketDirectory: Sendable {
             }
             let next = openat(current, component, Self.pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             close(current)
-            guard next >= 0 else { throw fail("cannot open \(here) on the socket's path: \(String(cString: strerror(errno)))", here) }
+            guard next >= 0 else { throw fail("cannot open \(here) on the socket's path: \(SystemCall.lastReason)", here) }
             current = next
             walked = component == ".." ? (walked as NSString).deletingLastPathComponent : here
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import ExtrunCommandLine
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -25,6 +26,6 @@ struct Serve: ParsableCommand {
         let arguments = Array(CommandLine.arguments.drop { $0 != "serve" }.dropFirst())
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         execv(executable, argv)
-        throw ValidationError("cannot run \(executable): \(String(cString: strerror(errno)))")
+        throw ValidationError("cannot run \(executable): \(SystemCall.lastReason)")
     }
 }

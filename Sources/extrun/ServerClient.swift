@@ -1,5 +1,6 @@
 import ExtrunHost
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -177,16 +178,17 @@ enum ServerClient {
     static func readIntent(_ path: String, what: String = "intent file") throws -> [UInt8] {
         let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
-            throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(SystemCall.lastReason)", details: ["file": .string(path)])
         }
         defer { if fd != STDIN_FILENO { close(fd) } }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0, errno == EINTR { continue }
-            if count < 0 {
-                throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(String(cString: strerror(errno)))", details: ["file": .string(path)])
+            let count: Int
+            do throws(SystemCallError) {
+                count = try SystemCall.read(fd, into: &chunk)
+            } catch {
+                throw HostError(.invalidIntent, "\(path): cannot read the \(what): \(error.reason)", details: ["file": .string(path)])
             }
             if count == 0 { break }
             bytes += chunk[0..<count]
@@ -321,7 +323,7 @@ enum ServerClient {
 
         init(path: String) throws {
             fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { throw Failure(message: "socket: \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else { throw Failure(message: "socket: \(SystemCall.lastReason)") }
             var address = sockaddr_un()
             address.sun_family = sa_family_t(AF_UNIX)
             guard path.utf8.count < MemoryLayout.size(ofValue: address.sun_path) else {
@@ -335,7 +337,7 @@ enum ServerClient {
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
             }
             guard connected == 0 else {
-                let reason = String(cString: strerror(errno))
+                let reason = SystemCall.lastReason
                 Glibc.close(fd)
                 throw Failure(message: "cannot connect: \(reason) (is `extrun serve` running on this socket?)")
             }
@@ -349,12 +351,10 @@ enum ServerClient {
                     .utf8)
             request += body
             _ = signal(SIGPIPE, SIG_IGN)
-            var offset = 0
-            while offset < request.count {
-                let written = request.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-                if written < 0, errno == EINTR { continue }
-                guard written > 0 else { throw Failure(message: "sending the request: \(String(cString: strerror(errno)))") }
-                offset += written
+            do throws(SystemCallError) {
+                try SystemCall.writeAll(fd, request)
+            } catch {
+                throw Failure(message: "sending the request: \(error.reason)")
             }
         }
 
@@ -365,12 +365,12 @@ enum ServerClient {
                 start = 0
             }
             var chunk = [UInt8](repeating: 0, count: 64 << 10)
-            while true {
-                let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if count < 0, errno == EINTR { continue }
-                guard count >= 0 else { throw Failure(message: "reading the answer: \(String(cString: strerror(errno)))") }
+            do throws(SystemCallError) {
+                let count = try SystemCall.read(fd, into: &chunk)
                 buffer += chunk[0..<count]
                 return count > 0
+            } catch {
+                throw Failure(message: "reading the answer: \(error.reason)")
             }
         }
 
