@@ -58,7 +58,7 @@ let package = Package(
             ]
         ),
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "ExtrunSystem", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
-        .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunSystem", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
         .executableTarget(
             name: "extrun",
             dependencies: [

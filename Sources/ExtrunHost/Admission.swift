@@ -180,10 +180,10 @@ public final class Admission: Sendable {
 /// `Admission`; a thread whose intent has just ended may not be waiting yet, and the next
 /// intent then starts another). The thread that went idle last takes the next job (a
 /// stack, each thread woken by its own semaphore): its stack and caches are the warmest,
-/// and the threads that are not needed stay asleep. Public for ExtrunHTTPFloor
+/// and the threads that are not needed stay asleep. `package` for ExtrunHTTPFloor
 /// (Benchmarks/HTTPFloor), whose `--hop` measures this hand-over.
-public final class Workers: @unchecked Sendable {
-    public init() {}
+package final class Workers: @unchecked Sendable {
+    package init() {}
 
     /// One thread and the job handed to it (set under `lock`, taken after `wake`).
     private final class Worker: @unchecked Sendable {
@@ -197,7 +197,7 @@ public final class Workers: @unchecked Sendable {
     /// Threads started.
     private var started = 0
 
-    public func run(_ job: @escaping @Sendable () -> Void) {
+    package func run(_ job: @escaping @Sendable () -> Void) {
         let waiting: Worker? = lock.withLock {
             guard let worker = idle.popLast() else {
                 started += 1
@@ -221,10 +221,10 @@ public final class Workers: @unchecked Sendable {
     }
 
     /// Threads started so far.
-    public var threads: Int { lock.withLock { started } }
+    package var threads: Int { lock.withLock { started } }
 
     /// Threads waiting for a job now.
-    public var idleThreads: Int { lock.withLock { idle.count } }
+    package var idleThreads: Int { lock.withLock { idle.count } }
 
     private func loop(_ worker: Worker) {
         while true {

@@ -110,9 +110,9 @@ public enum ServeService {
     }
 
     /// The service's listener: each connection gets SwiftNIO's HTTP/1.1 server pipeline
-    /// (with its error handling), then the handler `makeHandler` makes for it. Public for
+    /// (with its error handling), then the handler `makeHandler` makes for it. `package` for
     /// ExtrunHTTPFloor (Benchmarks/HTTPFloor), which measures this listener with a fixed answer.
-    public static func listener(
+    package static func listener(
         group: MultiThreadedEventLoopGroup, makeHandler: @escaping @Sendable () -> any ChannelHandler
     ) -> ServerBootstrap {
         ServerBootstrap(group: group)

@@ -1,5 +1,6 @@
 import CExtrunStoreShims
 import ExtrunProtocol
+import ExtrunSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -44,7 +45,7 @@ struct CreatorRights: Sendable {
         let result = groups.withUnsafeBufferPointer { extrun_thread_fs_credentials(uid, gid, $0.baseAddress, $0.count) }
         if result != 0 {
             let code = errno
-            throw StoreError(.ioError, "cannot take on \(what) for a bookmark's files: \(String(cString: strerror(code)))")
+            throw StoreError(.ioError, "cannot take on \(what) for a bookmark's files: \(SystemCall.reason(code))")
         }
     }
 

@@ -1,5 +1,9 @@
 import ExtrunProtocol
+// Scripts/fuzz compiles this file alone, without ExtrunSystem (swift-system is a package,
+// not a module swiftc finds); its target reads bytes only.
+#if canImport(ExtrunSystem)
 import ExtrunSystem
+#endif
 import Foundation
 
 #if canImport(Glibc)
@@ -317,11 +321,15 @@ struct GlobalsDocumentReader {
             filled = buffer.count
         case .fileDescriptor(let fd, let name):
             if buffer.count != Self.chunkBytes { buffer = [UInt8](repeating: 0, count: Self.chunkBytes) }
+            #if canImport(ExtrunSystem)
             do {
                 filled = try SystemCall.read(fd, into: &buffer)
             } catch {
                 throw StoreError(.ioError, "cannot read \(name): \(error.reason); nothing was imported", details: ["file": .string(name)])
             }
+            #else
+            throw StoreError(.ioError, "cannot read \(name): this build reads documents from memory only", details: ["file": .string(name)])
+            #endif
         }
         consumed += filled
         if filled == 0 { finished = true }

@@ -38,8 +38,7 @@ enum HandleFastPath {
         if let server = ServerClient.environmentServer {
             return ServerClient.handle(server: server, intentFile: intentFile, options: .interactiveDefaults)
         }
-        var options = HandleOptions()
-        options.prompter = TerminalPrompter()
+        let options = HandleOptions.commandLine(.interactiveDefaults, verbose: false)
         return ReportOutput.print(format: .json) { () throws(HostError) in
             Host().handle(try IntentFileParser.read(path: intentFile), options: options)
         }
