@@ -269,12 +269,12 @@ struct SwiftGenerationTests {
                 let source = try DefinitionFile.load(path: StagedPlugins.packageRoot.appendingPathComponent("Examples/\(name)/intents.json").path).swiftSource()
                 let generated = try dir.write("\(name)/Generated.swift", source)
                 let handler = StagedPlugins.packageRoot.appendingPathComponent("Examples/\(name)/\(name).swift")
-                let result = try Typecheck.run([generated, handler])
+                let result = try Typecheck.run([generated, handler], scratch: dir)
                 #expect(result.status == 0, "\(name):\n\(result.stderr)")
             }
             return
         }
-        let result = try Typecheck.run(files)
+        let result = try Typecheck.run(files, scratch: dir)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(!result.stderr.contains("warning:"), "\(result.stderr)")
     }
@@ -306,10 +306,14 @@ enum Typecheck {
             .filter { FileManager.default.fileExists(atPath: $0) }
     }
 
-    static func run(_ files: [URL]) throws -> (status: Int32, stdout: String, stderr: String) {
+    /// swiftc leaves a `TemporaryDirectory.XXXXXX` folder in its TMPDIR after `-typecheck`;
+    /// its TMPDIR is a folder in `scratch`, so that it goes with the test's folder.
+    static func run(_ files: [URL], scratch: TempDirectory) throws -> (status: Int32, stdout: String, stderr: String) {
         guard let swiftc, let modules else { throw Missing(description: "swiftc or the built modules are missing") }
         let maps = cModuleMaps(in: modules).flatMap { ["-Xcc", "-fmodule-map-file=\($0)"] }
+        let tmp = try scratch.makeFolder("swiftc-tmp")
         return try ExtrunDefinitionsTests.run(
-            swiftc, ["-typecheck", "-swift-version", "6", "-parse-as-library", "-I", modules.path] + maps + files.map(\.path))
+            swiftc, ["-typecheck", "-swift-version", "6", "-parse-as-library", "-I", modules.path] + maps + files.map(\.path),
+            environment: ["TMPDIR": tmp])
     }
 }

@@ -139,10 +139,10 @@ struct PolicyTests {
 struct CgroupDetectionTests {
     let mountInfo = "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
 
-    func fakeGroup(controllers: String) throws -> URL {
-        // A directory standing in for a delegated group: only its files matter to detection.
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fake-cgroup-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    /// A directory standing in for a delegated group (`group` in `folder`, which stands in for
+    /// the mount): only its files matter to detection. It goes with `folder`.
+    func fakeGroup(controllers: String, in folder: TempDirectory) throws -> URL {
+        let dir = try folder.directory("group")
         try Data(controllers.utf8).write(to: dir.appendingPathComponent("cgroup.controllers"))
         return dir
     }
@@ -156,7 +156,9 @@ struct CgroupDetectionTests {
     }
 
     @Test func aDelegatedGroupWithTheMemoryControllerIsUsed() throws {
-        let dir = try fakeGroup(controllers: "cpu io memory pids\n")
+        let folder = try TempDirectory("fake-cgroup")
+        defer { withExtendedLifetime(folder) {} }
+        let dir = try fakeGroup(controllers: "cpu io memory pids\n", in: folder)
         let tmpMount = "50 31 0:40 / \(dir.deletingLastPathComponent().path) rw - cgroup2 cgroup2 rw\n"
         guard case .available(let found) = CgroupSupport.detect(directory: dir.path, mountInfo: tmpMount) else {
             Issue.record("a delegated group with memory was not detected")
@@ -166,7 +168,9 @@ struct CgroupDetectionTests {
     }
 
     @Test func aGroupWithoutMemoryOrOutsideCgroup2IsRefusedWithTheReason() throws {
-        let dir = try fakeGroup(controllers: "hugetlb\n")
+        let folder = try TempDirectory("fake-cgroup")
+        defer { withExtendedLifetime(folder) {} }
+        let dir = try fakeGroup(controllers: "hugetlb\n", in: folder)
         let tmpMount = "50 31 0:40 / \(dir.deletingLastPathComponent().path) rw - cgroup2 cgroup2 rw\n"
         guard case .unavailable(let reason) = CgroupSupport.detect(directory: dir.path, mountInfo: tmpMount) else {
             Issue.record("accepted a group without memory")
