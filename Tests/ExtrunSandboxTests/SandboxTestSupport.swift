@@ -18,7 +18,8 @@ struct HostilePlugin {
 
     init(policy: String? = nil) throws {
         marker = "hostile-\(UUID().uuidString.prefix(8))"
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-sandbox-tests/\(marker)")
+        // Its own folder in the temporary directory (no shared parent, which nothing would remove).
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("extrun-sandbox-\(marker)")
         home = root.appendingPathComponent("home")
         let plugin = root.appendingPathComponent("plugins/\(marker)")
         try FileManager.default.createDirectory(at: plugin, withIntermediateDirectories: true)
