@@ -41,7 +41,7 @@ public struct HostPaths: Sendable, Equatable {
             }
         }
         search.append(home.appendingPathComponent("plugins", isDirectory: true))
-        if let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+        if let executable = ProcFS.ownExecutable() {
             // PREFIX/bin/extrun → PREFIX/share/extrun/plugins, with string operations (URL's
             // would stat and standardize on every start); compared only when it exists.
             var prefix = Substring(executable)

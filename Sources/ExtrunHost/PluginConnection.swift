@@ -283,11 +283,7 @@ final class PluginConnection {
     /// busy machine that report can take longer than the grace. (Read only once a grace
     /// has passed after a closed channel.)
     private func pluginIsRunning() -> Bool {
-        guard process.pid > 0, let stat = try? String(contentsOfFile: "/proc/\(process.pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return false }
-        let state = stat[stat.index(after: close)...].drop(while: { $0 == " " }).first
-        return state != "Z" && state != "X" && state != "x"
+        ProcFS.isRunning(process.pid)
     }
 
     /// Reads once from stdout or stderr (into the channel's read buffer). Returns whether bytes were read.

@@ -18,9 +18,6 @@ final class SocketDirectory: Sendable {
     let name: String
     let path: String
 
-    /// The path the kernel resolves through the open directory (bind, connect).
-    var pinnedPath: String { "/proc/self/fd/\(descriptor)/\(name)" }
-
     private init(descriptor: Int32, name: String, path: String) {
         self.descriptor = descriptor
         self.name = name
@@ -28,9 +25,6 @@ final class SocketDirectory: Sendable {
     }
 
     deinit { close(descriptor) }
-
-    /// O_PATH (Glibc's module leaves it out without _GNU_SOURCE): a descriptor that only names the directory.
-    static let pathOnly: Int32 = 0o10000000
 
     static func open(_ path: String, owner: uid_t = geteuid()) throws(HostError) -> SocketDirectory {
         func fail(_ message: String, _ file: String) -> HostError {

@@ -121,10 +121,7 @@ extension BookmarkAccess {
     /// owners' containers and trash: what was opened is closed and refused when it is
     /// in the home, unless it is in the bookmark's owner's own container.
     func refuseHome(_ fd: Int32, _ path: String) throws {
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let count = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
-        guard count > 0 else { return }
-        let opened = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let opened = ProcFS.path(of: fd) else { return }
         // The home and the container are found with the process's rights (the creator may
         // not be able to look into the home, and a home not found must not skip the check).
         let (homeFound, container) = try asService { () -> (String?, String) in

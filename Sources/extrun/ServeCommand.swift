@@ -18,7 +18,7 @@ struct Serve: ParsableCommand {
     @OptionGroup var options: ServeOptions
 
     func run() throws {
-        let own = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let own = ProcFS.ownExecutable() ?? CommandLine.arguments[0]
         let executable = URL(fileURLWithPath: own).deletingLastPathComponent().appendingPathComponent("extrun-serve").path
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw ValidationError("\(executable) is missing: `extrun serve` runs the extrun-serve executable installed beside extrun (swift build builds both)")
