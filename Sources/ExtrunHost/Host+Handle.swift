@@ -25,7 +25,10 @@ extension Host {
         // The owner's store serves the plugin's requests and the donation; when this process
         // has not opened it yet, it is opened on another thread while the plugin runs.
         let owner = lifecycle.plugin.manifest.owner
-        let store = PendingStore(home: paths.home, owner: owner, openAhead: options.donate)
+        // Opened ahead only when the run may use it: an unsigned plugin gets none of its owner's data.
+        let store = PendingStore(home: paths.home, owner: owner, openAhead: options.donate && lifecycle.services?.isSigned == true)
+        // No thread of the run outlives it: a run that ended before the store was needed waits for its opening.
+        defer { store.settle() }
         lifecycle.services?.storeSource = { try store.get() }
         lifecycle.execute(.handle(parameters: parameters), from: context.sessions, into: &report)
         finishHandling(lifecycle, parameters: parameters, report: &report, invocation: invocation, options: options) {

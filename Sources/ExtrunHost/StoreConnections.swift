@@ -34,6 +34,13 @@ final class PendingStore: @unchecked Sendable {
         }
     }
 
+    /// Waits for the opening thread, if one runs (the end of a run: none outlives it).
+    func settle() {
+        guard let done else { return }
+        done.wait()
+        done.signal()
+    }
+
     /// The store, or why it could not be opened (waits for the opening thread; any number of times).
     func get() throws -> Store {
         if let done {

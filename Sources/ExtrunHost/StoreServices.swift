@@ -81,6 +81,12 @@ final class StoreServices {
         }
     }
 
+    /// Whether the plugin's files are signed (whether the owner trusts the key is `authorize`'s question).
+    var isSigned: Bool {
+        if case .signed = seal { return true }
+        return false
+    }
+
     /// Whether the plugin may have its owner's data: signed (files checked at launch) with
     /// the owner's own key or an author's key the owner trusts. Throws why not.
     func authorize() throws {

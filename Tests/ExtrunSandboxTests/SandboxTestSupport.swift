@@ -66,7 +66,15 @@ struct HostilePlugin {
     /// Processes whose command line mentions this plugin.
     func leftovers() -> [Int32] { ProcessTable.pids(containing: marker) }
 
-    func remove() { try? FileManager.default.removeItem(at: root) }
+    /// Removes its folder, and expects it gone (the test's run leaves no file).
+    func remove(sourceLocation: SourceLocation = #_sourceLocation) {
+        do {
+            try FileManager.default.removeItem(at: root)
+        } catch {
+            Issue.record("removing \(root.path): \(error)", sourceLocation: sourceLocation)
+        }
+        #expect(!FileManager.default.fileExists(atPath: root.path), "\(root.path) is left", sourceLocation: sourceLocation)
+    }
 }
 
 enum ProcessTable {
