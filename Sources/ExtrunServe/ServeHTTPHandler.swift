@@ -59,7 +59,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         } else if let provider = context.channel as? any SocketOptionProvider {
             // On the event loop the option is read at once and the future is already complete.
             let future: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(
-                level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: SO_PEERCRED))
+                level: PeerCredentials.level, name: PeerCredentials.option)
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             future.whenComplete { result in
                 let (handler, context) = bound.value
@@ -499,13 +499,6 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         context.close(promise: nil)
     }
-}
-
-/// `struct ucred` of SO_PEERCRED (Glibc shows it only with _GNU_SOURCE): the same layout.
-struct PeerCredentials: Sendable {
-    var pid: Int32 = 0
-    var uid: UInt32 = 0
-    var gid: UInt32 = 0
 }
 
 /// An interactive run's stream of NDJSON events, written on the connection's event loop.
