@@ -681,7 +681,7 @@ func jsonValue(fromFoundation object: Any) -> JSONValue {
     let paramsBytes = try! reusedEncoder.encode(params)
 
     var results: [String: Summary] = [:]
-    func measure(_ name: String, _ body: () throws -> Void) {
+    func measure(_ name: String, _ body: @MainActor () throws -> Void) {
         let measured = Result { () throws -> [UInt64] in
             for _ in 0..<(count / 10) { try body() }
             var samples: [UInt64] = []
