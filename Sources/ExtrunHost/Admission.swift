@@ -31,7 +31,13 @@ public final class Admission: Sendable {
     private struct Waiting {
         var ticket: Ticket
         var start: @Sendable () -> Void
+        /// Told instead of `start` when the admission closes while it waits.
+        var refused: (@Sendable (HostError) -> Void)?
     }
+
+    /// The refusal of what comes, or still waits, once the admission is closed.
+    public static let shuttingDown = HostError(
+        .overloaded, "the service is shutting down and takes no new intents", details: ["reason": "shutdown"])
 
     private struct State: @unchecked Sendable {
         var limits: Limits
@@ -72,13 +78,15 @@ public final class Admission: Sendable {
     public var refused: Int { state.withLockedValue { $0.refused } }
 
     /// Runs `start` on a worker thread now, or later when a place frees; or refuses.
-    public func submit(uid: UInt32, _ start: @escaping @Sendable () -> Void) -> Result<Ticket, HostError> {
+    /// A run that took a place always starts (a shutdown cancels it instead); one still
+    /// waiting when the admission closes gets `refused` (`shuttingDown`) instead.
+    public func submit(
+        uid: UInt32, refused: (@Sendable (HostError) -> Void)? = nil, _ start: @escaping @Sendable () -> Void
+    ) -> Result<Ticket, HostError> {
         let outcome = state.withLockedValue { state -> Result<(Ticket, Bool), HostError> in
             state.next += 1
             let ticket = Ticket(number: state.next, uid: uid)
-            if state.closed {
-                return .failure(HostError(.overloaded, "the service is shutting down and takes no new intents", details: ["reason": "shutdown"]))
-            }
+            if state.closed { return .failure(Self.shuttingDown) }
             let callerLimit = state.limits.perCaller(uid)
             let callerRunning = state.runningByCaller[uid, default: 0]
             // Everything still waiting while a place is free is held by its own caller's
@@ -114,13 +122,13 @@ public final class Admission: Sendable {
                             "callerRunning": .int(Int64(callerRunning)), "callerLimit": .int(Int64(callerLimit)), "uid": .int(Int64(uid)),
                         ]))
             }
-            state.queue.append(Waiting(ticket: ticket, start: start))
+            state.queue.append(Waiting(ticket: ticket, start: start, refused: refused))
             return .success((ticket, false))
         }
         switch outcome {
         case .failure(let error): return .failure(error)
         case .success(let (ticket, now)):
-            if now { launch(Waiting(ticket: ticket, start: start)) }
+            if now { launch(Waiting(ticket: ticket, start: start, refused: refused)) }
             return .success(ticket)
         }
     }
@@ -145,15 +153,21 @@ public final class Admission: Sendable {
         for job in ready { launch(job) }
     }
 
-    /// Takes no more intents. The waiting ones run now, outside the limits: the caller
-    /// (`IntentService.stopAccepting`) has made them refuse at once.
+    /// Takes no more intents. The waiting ones are refused (`shuttingDown`, on a worker
+    /// thread: the caller may hold a lock); the running ones go on.
     public func close() {
         let waiting = state.withLockedValue { state in
             state.closed = true
             defer { state.queue.removeAll() }
             return state.queue
         }
-        for job in waiting { workers.run(job.start) }
+        for job in waiting {
+            if let refused = job.refused {
+                workers.run { refused(Self.shuttingDown) }
+            } else {
+                workers.run(job.start)
+            }
+        }
     }
 
     private static func startable(_ state: inout State) -> [Waiting] {

@@ -41,7 +41,10 @@ public final class IntentService: Sendable {
     private struct State {
         var inFlight: [UInt64: RunControl] = [:]
         var next: UInt64 = 0
-        var stopping = false
+        /// Why the runs in flight were cancelled (`cancelAll`): a run that starts afterwards is cancelled at once.
+        var cancelled: String?
+        /// `shutDown` has ended the warm processes: no run starts any more.
+        var closed = false
     }
 
     public init(host: Host = Host(), admission limits: Admission.Limits, warm: PluginPool.WarmLimits) {
@@ -57,17 +60,19 @@ public final class IntentService: Sendable {
     public func perform(_ request: IntentRequest, options given: HandleOptions, control: RunControl = RunControl()) -> HandleReport {
         var options = given
         options.cancellation = control.cancellation
-        let number: UInt64? = state.withLockedValue { state in
-            guard !state.stopping else { return nil }
+        let registered: (number: UInt64, cancelled: String?)? = state.withLockedValue { state in
+            guard !state.closed else { return nil }
             state.next += 1
             state.inFlight[state.next] = control
-            return state.next
+            return (state.next, state.cancelled)
         }
-        guard let number else {
+        guard let (number, cancelled) = registered else {
             var report = HandleReport(intent: request.intentName)
-            report.error = Self.shuttingDown
+            report.error = Admission.shuttingDown
             return report
         }
+        // Admitted before the shutdown, started after its cancel: cancelled as the others were.
+        if let cancelled { control.cancel(cancelled) }
         defer { state.withLockedValue { _ = $0.inFlight.removeValue(forKey: number) } }
         switch request {
         case .handle(let invocation):
@@ -83,18 +88,13 @@ public final class IntentService: Sendable {
 
     /// Takes a place for `uid` under the admission limits and runs `run` on a worker thread
     /// (now, or when a place frees); or refuses at once (`overloaded`: the queue or the
-    /// caller's share is full, or the service is shutting down). A run admitted before
-    /// `stopAccepting` that had not started gets `refused` instead of `run`.
+    /// caller's share is full, or the service is shutting down). A run still waiting in the
+    /// queue at `stopAccepting` gets `refused` instead; one that had a place runs (and a
+    /// shutdown past its grace cancels it).
     public func submit(
         uid: UInt32, refused: @escaping @Sendable (HostError) -> Void, _ run: @escaping @Sendable () -> Void
     ) -> Result<Admission.Ticket, HostError> {
-        admission.submit(uid: uid) { [self] in
-            if isStopping {
-                refused(Self.shuttingDown)
-            } else {
-                run()
-            }
-        }
+        admission.submit(uid: uid, refused: refused, run)
     }
 
     /// `submit` for one request: `completion` gets its report (or the refusal's) on the worker thread.
@@ -124,19 +124,19 @@ public final class IntentService: Sendable {
 
     // MARK: - Ending
 
-    static let shuttingDown = HostError(.overloaded, "the service is shutting down and takes no new intents", details: ["reason": "shutdown"])
-
-    private var isStopping: Bool { state.withLockedValue { $0.stopping } }
-
     /// Takes no new runs: what is submitted or waiting from now on is refused (`overloaded`, reason `shutdown`).
     public func stopAccepting() {
-        state.withLockedValue { $0.stopping = true }
         admission.close()
     }
 
-    /// Cancels every run in flight (the plugin gets `cancel` and its grace; a prompt waiting is closed).
+    /// Cancels every run in flight (the plugin gets `cancel` and its grace; a prompt waiting is
+    /// closed), and a run admitted before that starts afterwards.
     public func cancelAll(_ reason: String) {
-        for control in state.withLockedValue({ Array($0.inFlight.values) }) { control.cancel(reason) }
+        let controls = state.withLockedValue { state in
+            state.cancelled = reason
+            return Array(state.inFlight.values)
+        }
+        for control in controls { control.cancel(reason) }
     }
 
     /// Waits until no run is in flight, or `seconds` have passed; true when none is.
@@ -161,6 +161,7 @@ public final class IntentService: Sendable {
             cancelAll(reason)
             waitForRuns(seconds: cancelWaitSeconds)
         }
+        state.withLockedValue { $0.closed = true }
         pool.close()
     }
 }

@@ -100,4 +100,30 @@ struct IntentServiceTests {
         #expect(closed.wait())
         #expect(done.wait().error?.kind == .cancelled)
     }
+
+    @Test("A run that had its place but starts after the shutdown's cancel is cancelled, not refused; one still queued is refused (reason shutdown)")
+    func admittedRunsStartingLateAreCancelled() throws {
+        let service = IntentService(host: host, admission: Admission.Limits(maxConcurrent: 1, maxQueued: 1), warm: .init(maxIdle: 1))
+        let gate = DispatchSemaphore(value: 0)
+        let late = Promise<HandleReport>()
+        // Its worker is slow to start (the gate): the end of MCP's input came first (issue 32's fresh-machine run).
+        _ = service.submit(uid: getuid(), refused: { _ in Issue.record("a run with a place was refused") }) {
+            gate.wait()
+            late.fulfil(service.perform(Self.sleep(30), options: HandleOptions()))
+        }
+        let queued = Promise<HostError?>()
+        _ = service.submit(uid: getuid(), refused: { queued.fulfil($0) }) { queued.fulfil(nil) }
+        let ended = Promise<Bool>()
+        Thread {
+            service.shutDown(grace: 0, reason: "the input ended")
+            ended.fulfil(true)
+        }.start()
+        #expect(queued.wait()?.details["reason"] == "shutdown", "the queued run is refused at once")
+        usleep(200_000)  // the shutdown's cancel has happened: its grace is 0
+        gate.signal()
+        let report = late.wait()
+        #expect(report.error?.kind == .cancelled, "\(String(describing: report.error))")
+        #expect(ended.wait())
+        #expect(service.pool.idleProcessCount == 0)
+    }
 }
