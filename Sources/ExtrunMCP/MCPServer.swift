@@ -434,25 +434,4 @@ final class Call: Sendable {
 }
 
 /// An answer the client owes us; `wait` blocks until it comes (or is given up: nil).
-final class PendingAnswer: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var answered = false
-    private var message: JSONValue?
-
-    func fulfil(_ message: JSONValue?) {
-        condition.lock()
-        if !answered {
-            answered = true
-            self.message = message
-            condition.broadcast()
-        }
-        condition.unlock()
-    }
-
-    func wait() -> JSONValue? {
-        condition.lock()
-        defer { condition.unlock() }
-        while !answered { condition.wait() }
-        return message
-    }
-}
+typealias PendingAnswer = Promise<JSONValue?>
