@@ -58,7 +58,13 @@ let package = Package(
             ]
         ),
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "ExtrunSystem", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
-        .target(name: "ExtrunMCP", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunSystem", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        .target(
+            name: "ExtrunMCP",
+            dependencies: [
+                "ExtrunHost", "ExtrunProtocol", "ExtrunSystem", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                // The modern era's sealed requestState (ChaChaPoly, SHA-256).
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
         .executableTarget(
             name: "extrun",
             dependencies: [

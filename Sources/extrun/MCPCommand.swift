@@ -15,14 +15,18 @@ struct MCPCommand: ParsableCommand {
         commandName: "mcp",
         abstract: "Serve the installed intents as MCP tools on standard input and output, for AI assistants.",
         discussion: """
-            An MCP server (Model Context Protocol, versions 2024-11-05 to 2025-11-25) over stdio: \
-            the client starts `extrun mcp` and speaks newline-delimited JSON-RPC with it. Every \
+            An MCP server (Model Context Protocol: 2026-07-28, and the handshake versions 2024-11-05 \
+            to 2025-11-25) over stdio: the client starts `extrun mcp` and speaks newline-delimited \
+            JSON-RPC with it. Every \
             intent on the plugin path is a tool: its inputSchema from the parameters, its \
             outputSchema from the typed outputs. Each call runs in the sandbox with its mode's \
             limits, in a warm plugin process when the plugin allows it (as `extrun batch`).
 
             A missing value, a choice or a confirmation is asked of the user through the client \
-            (elicitation/create) when the client supports it; otherwise the result says what is \
+            when the client supports elicitation: in 2026-07-28, as input_required results whose \
+            requestState is sealed with the key of --request-state-key (default \
+            $EXTRUN_HOME/mcp-request-state.key; servers sharing the file continue each other's \
+            rounds); in the handshake versions, as elicitation/create requests. Otherwise the result says what is \
             missing and the options, and tools that may ask for a confirmation take \
             "_confirmed": true once the user agreed. A failure or a limit (memoryLimitExceeded, \
             timeout...) is a result with isError and the error's kind and numbers in \
@@ -48,8 +52,20 @@ struct MCPCommand: ParsableCommand {
     @Option(help: "How many tool calls run at once (each in a plugin process of its own).")
     var maxCalls = 8
 
+    @Option(
+        help: ArgumentHelp(
+            "The 32-byte key that seals a 2026-07-28 call's requestState; made (mode 0600) when absent, refused when others may read it.",
+            valueName: "file"))
+    var requestStateKey: String?
+
+    @Option(help: ArgumentHelp("How long a sealed requestState may be presented, in seconds.", valueName: "seconds"))
+    var requestStateLifetime: Double = 300
+
     func validate() throws {
         if maxCalls < 1 || maxCalls > 64 { throw ValidationError("--max-calls takes 1 to 64 (got \(maxCalls))") }
+        if !(requestStateLifetime > 0 && requestStateLifetime <= 86_400) {
+            throw ValidationError("--request-state-lifetime takes more than 0 and at most 86400 seconds (got \(requestStateLifetime))")
+        }
     }
 
     func run() throws {
@@ -57,6 +73,8 @@ struct MCPCommand: ParsableCommand {
         _ = signal(SIGPIPE, SIG_IGN)
         var configuration = MCPServer.Configuration()
         configuration.maxConcurrentCalls = maxCalls
+        configuration.requestStateKeyFile = requestStateKey.map { URL(fileURLWithPath: $0) }
+        configuration.requestStateLifetimeSeconds = requestStateLifetime
         var run = RunOptions()
         limits.apply(to: &run)
         configuration.handleOptions = HandleOptions(run)
@@ -65,7 +83,13 @@ struct MCPCommand: ParsableCommand {
             configuration.log = log
             configuration.handleOptions.log = log
         }
-        let server = MCPServer(configuration: configuration)
+        let server: MCPServer
+        do {
+            server = try MCPServer(configuration: configuration)
+        } catch {
+            Output.printError("extrun mcp: \(error.description)")
+            throw ExitCode(78)
+        }
         TerminationSignals.install(terminating: [SIGTERM, SIGINT, SIGHUP]) { signal in
             server.stop(reason: "extrun mcp received signal \(signal)")
             Glibc.exit(128 + signal)
