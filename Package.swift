@@ -139,7 +139,7 @@ let package = Package(
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore", "ExtrunStoreFill", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunServeTests", dependencies: ["ExtrunServe", "ExtrunHost"]),
-        .testTarget(name: "ExtrunMCPTests", dependencies: ["ExtrunMCP", "ExtrunHost", "ExtrunProtocol", "ExtrunTestSupport"], exclude: ["mcp_client.py"]),
+        .testTarget(name: "ExtrunMCPTests", dependencies: ["ExtrunMCP", "ExtrunHost", "ExtrunProtocol", "ExtrunTestSupport"], exclude: ["mcp_client.py", "mcp_modern_client.py"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
     ]
 )

@@ -87,6 +87,9 @@ public struct RequestStateKey: Sendable {
         }
     }
 
+    /// The key's bytes (tests compare keys).
+    var bytes: [UInt8] { key.withUnsafeBytes { Array($0) } }
+
     /// A key of the given bytes (tests).
     init(bytes: [UInt8]) {
         key = SymmetricKey(data: bytes)
