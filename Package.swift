@@ -38,6 +38,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        // Bearer JWTs on `extrun serve`'s HTTP listeners (ExtrunServe's ServeAuthentication).
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
     ],
     targets: [
         .target(name: "ExtrunProtocol"),
@@ -97,6 +99,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"), .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ]
         ),
         .executableTarget(
@@ -135,10 +138,12 @@ let package = Package(
         .testTarget(name: "ExtrunSDKTests", dependencies: ["ExtrunSDK"]),
         .testTarget(name: "ExtrunDefinitionsTests", dependencies: ["ExtrunDefinitions", "ExtrunSDK", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunHostTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"]),
-        .testTarget(name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport"], exclude: ["Fixtures"]),
+        .testTarget(
+            name: "ExtrunCLITests", dependencies: ["ExtrunProtocol", "ExtrunTestSupport", .product(name: "Crypto", package: "swift-crypto")],
+            exclude: ["Fixtures"]),
         .testTarget(name: "ExtrunStoreTests", dependencies: ["ExtrunStore", "ExtrunStoreFill", "ExtrunTestSupport"]),
         .testTarget(name: "ExtrunSandboxTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
-        .testTarget(name: "ExtrunServeTests", dependencies: ["ExtrunServe", "ExtrunHost"]),
+        .testTarget(name: "ExtrunServeTests", dependencies: ["ExtrunServe", "ExtrunHost", "ExtrunTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "ExtrunMCPTests", dependencies: ["ExtrunMCP", "ExtrunHost", "ExtrunProtocol", "ExtrunTestSupport"], exclude: ["mcp_client.py", "mcp_modern_client.py"]),
         .testTarget(name: "ExtrunIntegrationTests", dependencies: ["ExtrunHost", "ExtrunStore", "ExtrunTestSupport"], exclude: ["Fixtures"]),
     ]

@@ -15,6 +15,16 @@ struct Caller: Sendable {
     var uid: UInt32
     var pid: Int32?
     var tcp: Bool
+    /// Who it is for the access rules, rate limits and audit log (ServeGate): `uid:N` on the
+    /// Unix socket; over TCP the token's holders or a JWT's subject, set per request.
+    var principal: Principal
+
+    init(uid: UInt32, pid: Int32?, tcp: Bool, principal: Principal? = nil) {
+        self.uid = uid
+        self.pid = pid
+        self.tcp = tcp
+        self.principal = principal ?? (tcp ? .tokenHolder : .peer(uid: uid))
+    }
 }
 
 /// What the service does with a decoded call; the HTTP side (ServeHTTPHandler) only
@@ -46,6 +56,10 @@ final class ServeEngine: Sendable {
     let serviceUID = getuid()
     /// Answer bytes released since the last return of free memory to the system (`trimMemory`).
     private let releasedSinceTrim = Atomic<Int>(0)
+    /// Authentication, access rules, rate limits and the audit log (the /v1 API's and /mcp's).
+    let gate: ServeGate
+    /// The principal of each interactive run over TCP: only it answers the run's prompts.
+    private let runPrincipals = NIOLockedValueBox<[String: String]>([:])
 
     init(host: Host, policy: ServePolicy, logger: Logger) {
         self.host = host
@@ -57,6 +71,7 @@ final class ServeEngine: Sendable {
         crashes = CrashTracker()
         lookups = NIOThreadPool(numberOfThreads: 1)
         lookups.start()
+        gate = ServeGate(policy: policy, logger: logger)
     }
 
     var policy: ServePolicy { policyState.withLockedValue { $0 } }
@@ -70,6 +85,7 @@ final class ServeEngine: Sendable {
     /// A new policy (SIGHUP): the limits apply to the next intents; warm processes over them end now.
     func update(_ policy: ServePolicy) {
         policyState.withLockedValue { $0 = policy }
+        gate.update(policy)
         admission.update(Self.admissionLimits(policy))
         pool.update(policy.warmLimits)
     }
@@ -84,6 +100,8 @@ final class ServeEngine: Sendable {
         /// The body as written (JSON and a newline), rendered on the run's worker thread
         /// so that the one event loop only copies it out (docs/benchmarks.md, "extrun serve").
         var rendered: [UInt8]?
+        /// A 403's `WWW-Authenticate` (insufficient_scope) for a JWT's subject.
+        var challenge: String?
 
         init(status: Int, body: JSONValue, retryAfterSeconds: Int? = nil) {
             self.status = status
@@ -98,6 +116,17 @@ final class ServeEngine: Sendable {
         _ call: ServeCall, caller: Caller, control: RunControl, sink: (any EventSink)?,
         finish: @escaping @Sendable (Outcome) -> Void
     ) -> Admission.Ticket? {
+        // The principal's rate (serve.json rateLimits): over it, 429 with Retry-After; nothing is queued.
+        if let limited = gate.checkRate(caller.principal) {
+            metrics.breach("rateLimit")
+            refusals.refused(
+                caller.principal.name, reason: "rateLimit", message: "refused: \(limited.error.message)", metadata: ["call": "\(call.label)"])
+            var outcome = refusal(limited.error, call: call)
+            outcome.retryAfterSeconds = limited.retryAfterSeconds
+            audit(call, caller: caller, plugin: nil, error: limited.error, status: outcome.status, started: MonotonicClock.now(), run: nil)
+            finish(outcome)
+            return nil
+        }
         let submitted = service.submit(uid: caller.uid, refused: { [self] in finish(refusal($0, call: call)) }) { [self] in
             var outcome = run(call, caller: caller, control: control, sink: sink)
             if sink == nil {
@@ -116,7 +145,9 @@ final class ServeEngine: Sendable {
             refusals.refused(
                 caller.tcp ? "TCP callers" : "uid \(caller.uid)", reason: reason, message: "refused: \(error.message)",
                 metadata: ["uid": "\(caller.uid)", "call": "\(call.label)"])
-            finish(refusal(error, call: call))
+            let outcome = refusal(error, call: call)
+            audit(call, caller: caller, plugin: nil, error: error, status: outcome.status, started: MonotonicClock.now(), run: nil)
+            finish(outcome)
             return nil
         }
     }
@@ -126,8 +157,27 @@ final class ServeEngine: Sendable {
         var text = false
         if case .handle(_, let options) = call { text = options.text }
         return Outcome(
-            status: ServeResponse.status(exitStatus: report.exitCode, error: error.kind), body: ServeResponse.envelope(report, text: text),
-            retryAfterSeconds: error.kind == .overloaded ? max(1, Int((error.details["retryAfterMs"]?.doubleValue ?? 1000) / 1000)) : nil)
+            status: ServeResponse.status(refusal: error, exitStatus: report.exitCode), body: ServeResponse.envelope(report, text: text),
+            retryAfterSeconds: error.kind == .overloaded ? max(1, Int(((error.details["retryAfterMs"]?.doubleValue ?? 1000) / 1000).rounded(.up))) : nil)
+    }
+
+    /// One audit record (ServeGate.audit; nothing when the audit log is off). Never an argument's value.
+    func audit(
+        _ call: ServeCall, caller: Caller, plugin: String?, error: HostError?, outcome: String? = nil, status: Int, started: UInt64, run: String?
+    ) {
+        gate.audit(
+            AuditRecord(
+                principal: caller.principal.name, transport: caller.tcp ? "tcp" : "unix", call: call.label, intent: call.intentName, plugin: plugin,
+                outcome: outcome ?? (error == nil ? "none" : (run == nil ? "refused" : "error")), error: error?.kind.rawValue,
+                reason: error?.details["reason"]?.stringValue, status: status, durationMs: Double(MonotonicClock.now() &- started) / 1e6, run: run))
+    }
+
+    /// serve.json's access rules for a call (ServeGate.authorize), with its plugin when the intent is known.
+    private func authorize(_ call: ServeCall, caller: Caller) -> AccessRefusal? {
+        guard gate.hasAccessRules else { return nil }
+        let intent = call.intentName
+        let plugin = intent.flatMap { try? pool.currentCatalog().handler(for: $0).0.manifest.id }
+        return gate.authorize(caller.principal, intent: intent, plugin: plugin)
     }
 
     /// Runs one admitted call on the current (worker) thread.
@@ -153,7 +203,16 @@ final class ServeEngine: Sendable {
             let lineLog = log
             options.log = { line in lineLog.debug("\(line)") }
         }
+        if let denied = authorize(call, caller: caller) {
+            // serve.json's access rules: 403 notPermitted naming the principal and the intent; nothing ran.
+            log.info("not permitted", metadata: ["principal": "\(denied.error.details["principal"]?.stringValue ?? "")", "reason": "access"])
+            var outcome = refusal(denied.error, call: call)
+            outcome.challenge = caller.principal.scopes.isEmpty && caller.principal.uid != nil ? nil : gate.insufficientScopeChallenge(denied, host: nil)
+            audit(call, caller: caller, plugin: denied.error.details["plugin"]?.stringValue, error: denied.error, status: outcome.status, started: started, run: nil)
+            return outcome
+        }
         if callOptions.interactive, let sink {
+            if caller.tcp { runPrincipals.withLockedValue { $0[runID] = caller.principal.name } }
             let prompter = InteractiveRun(id: runID, uid: caller.uid, tcp: caller.tcp, sink: sink, timeoutSeconds: policy.promptTimeoutSeconds)
             interactive = prompter
             runs.add(prompter)
@@ -171,6 +230,7 @@ final class ServeEngine: Sendable {
             if let interactive {
                 interactive.close()
                 runs.remove(interactive)
+                if caller.tcp { _ = runPrincipals.withLockedValue { $0.removeValue(forKey: runID) } }
             }
         }
 
@@ -202,9 +262,9 @@ final class ServeEngine: Sendable {
                 "call": "\(call.label)", "plugin": "\(pluginID ?? "")", "outcome": "\(outcome)", "exitStatus": "\(report.exitCode)",
                 "id": "\(report.id ?? "")", "ms": "\(Double(elapsed / 1000) / 1000)",
             ])
-        return Outcome(
-            status: ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind),
-            body: ServeResponse.envelope(report, text: callOptions.text))
+        let status = ServeResponse.status(exitStatus: report.exitCode, error: report.error?.kind)
+        audit(call, caller: caller, plugin: pluginID, error: report.error, outcome: report.error == nil ? outcome : "error", status: status, started: started, run: runID)
+        return Outcome(status: status, body: ServeResponse.envelope(report, text: callOptions.text))
     }
 
     /// A noHandler message without the service's plugin path (docs/serve.md, "Callers").
@@ -336,7 +396,9 @@ final class ServeEngine: Sendable {
         // (whose callers hold the token) only a run started over TCP. Another caller's run is
         // answered as one that does not exist, with the same body: a caller learns nothing of
         // the others' runs (issue 30).
-        guard let run = runs.run(id), caller.tcp == run.tcp, caller.tcp || caller.uid == run.uid else {
+        guard let run = runs.run(id), caller.tcp == run.tcp, caller.tcp || caller.uid == run.uid,
+            !caller.tcp || runPrincipals.withLockedValue({ $0[id] }) == caller.principal.name
+        else {
             return Outcome(
                 status: 404,
                 body: .object([
@@ -412,6 +474,7 @@ final class ServeEngine: Sendable {
         service.shutDown(grace: policy.shutdownGraceSeconds, reason: reason) { [self] running in
             logger.warning("cancelling intents still running after the grace", metadata: ["running": "\(running)"])
         }
+        gate.close()
     }
 
     var runningCount: Int { service.running }

@@ -12,10 +12,12 @@ import Glibc
 ///
 ///     "grants": {"1001": ["EXAMPLETEAM"], "*": ["PUBLICTEAM"], "tcp": ["*"]}
 ///
-/// A key is a uid (a peer on the Unix socket), `tcp` (the holders of the TCP token) or `*`
-/// (every caller); its value the owners it is granted, `*` for every owner. The service's
-/// own uid and root are granted every owner. Without a `tcp` entry, the token's holders are
-/// too (the service's user handed them its token); with one, only what it lists. Any other
+/// A key is a uid (a peer on the Unix socket), `tcp` (the holders of the TCP token), a JWT's
+/// subject (`jwt:ISSUER#SUBJECT`, or `jwt:ISSUER#*`, `jwt:*`) or `*` (every caller); its value
+/// the owners it is granted, `*` for every owner. The service's own uid and root are granted
+/// every owner. Without a `tcp` entry, the token's holders are too (the service's user handed
+/// them its token); with one, only what it lists. A JWT's subject likewise: its entry, else
+/// its issuer's, else `jwt:*`, else every owner (its issuer is one serve.json trusts). Any other
 /// caller is granted only what names it or `*`: nothing by default. A refused run answers
 /// 403 `notPermitted` naming the caller and the owner; nothing runs.
 public struct ServeGrants: Sendable, Equatable {
@@ -37,7 +39,13 @@ public struct ServeGrants: Sendable, Equatable {
         if let principal {
             if let granted = byPrincipal[principal] {
                 owners.formUnion(granted)
-            } else if principal == Self.tcpPrincipal {
+            } else if principal.hasPrefix("jwt:"), let parsed = Principal(name: principal),
+                let granted = byPrincipal.first(where: { $0.key.hasSuffix("#*") && parsed.matches($0.key) })?.value ?? byPrincipal["jwt:*"]
+            {
+                // A JWT's subject: its own entry, else its issuer's (jwt:ISSUER#*), else jwt:*.
+                owners.formUnion(granted)
+            } else if principal == Self.tcpPrincipal || principal.hasPrefix("jwt:") {
+                // The token's holders, and a configured issuer's subjects: the service's user trusted them.
                 return nil
             }
         }
@@ -62,12 +70,12 @@ public struct ServeGrants: Sendable, Equatable {
             }
             if key == "*" {
                 grants.everyone.formUnion(owners)
-            } else if key == tcpPrincipal {
+            } else if key == tcpPrincipal || (key.hasPrefix("jwt:") && (key == "jwt:*" || Principal(name: key) != nil)) {
                 grants.byPrincipal[key, default: []].formUnion(owners)
             } else if let uid = UInt32(key) {
                 grants.byUID[uid, default: []].formUnion(owners)
             } else {
-                throw fail("grants.\(key)", "a caller is a numeric uid, \"tcp\" or \"*\"")
+                throw fail("grants.\(key)", "a caller is a numeric uid, \"tcp\", \"jwt:ISSUER#SUBJECT\", \"jwt:ISSUER#*\", \"jwt:*\" or \"*\"")
             }
         }
         return grants
@@ -79,7 +87,7 @@ extension ServeEngine {
     /// local user), its principal and the owners serve.json grants it.
     func callerIdentity(_ caller: Caller, grants: ServeGrants) -> CallerIdentity {
         let uid: UInt32? = caller.tcp ? nil : caller.uid
-        let principal: String? = caller.tcp ? ServeGrants.tcpPrincipal : nil
+        let principal: String? = caller.tcp ? caller.principal.name : nil
         return CallerIdentity(uid: uid, principal: principal, grantedOwners: grants.owners(uid: uid, principal: principal, serviceUID: getuid()))
     }
 }

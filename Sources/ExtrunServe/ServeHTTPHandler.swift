@@ -180,9 +180,10 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             head = request
             dropBody()
             refused = false
-            // Over TCP the token is checked at the head, before any byte of the body is read;
-            // two Authorization headers are refused, whichever holds the token.
-            if let token {
+            // Over TCP the credentials are checked at the head, before any byte of the body is
+            // read (ServeGate.authenticate: the token, or a bearer JWT); two Authorization headers
+            // are refused, whichever holds the token. The protected resource metadata is public.
+            if let token, !(request.method == .GET && ServeGate.isMetadataPath(request.uri)) {
                 let sent = request.headers["authorization"]
                 guard sent.count <= 1 else {
                     refused = true
@@ -192,10 +193,18 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
                     respond(context: context, status: 400, body: ServeResponse.early(error), close: true)
                     return
                 }
-                guard ServeService.constantTimeEqual(sent.first.map { Array($0.utf8) } ?? [], Array("Bearer ".utf8) + token) else {
+                switch engine.gate.authenticate(authorization: sent.first, token: token) {
+                case .success(let principal):
+                    caller.principal = principal
+                case .failure(let failure):
                     refused = true
-                    let error = HostError(.invalidIntent, "this TCP listener needs 'Authorization: Bearer TOKEN' with the token of the service's --token-file")
-                    respond(context: context, status: 401, body: .object(["error": error.json]), close: true)
+                    var headers = HTTPHeaders()
+                    headers.add(name: "www-authenticate", value: engine.gate.challenge(failure, host: request.headers.first(name: "host")))
+                    engine.gate.audit(
+                        AuditRecord(
+                            principal: "none", transport: "tcp", call: String(request.uri.prefix { $0 != "?" }.prefix(200)), outcome: "refused",
+                            error: failure.error.kind.rawValue, reason: failure.reason.rawValue, status: 401, durationMs: 0))
+                    respond(context: context, status: 401, body: .object(["error": failure.error.json]), close: true, extraHeaders: headers)
                     return
                 }
                 if !countedForToken {
@@ -308,6 +317,12 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private func dispatch(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
         let keepAlive = head.isKeepAlive
+        if head.method == .GET, ServeGate.isMetadataPath(head.uri) {
+            // RFC 9728: the protected resource metadata, for anyone.
+            dropBody()
+            respond(context: context, status: 200, body: engine.gate.resourceMetadata(host: head.headers.first(name: "host")), close: !keepAlive)
+            return
+        }
         let call: ServeCall
         do throws(ServeRequestError) {
             call = try ServeRequestDecoder.decode(method: head.method.rawValue, target: head.uri, body: body)
@@ -392,6 +407,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         var headers = HTTPHeaders()
         if let retry = outcome.retryAfterSeconds { headers.add(name: "retry-after", value: String(retry)) }
+        if let challenge = outcome.challenge { headers.add(name: "www-authenticate", value: challenge) }
         if let rendered = outcome.rendered {
             respond(
                 context: context, status: outcome.status, bytes: rendered, contentType: "application/json", close: !keepAlive,

@@ -61,6 +61,14 @@ public struct ServePolicy: Sendable, Equatable {
     public var maxPendingResponseBytes = 256 << 20
     /// Which callers may run which owners' intents (ServeGrants; docs/serve.md, "Who may run what").
     public var grants = ServeGrants()
+    /// Bearer JWTs over TCP (`authentication`; ServeAuthentication.swift): nil without issuers.
+    public var verifier: BearerVerifier?
+    /// Which principals or scopes may call which intents (`access`; ServeAccess.swift): nil: every call the grants allow.
+    public var access: AccessRules?
+    /// Calls per principal (`rateLimits`; ServeRateLimits.swift): nil: no limit.
+    public var rateLimits: RateLimitSettings?
+    /// The audit log (`audit`; ServeAudit.swift): nil: off.
+    public var audit: AuditSettings?
 
     public init() {}
 
@@ -137,7 +145,7 @@ public struct ServePolicy: Sendable, Equatable {
             "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "maxQueuedPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
             "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
-            "grants",
+            "grants", "authentication", "access", "rateLimits", "audit",
             "maxConnectionsPerCaller", "requestHeadTimeoutSeconds",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
@@ -192,6 +200,14 @@ public struct ServePolicy: Sendable, Equatable {
             }
         }
         if let grants = object["grants"] { policy.grants = try ServeGrants.parse(grants, source: source) }
+        if let access = object["access"] { policy.access = try AccessRules.parse(access, source: source) }
+        if let limits = object["rateLimits"] { policy.rateLimits = try RateLimitSettings.parse(limits, source: source) }
+        if let audit = object["audit"] { policy.audit = try AuditSettings.parse(audit, source: source) }
+        if let authentication = object["authentication"] {
+            // The issuers' key sets are read here: one that does not load fails the start (or SIGHUP).
+            let settings = try AuthenticationSettings.parse(authentication, source: source)
+            policy.verifier = settings.issuers.isEmpty && settings.resource == nil ? nil : try BearerVerifier.loadBlocking(settings, source: source)
+        }
         return policy
     }
 }

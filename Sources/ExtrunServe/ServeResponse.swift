@@ -21,6 +21,13 @@ enum ServeResponse {
         }
     }
 
+    /// A refusal's status: 429 for a principal over its rate (`overloaded`, reason
+    /// `rateLimit`: serve.json rateLimits), else as `status(exitStatus:error:)`.
+    static func status(refusal error: HostError, exitStatus: Int32) -> Int {
+        if error.kind == .overloaded, error.details["reason"]?.stringValue == "rateLimit" { return 429 }
+        return status(exitStatus: exitStatus, error: error.kind)
+    }
+
     static func envelope(_ report: HandleReport, text: Bool) -> JSONValue {
         var object: [String: JSONValue] = ["exitStatus": .int(Int64(report.exitCode)), "report": report.json]
         if text { object["text"] = .string(report.text) }
