@@ -168,6 +168,7 @@ public final class MCPDispatcher: Sendable {
         if let version = modernVersion {
             let exchange = MCPExchange(era: .modern(version: version), method: method, isRequest: true)
             let responder = Responder(output: output, canStream: context.canStream)
+            exchange.attach(responder)
             guard Self.modernVersions.contains(version) else {
                 responder.final(
                     Self.error(
@@ -198,7 +199,9 @@ public final class MCPDispatcher: Sendable {
                 "Bad Request: no Mcp-Session-Id: send initialize first, or a 2026-07-28 request with its _meta (\(Self.metaVersion))")
         }
         let exchange = MCPExchange(era: .legacy(session: peer.sessionID), method: method, isRequest: true)
-        legacy(id: id, method: method, params: params, context: context, peer: peer, exchange: exchange, responder: Responder(output: output, canStream: context.canStream))
+        let responder = Responder(output: output, canStream: context.canStream)
+        exchange.attach(responder)
+        legacy(id: id, method: method, params: params, context: context, peer: peer, exchange: exchange, responder: responder)
         return exchange
     }
 

@@ -1,6 +1,7 @@
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
+import NIOConcurrencyHelpers
 
 #if canImport(Glibc)
 import Glibc
@@ -130,6 +131,7 @@ public final class MCPExchange: Sendable {
     /// A request, which gets a response; false for a notification or a client's response (HTTP: 202).
     public let isRequest: Bool
     let control: RunControl
+    private let responder = NIOLockedValueBox<Responder?>(nil)
 
     init(era: MCPEra, method: String?, isRequest: Bool, control: RunControl = RunControl()) {
         self.era = era
@@ -138,10 +140,16 @@ public final class MCPExchange: Sendable {
         self.control = control
     }
 
-    /// The client went away before the final output (an HTTP connection closed): the run
-    /// is cancelled (the plugin gets `cancel`, its grace, then a kill), a question it waits
-    /// on is given up, a subscription ends; no further output is sent.
+    /// The exchange's outputs go through `responder` (silenced when the client goes).
+    func attach(_ responder: Responder) {
+        self.responder.withLockedValue { $0 = responder }
+    }
+
+    /// The client went away before the final output (an HTTP connection closed): no
+    /// further output is sent; the run is cancelled (the plugin gets `cancel`, its grace,
+    /// then a kill), a question it waits on is given up, a subscription ends.
     public func clientGone() {
+        responder.withLockedValue { $0 }?.silence()
         control.cancel("the client went away")
     }
 }
