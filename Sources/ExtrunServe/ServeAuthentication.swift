@@ -291,11 +291,11 @@ public final class BearerVerifier: Sendable, Equatable {
         }
         guard let expires = claims["exp"]?.doubleValue else { return refuse(.missingClaim, "the token has no expiry (exp); this service takes only tokens that expire") }
         if now - leeway >= expires {
-            return refuse(.expired, "the token expired at \(Self.timestamp(expires)) (\(Int((now - expires).rounded())) s ago; leeway \(Int(leeway)) s)")
+            return refuse(.expired, "expired: the token expired at \(Self.timestamp(expires)) (\(Int((now - expires).rounded())) s ago; leeway \(Int(leeway)) s)")
         }
         let notBefore = claims["nbf"]?.doubleValue
         if let notBefore, notBefore > now + leeway {
-            return refuse(.notYetValid, "the token is not valid before \(Self.timestamp(notBefore)) (in \(Int((notBefore - now).rounded())) s; leeway \(Int(leeway)) s)")
+            return refuse(.notYetValid, "not yet valid: the token is not valid before \(Self.timestamp(notBefore)) (in \(Int((notBefore - now).rounded())) s; leeway \(Int(leeway)) s)")
         }
         let audiences: [String] = claims["aud"]?.stringValue.map { [$0] } ?? claims["aud"]?.arrayValue?.compactMap(\.stringValue) ?? []
         guard audiences.contains(where: issuer.audiences.contains) else {
