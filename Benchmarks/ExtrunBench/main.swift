@@ -771,6 +771,17 @@ func benchHost(pluginDirectory: String, intentPath: String, home given: String? 
     if let given {
         rmdir(made)
         home = URL(fileURLWithPath: given, isDirectory: true)
+    } else if geteuid() == 0 {
+        // As root a plugin runs as the plugin's user, from the signed plugin's copy in
+        // <home>/cache/plugin-copies/; without a mount namespace (the unsandboxed variants)
+        // it reaches the copy through these folders, so others may search them (not list or
+        // write them), as Scripts/bench's homes and the test suite's.
+        let copies = home.path + "/cache/plugin-copies"
+        for path in [home.path, home.path + "/cache", copies] {
+            guard mkdir(path, 0o711) == 0 || errno == EEXIST, chmod(path, 0o711) == 0 else {
+                fail("cannot make \(path) searchable for the plugin's user: \(String(cString: strerror(errno)))")
+            }
+        }
     }
     let host = ExtrunHost.Host(paths: HostPaths(home: home, pluginSearchPath: [URL(fileURLWithPath: pluginDirectory, isDirectory: true)]))
     do {
