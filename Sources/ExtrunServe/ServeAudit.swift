@@ -80,10 +80,10 @@ public struct AuditRecord: Sendable {
         self.run = run
     }
 
-    /// The JSON line (the writer's `formatter`: ISO 8601 UTC with milliseconds).
-    func line(_ formatter: ISO8601DateFormatter) -> [UInt8] {
+    /// The JSON line.
+    var line: [UInt8] {
         var members: [(key: String, value: JSONValue)] = [
-            ("time", .string(formatter.string(from: Date(timeIntervalSince1970: time)))),
+            ("time", .string(Self.timestamp(time))),
             ("principal", .string(principal)), ("transport", .string(transport)), ("call", .string(call)),
         ]
         if let intent { members.append(("intent", .string(intent))) }
@@ -97,6 +97,18 @@ public struct AuditRecord: Sendable {
         var bytes = JSONWriter.objectBytes(members)
         bytes.append(0x0A)
         return bytes
+    }
+
+    /// ISO 8601 in UTC with milliseconds (`2026-11-29T05:20:01.123Z`), by gmtime_r: a
+    /// twentieth of ISO8601DateFormatter's time.
+    static func timestamp(_ seconds: Double) -> String {
+        var whole = time_t(seconds.rounded(.down))
+        let millis = Int(((seconds - seconds.rounded(.down)) * 1000).rounded(.down))
+        var parts = tm()
+        gmtime_r(&whole, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let ms = millis < 10 ? "00\(millis)" : millis < 100 ? "0\(millis)" : "\(millis)"
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(ms)Z"
     }
 }
 
@@ -147,8 +159,6 @@ final class AuditLog: @unchecked Sendable {
     }
 
     private func writerLoop() {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         while true {
             condition.lock()
             while queue.isEmpty && dropped == 0 && !closed { condition.wait() }
@@ -160,9 +170,9 @@ final class AuditLog: @unchecked Sendable {
             condition.unlock()
             // One write per run of lines that fits the current file; the file rotated between.
             var bytes: [UInt8] = []
-            var lines = batch.map { $0.line(formatter) }
+            var lines = batch.map(\.line)
             if lost > 0 {
-                lines.append(JSONWriter.objectBytes([("time", .string(formatter.string(from: Date()))), ("dropped", .int(Int64(lost)))]) + [0x0A])
+                lines.append(JSONWriter.objectBytes([("time", .string(AuditRecord.timestamp(Date().timeIntervalSince1970))), ("dropped", .int(Int64(lost)))]) + [0x0A])
             }
             for line in lines {
                 if !bytes.isEmpty, size + bytes.count + line.count > settings.maxBytes {
