@@ -19,7 +19,7 @@ extension MCPDispatcher {
             let (structured, elicitation) = peer.settings(canStream: responder.canStream)
             let catalog = catalog(structured: structured, confirmArgument: !elicitation)
             listen(peer)
-            responder.final(Self.result(id: id, ["tools": catalog.listing]))
+            responder.final(Self.result(id: id, ["tools": listing(catalog, context: context, era: exchange.era)]))
         case "tools/call":
             legacyCall(id: id, params: params, context: context, peer: peer, exchange: exchange, responder: responder)
         case "server/discover":
@@ -73,8 +73,15 @@ extension MCPDispatcher {
         }
         let (structured, elicitation) = peer.settings(canStream: responder.canStream)
         let catalog = catalog(structured: structured, confirmArgument: !elicitation)
+        let started = MonotonicClock.now()
         guard let tool = catalog.tool(named: name) else {
+            record(name, tool: nil, context: context, era: exchange.era, started: started, errorKind: "invalidParams")
             responder.final(Self.error(id: id, code: -32602, "Unknown tool: \(name) (the tools: \(catalog.tools.map(\.name).joined(separator: ", ")))"))
+            return
+        }
+        if let refused = refusal(of: tool, id: id, context: context, era: exchange.era) {
+            record(name, tool: tool, context: context, era: exchange.era, started: started, errorKind: "refused")
+            responder.final(refused)
             return
         }
         let call = Call(id: id, progressToken: params["_meta"]?["progressToken"], control: exchange.control, responder: responder)
@@ -97,7 +104,9 @@ extension MCPDispatcher {
             intent: tool.intent, parameters: parameters, source: "tools/call \(name)",
             baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
         let callOptions = options
+        let done = running(call.control)
         _ = service.submit(.handle(invocation), options: callOptions, uid: context.uid, control: call.control) { [self] handled in
+            defer { done() }
             var report = handled
             var missing: [OptionItem]?
             if !elicitation {
@@ -110,6 +119,7 @@ extension MCPDispatcher {
                 report.error = refused
             }
             log(name, report)
+            record(name, tool: tool, context: context, era: exchange.era, started: started, report: report)
             // A call the client cancelled gets no answer (MCP: the receiver of notifications/cancelled
             // sends none); one cancelled by the end of the input or a signal gets its result, an error.
             responder.final(Self.result(id: id, ToolResult.result(of: report, structured: structured, missingOptions: missing)))

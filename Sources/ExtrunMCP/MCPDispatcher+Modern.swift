@@ -27,7 +27,7 @@ extension MCPDispatcher {
             let catalog = catalog(structured: true, confirmArgument: !elicitation)
             responder.final(
                 Self.result(
-                    id: id, Self.modernResult(["tools": catalog.listing, "ttlMs": .int(Int64(configuration.toolsTTLMs)), "cacheScope": "private"])))
+                    id: id, Self.modernResult(["tools": listing(catalog, context: context, era: exchange.era), "ttlMs": .int(Int64(configuration.toolsTTLMs)), "cacheScope": "private"])))
         case "tools/call":
             modernCall(id: id, params: params, elicitation: elicitation, context: context, peer: peer, exchange: exchange, responder: responder)
         case "subscriptions/listen":
@@ -113,8 +113,17 @@ extension MCPDispatcher {
             return
         }
         let catalog = catalog(structured: true, confirmArgument: !elicitation)
+        let started = MonotonicClock.now()
+        let era = exchange.era
         guard let tool = catalog.tool(named: name) else {
+            record(name, tool: nil, context: context, era: era, started: started, errorKind: "invalidParams")
             responder.final(Self.error(id: id, code: -32602, "Unknown tool: \(name) (the tools: \(catalog.tools.map(\.name).joined(separator: ", ")))"))
+            return
+        }
+        // The front end's policy first: a caller refused learns nothing of the state.
+        if let refused = refusal(of: tool, id: id, context: context, era: era) {
+            record(name, tool: tool, context: context, era: era, started: started, errorKind: "refused")
+            responder.final(refused)
             return
         }
         // The state first: a refused one runs nothing.
@@ -129,6 +138,7 @@ extension MCPDispatcher {
             switch RequestState.open(sealed, with: stateKey, principal: context.principal, tool: name, argumentsDigest: digest, nowMs: Self.nowMs()) {
             case .failure(let refusal):
                 configuration.log?("[extrun mcp] \(name): requestState refused: \(refusal.message)")
+                record(name, tool: tool, context: context, era: era, started: started, errorKind: "invalidRequestState")
                 responder.final(Self.error(id: id, code: -32602, "invalid requestState: \(refusal.message)"))
                 return
             case .success(let opened):
@@ -160,12 +170,18 @@ extension MCPDispatcher {
             baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
         let callOptions = options
         let principal = context.principal
+        let round = recorded.count + 1
+        let done = running(call.control)
         _ = service.submit(.handle(invocation), options: callOptions, uid: context.uid, control: call.control) { [self] report in
-            defer { peer?.unregister(call) }
+            defer {
+                peer?.unregister(call)
+                done()
+            }
             switch prompter?.stop {
             case .stale(let index):
                 // Nothing ran past the question: the resolution stopped there.
                 configuration.log?("[extrun mcp] \(name): requestState answer \(index + 1) no longer fits the intent's questions")
+                record(name, tool: tool, context: context, era: era, started: started, report: report, errorKind: "invalidRequestState", round: round)
                 responder.final(
                     Self.error(
                         id: id, code: -32602,
@@ -185,6 +201,7 @@ extension MCPDispatcher {
                     elicit = .object(fields)
                 }
                 configuration.log?("[extrun mcp] \(name): input required (question \(answers.count + 1), \(question.kind.rawValue) '\(question.property)')")
+                record(name, tool: tool, context: context, era: era, started: started, inputRequired: true, round: round)
                 responder.final(
                     Self.result(
                         id: id,
@@ -196,6 +213,7 @@ extension MCPDispatcher {
             default:
                 let missing = prompter == nil ? missingOptions(report, tool: tool, invocation: invocation, options: callOptions, call: call) : nil
                 log(name, report)
+                record(name, tool: tool, context: context, era: era, started: started, report: report, round: round)
                 responder.final(Self.result(id: id, Self.modernToolResult(ToolResult.result(of: report, structured: true, missingOptions: missing))))
             }
         }

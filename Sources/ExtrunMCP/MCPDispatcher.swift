@@ -43,6 +43,14 @@ public final class MCPDispatcher: Sendable {
         public var maxLegacySessions = 256
         /// A legacy HTTP session unused this long (and with no call in flight) is forgotten.
         public var legacySessionIdleSeconds: Double = 3600
+        /// Asked before a `tools/call` runs (after its tool is found, before its state is
+        /// opened): a refusal is the call's answer, and nothing runs.
+        public var authorizeTool: (@Sendable (MCPToolAccess) -> MCPToolRefusal?)?
+        /// Whether `tools/list` shows a tool to this caller (nil: every tool). Kept apart from
+        /// `authorizeTool`, which may count a rate: a listing asks once per tool.
+        public var showsTool: (@Sendable (MCPToolAccess) -> Bool)?
+        /// Told of every `tools/call` answered (each round of a modern call), on the thread that answers it.
+        public var callFinished: (@Sendable (MCPCallRecord) -> Void)?
         public init() {}
     }
 
@@ -69,6 +77,8 @@ public final class MCPDispatcher: Sendable {
 
     public let host: ExtrunHost.Host
     public let service: IntentService
+    /// The service was made here (and `shutDown` ends it), not given.
+    let ownsService: Bool
     let configuration: Configuration
     let stateKey: RequestStateKey
     let state = NIOLockedValueBox(State())
@@ -83,18 +93,32 @@ public final class MCPDispatcher: Sendable {
         var catalogs: [Int: ToolCatalog] = [:]
         /// The listing the watcher compares with (set by the first listing).
         var baseline: JSONValue?
+        /// The calls running, for `shutDown` (a given service is not this dispatcher's to end).
+        var running: [ObjectIdentifier: RunControl] = [:]
         var ended = false
     }
 
     /// Reads (or makes) the request-state key; refused when the key file is unsafe (RequestStateKey.load).
-    public init(host: ExtrunHost.Host = ExtrunHost.Host(), configuration: Configuration = Configuration()) throws(RequestStateKey.Refused) {
-        self.host = host
+    ///
+    /// - Parameter service: the service the calls run on (`extrun serve`'s: one pool and one
+    ///   admission for every front end; its host is then the dispatcher's). Nil: one of its own,
+    ///   `maxConcurrentCalls` at once and none waiting, which `shutDown` ends.
+    public init(host: ExtrunHost.Host = ExtrunHost.Host(), service given: IntentService? = nil, configuration: Configuration = Configuration())
+        throws(RequestStateKey.Refused)
+    {
+        self.host = given?.host ?? host
         self.configuration = configuration
-        stateKey = try RequestStateKey.load(from: configuration.requestStateKeyFile ?? RequestStateKey.defaultFile(paths: host.paths))
-        // At most maxConcurrentCalls at once, none waiting: one more is refused at once (overloaded).
-        service = IntentService(
-            host: host, admission: Admission.Limits(maxConcurrent: configuration.maxConcurrentCalls, maxQueued: 0),
-            warm: PluginPool.WarmLimits(maxIdle: max(4, configuration.maxConcurrentCalls)))
+        stateKey = try RequestStateKey.load(from: configuration.requestStateKeyFile ?? RequestStateKey.defaultFile(paths: self.host.paths))
+        if let given {
+            service = given
+            ownsService = false
+        } else {
+            // At most maxConcurrentCalls at once, none waiting: one more is refused at once (overloaded).
+            service = IntentService(
+                host: host, admission: Admission.Limits(maxConcurrent: configuration.maxConcurrentCalls, maxQueued: 0),
+                warm: PluginPool.WarmLimits(maxIdle: max(4, configuration.maxConcurrentCalls)))
+            ownsService = true
+        }
         let watcher = Thread { [self] in watchCatalog() }
         watcher.name = "extrun-mcp-catalog"
         watcher.start()
@@ -329,8 +353,55 @@ public final class MCPDispatcher: Sendable {
         }
         for peer in peers { peer.end(reason: reason) }
         for subscription in subscriptions { subscription.close() }
-        // No grace: the calls are cancelled now (each plugin's cancel grace), answered, and waited for.
-        service.shutDown(grace: 0, reason: reason, cancelWaitSeconds: 3600)
+        if ownsService {
+            // No grace: the calls are cancelled now (each plugin's cancel grace), answered, and waited for.
+            service.shutDown(grace: 0, reason: reason, cancelWaitSeconds: 3600)
+        } else {
+            // Another front end's service: only this dispatcher's calls are cancelled (each is answered, an error).
+            for control in state.withLockedValue({ Array($0.running.values) }) { control.cancel(reason) }
+        }
+    }
+
+    // MARK: - Policy and audit
+
+    func access(_ tool: ToolCatalog.Tool, context: MCPRequestContext, era: MCPEra) -> MCPToolAccess {
+        MCPToolAccess(
+            principal: context.principal, scopes: context.scopes, tool: tool.name, intent: tool.intent, plugin: tool.plugin.manifest.id, era: era)
+    }
+
+    /// The tools this caller is shown.
+    func listing(_ catalog: ToolCatalog, context: MCPRequestContext, era: MCPEra) -> JSONValue {
+        guard let shows = configuration.showsTool else { return catalog.listing }
+        return .array(catalog.tools.filter { shows(access($0, context: context, era: era)) }.map(\.json))
+    }
+
+    /// The front end's refusal of this call, as its answer; nil: it may run.
+    func refusal(of tool: ToolCatalog.Tool, id: JSONValue, context: MCPRequestContext, era: MCPEra) -> MCPReply? {
+        guard let authorize = configuration.authorizeTool, let refused = authorize(access(tool, context: context, era: era)) else { return nil }
+        var reply = Self.error(id: id, code: refused.code, refused.message, data: refused.data, status: refused.status)
+        reply.headers = refused.headers
+        return reply
+    }
+
+    /// Tells `callFinished` of one answered call.
+    func record(
+        _ name: String, tool: ToolCatalog.Tool?, context: MCPRequestContext, era: MCPEra, started: UInt64, report: HandleReport? = nil,
+        errorKind: String? = nil, inputRequired: Bool = false, round: Int? = nil
+    ) {
+        guard let finished = configuration.callFinished else { return }
+        finished(
+            MCPCallRecord(
+                principal: context.principal, tool: name, intent: tool?.intent, plugin: tool?.plugin.manifest.id, era: era,
+                responseCode: report?.response?.code, succeeded: report?.error == nil && report?.responseIsSuccess == true,
+                errorKind: errorKind ?? report?.error?.kind.rawValue, inputRequired: inputRequired, round: round,
+                durationMs: Int(MonotonicClock.milliseconds(from: started)), runID: report?.id))
+    }
+
+    /// Keeps `control` among the calls running until `done`.
+    func running(_ control: RunControl) -> @Sendable () -> Void {
+        let key = ObjectIdentifier(control)
+        state.withLockedValue { $0.running[key] = control }
+        return { [self] in _ = state.withLockedValue { $0.running.removeValue(forKey: key) } }
     }
 
     var ended: Bool { state.withLockedValue { $0.ended } }

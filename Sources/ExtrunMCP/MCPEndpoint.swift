@@ -153,3 +153,60 @@ public final class MCPExchange: Sendable {
         control.cancel("the client went away")
     }
 }
+
+// MARK: - Hooks for a front end's policy and audit
+
+/// A `tools/call` about to run (or a tool about to be listed), for the front end's policy.
+public struct MCPToolAccess: Sendable {
+    public var principal: String
+    public var scopes: [String]
+    /// The MCP tool's name, and the intent and plugin (manifest id) behind it.
+    public var tool: String
+    public var intent: String
+    public var plugin: String
+    public var era: MCPEra
+}
+
+/// Why a front end refuses a `tools/call`: the JSON-RPC error it is answered with, and
+/// the HTTP status and headers of that answer (403, 429 with `Retry-After`...).
+public struct MCPToolRefusal: Error, Sendable {
+    public var code: Int
+    public var message: String
+    public var data: JSONValue?
+    public var status: Int
+    public var headers: [(String, String)]
+
+    public init(code: Int, message: String, data: JSONValue? = nil, status: Int, headers: [(String, String)] = []) {
+        self.code = code
+        self.message = message
+        self.data = data
+        self.status = status
+        self.headers = headers
+    }
+}
+
+/// One `tools/call` answered (each round of an `input_required` sequence is one), for an
+/// audit log. Never the arguments' values.
+public struct MCPCallRecord: Sendable {
+    public var principal: String
+    public var tool: String
+    /// Nil when the tool is unknown.
+    public var intent: String?
+    public var plugin: String?
+    public var era: MCPEra
+    /// The plugin's response code, when it answered (`success`, `failureOutOfStock`...).
+    public var responseCode: String?
+    /// Whether that code counts as success.
+    public var succeeded: Bool
+    /// The error's kind, when the call ended in one: a host error's (`timeout`,
+    /// `parameterUnresolved`...), `invalidRequestState`, `refused` (the front end's
+    /// `authorizeTool`), `invalidParams`.
+    public var errorKind: String?
+    /// The call answered `input_required` (a question for the person).
+    public var inputRequired: Bool
+    /// The round of a modern call: 1 for a first call, N+1 after N answers; nil in the handshake eras.
+    public var round: Int?
+    public var durationMs: Int
+    /// The run's id (the report's), when an intent ran.
+    public var runID: String?
+}

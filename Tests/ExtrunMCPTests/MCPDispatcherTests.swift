@@ -36,13 +36,14 @@ import Glibc
         let dispatcher: MCPDispatcher
         var keyFile: URL { home.url.appendingPathComponent("mcp-request-state.key") }
 
-        init(lifetime: Double = 300) throws {
+        init(lifetime: Double = 300, service: IntentService? = nil, _ adjust: (inout MCPDispatcher.Configuration) -> Void = { _ in }) throws {
             home = try TempDirectory("mcp-dispatch")
             var configuration = MCPDispatcher.Configuration()
             configuration.requestStateLifetimeSeconds = lifetime
             configuration.catalogPollMs = 50
+            adjust(&configuration)
             let host = ExtrunHost.Host(paths: HostPaths(home: home.url, pluginSearchPath: [try StagedPlugins.directory()]))
-            dispatcher = try MCPDispatcher(host: host, configuration: configuration)
+            dispatcher = try MCPDispatcher(host: host, service: service, configuration: configuration)
         }
 
         func send(_ message: JSONValue, principal: String = "token:alice", headers: [(String, String)]? = nil) -> (MCPExchange, Outputs) {
@@ -196,6 +197,61 @@ import Glibc
         #expect(exchange.era == .unknown)
         #expect(outputs.final?.status == 400)
         #expect(outputs.final?.message?["error"]?["code"] == -32700)
+    }
+
+    // MARK: - A front end's policy and audit
+
+    @Test func theFrontEndsPolicyRefusesCallsAndHidesToolsAndHearsOfEveryCall() throws {
+        let records = Mutex<[MCPCallRecord]>([])
+        let fixture = try Fixture { configuration in
+            configuration.authorizeTool = { access in
+                guard access.tool == "OrderSoup" else { return nil }
+                return MCPToolRefusal(
+                    code: -32003, message: "\(access.principal) may not call \(access.tool) (\(access.plugin))", data: ["retryAfterSeconds": 7],
+                    status: 429, headers: [("Retry-After", "7")])
+            }
+            configuration.showsTool = { access in access.intent != "AllocateMemory" && access.scopes.contains("tools") }
+            configuration.callFinished = { record in records.withLock { $0.append(record) } }
+        }
+        defer { fixture.end() }
+        let list = Self.modern(1, "tools/list")
+        let outputs = Outputs()
+        let context = MCPRequestContext(principal: "token:alice", scopes: ["tools"], headers: MCPHeaders(Fixture.modernHeaders(list)))
+        _ = fixture.dispatcher.receive(JSONWriter.bytes(list), context: context) { outputs.add($0) }
+        let names = outputs.final?.message?["result"]?["tools"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []
+        #expect(names.contains("MakeUppercase") && names.contains("OrderSoup"))
+        #expect(!names.contains("AllocateMemory"))
+        // Without the scope, nothing is shown.
+        let (_, bare) = fixture.send(list, headers: Fixture.modernHeaders(list))
+        #expect(bare.final?.message?["result"]?["tools"]?.arrayValue == [])
+
+        let call = Self.modern(2, "tools/call", ["name": "OrderSoup", "arguments": ["quantity": 1], "requestState": "xr1.forged"])
+        let (_, refused) = fixture.send(call, headers: Fixture.modernHeaders(call))
+        #expect(refused.final?.status == 429)
+        #expect(refused.final?.headers.first { $0.0 == "Retry-After" }?.1 == "7")
+        #expect(refused.final?.message?["error"]?["code"] == -32003)
+        #expect(refused.final?.message?["error"]?["data"]?["retryAfterSeconds"] == 7)
+        #expect(fixture.dispatcher.service.running == 0)
+
+        let forged = Self.modern(3, "tools/call", ["name": "MakeUppercase", "arguments": ["text": "x"], "requestState": "xr1.forged"])
+        let (_, invalid) = fixture.send(forged, headers: Fixture.modernHeaders(forged))
+        #expect(invalid.final?.message?["error"]?["code"] == -32602)
+        let seen = records.withLock { $0 }
+        #expect(seen.map(\.tool) == ["OrderSoup", "MakeUppercase"])
+        #expect(seen.map(\.errorKind) == ["refused", "invalidRequestState"])
+        #expect(seen.first?.plugin == "com.example.soupchef", "\(seen.first.map { "\($0)" } ?? "none")")
+        #expect(seen.allSatisfy { $0.principal == "token:alice" && $0.era == .modern(version: "2026-07-28") && !$0.inputRequired })
+    }
+
+    @Test func aGivenServiceIsNotEndedWithTheDispatcher() throws {
+        let service = IntentService(admission: Admission.Limits(maxConcurrent: 2, maxQueued: 0), warm: PluginPool.WarmLimits(maxIdle: 1))
+        defer { service.shutDown(grace: 0, reason: "the test ended") }
+        let fixture = try Fixture(service: service)
+        #expect(fixture.dispatcher.service === service)
+        fixture.end()
+        let accepted = service.submit(uid: getuid(), refused: { _ in }) {}
+        #expect((try? accepted.get()) != nil, "the dispatcher's end closed a service it was given")
+        service.waitForRuns(seconds: 5)
     }
 
     // MARK: - The sealed state
