@@ -199,6 +199,75 @@ import Glibc
         #expect(outputs.final?.message?["error"]?["code"] == -32700)
     }
 
+    /// Waits until `outputs` has `count` interim messages (or a final one); true when it has.
+    static func wait(for outputs: Outputs, interim count: Int, seconds: Double = 30) -> Bool {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if outputs.interim.count >= count || outputs.final != nil { return outputs.interim.count >= count }
+            usleep(10_000)
+        }
+        return false
+    }
+
+    /// The plugin processes this test process started that are still alive (by their executable's folder).
+    static func livePluginProcesses(named name: String) -> [Int32] {
+        let me = getpid()
+        return ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { entry -> Int32? in
+            guard let pid = Int32(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
+            let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+            guard fields.count > 1, fields[0] != "Z", Int32(fields[1]) == me,
+                let command = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline"), String(decoding: command, as: UTF8.self).contains(name)
+            else { return nil }
+            return pid
+        }
+    }
+
+    @Test func aLegacySessionOverHTTPAsksInBandOnTheCallsStream() throws {
+        let fixture = try Fixture()
+        let accept = ("Accept", "application/json, text/event-stream")
+        let initialize = Self.legacy(
+            1, "initialize", ["protocolVersion": "2025-11-25", "capabilities": ["elicitation": ["form": [:]]], "clientInfo": ["name": "old", "version": "1"]])
+        let (_, made) = fixture.send(initialize, headers: [accept])
+        let session = try #require(made.final?.headers.first { $0.0 == "Mcp-Session-Id" }?.1)
+        let headers = [accept, ("Mcp-Session-Id", session)]
+
+        let call = Self.legacy(2, "tools/call", ["name": "OrderSoup", "arguments": ["quantity": 1]])
+        let (exchange, outputs) = fixture.send(call, headers: headers)
+        #expect(exchange.era == .legacy(session: session))
+        // The question comes on the call's own stream; the client's answer is a POST of its own (202).
+        try #require(Self.wait(for: outputs, interim: 1), "no elicitation: \(outputs.all)")
+        let soup = outputs.interim[0]
+        #expect(soup["method"] == "elicitation/create")
+        #expect(soup["params"]?["message"] == "Which soup would you like?")
+        let (answered, accepted) = fixture.send(
+            ["jsonrpc": "2.0", "id": soup["id"] ?? .null, "result": ["action": "accept", "content": ["soup": "clam_chowder"]]], headers: headers)
+        #expect(!answered.isRequest)
+        #expect(accepted.final?.status == 202)
+        try #require(Self.wait(for: outputs, interim: 2), "no confirmation: \(outputs.all)")
+        let confirm = outputs.interim[1]
+        #expect(confirm["params"]?["message"] == "Order 1 Clam Chowder?")
+        _ = fixture.send(["jsonrpc": "2.0", "id": confirm["id"] ?? .null, "result": ["action": "accept", "content": ["confirm": true]]], headers: headers)
+        let end = Date().addingTimeInterval(30)
+        while outputs.final == nil && Date() < end { usleep(10_000) }
+        #expect(outputs.final?.status == 200)
+        #expect(outputs.final?.message?["result"]?["structuredContent"]?["soup"]?["identifier"] == "clam_chowder", "\(outputs.final?.message ?? .null)")
+
+        // A client that goes away while it is asked: nothing more is sent, the run is cancelled.
+        let again = Self.legacy(3, "tools/call", ["name": "OrderSoup", "arguments": ["quantity": 1]])
+        let (gone, goneOutputs) = fixture.send(again, headers: headers)
+        try #require(Self.wait(for: goneOutputs, interim: 1))
+        gone.clientGone()
+        let settle = Date().addingTimeInterval(10)
+        while fixture.dispatcher.service.running > 0 && Date() < settle { usleep(10_000) }
+        #expect(fixture.dispatcher.service.running == 0, "the run went on after its client went away")
+        #expect(goneOutputs.final == nil)
+        #expect(goneOutputs.interim.count == 1)
+        fixture.end()
+        #expect(Self.livePluginProcesses(named: "SoupChef").isEmpty, "SoupChef processes left")
+    }
+
     // MARK: - A front end's policy and audit
 
     @Test func theFrontEndsPolicyRefusesCallsAndHidesToolsAndHearsOfEveryCall() throws {
