@@ -222,6 +222,21 @@ import Glibc
         #expect(report["confirmed"]?["isError"] == false, "\(report["confirmed"] ?? .null)")
     }
 
+    @Test func aModernCallsProgressReachesTheClient() throws {
+        let report = try Session().run("progress")
+        #expect(report["result"]?["isError"] == false, "\(report["result"] ?? .null)")
+        let progress = (report["progress"]?.arrayValue ?? []).compactMap { $0["progress"]?.doubleValue }
+        #expect(progress.count == 10, "\(report["progress"] ?? .null)")
+        #expect(progress == progress.sorted() && progress.last == 1)
+    }
+
+    @Test func cancellingAModernCallEndsItsProcessAndTheServerGoesOn() throws {
+        let report = try Session().run("cancel", ["1"])
+        #expect(report["processesRightAfterCancel"]?.intValue ?? 0 > 0, "the Sleep was not running when cancelled")
+        #expect((report["goneWithinMs"]?.intValue ?? 99_999) < 3000, "\(report)")
+        #expect(report["afterCancel"]?["structuredContent"]?["result"] == "STILL HERE")
+    }
+
     @Test func aSubscriptionHearsOfAPluginInstalled() throws {
         let extra = try TempDirectory("mcp-plugins")
         let outside = try TempDirectory("mcp-prepared")

@@ -200,6 +200,29 @@ async def main():
             except MCPError as error:
                 out["error"] = {"code": error.code, "message": str(error), "data": error.error.data}
 
+        elif scenario == "progress":
+            session, _, pid, _ = await open_session(stack, extrun)
+            servers.append(pid)
+            seen = []
+
+            async def on_progress(progress, total, message):
+                seen.append({"progress": progress, "total": total, "message": message})
+
+            out["result"] = dump(await session.call_tool("Sleep", {"seconds": 1, "progress": True}, progress_callback=on_progress))
+            out["progress"] = seen
+
+        elif scenario == "cancel":
+            session, _, pid, _ = await open_session(stack, extrun)
+            servers.append(pid)
+            with anyio.move_on_after(float(args[0])):
+                await session.call_tool("Sleep", {"seconds": 30})
+            out["processesRightAfterCancel"] = len(children(pid))
+            began = time.monotonic()
+            out["goneWithinMs"] = None
+            if await wait_until_async(lambda: not children(pid), 5):
+                out["goneWithinMs"] = int((time.monotonic() - began) * 1000)
+            out["afterCancel"] = dump(await session.call_tool("MakeUppercase", {"text": "still here"}))
+
         elif scenario == "listen":
             folder, plugin = args
             session, _, pid, _ = await open_session(stack, extrun)
