@@ -11,7 +11,7 @@
 //   CExtrunStoreShims ← ExtrunStore                       (openat2, renameat2, statx: C; GRDB + swift-crypto above)
 //   CExtrunLinux, ExtrunStore, ExtrunDefinitions ← ExtrunHost (the host; IntentService, the layer every front end shares)
 //   ExtrunHost ← ExtrunMCP ← extrun                       (the CLI: one static executable)
-//   ExtrunHost ← ExtrunServe ← extrun-serve               (`extrun serve`: SwiftNIO, swift-log, metrics; its own executable)
+//   ExtrunHost ← ExtrunMCP ← ExtrunServe ← extrun-serve  (`extrun serve`: SwiftNIO, swift-log, metrics; its own executable; /mcp)
 import PackageDescription
 
 let package = Package(
@@ -94,7 +94,7 @@ let package = Package(
         .target(
             name: "ExtrunServe",
             dependencies: [
-                "ExtrunHost", "ExtrunProtocol", "ExtrunSystem", "ExtrunCommandLine",
+                "ExtrunHost", "ExtrunMCP", "ExtrunProtocol", "ExtrunSystem", "ExtrunCommandLine",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,4 +1,5 @@
 import ExtrunHost
+import ExtrunMCP
 import ExtrunProtocol
 import Foundation
 import NIOConcurrencyHelpers
@@ -20,9 +21,9 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     let engine: ServeEngine
     /// Over TCP: the token callers must send (`Authorization: Bearer TOKEN`); nil on the Unix socket.
     let token: [UInt8]?
-    private var caller = Caller(uid: UInt32.max, pid: nil, tcp: false)
+    var caller = Caller(uid: UInt32.max, pid: nil, tcp: false)
     private var head: HTTPRequestHead?
-    private var body: [UInt8] = []
+    var body: [UInt8] = []
     /// Bytes of the service's request budget (maxBufferedRequestBytes) this connection holds.
     private var reserved = 0
     /// Who this connection counts for (maxConnectionsPerCaller), once counted.
@@ -45,11 +46,19 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var control: RunControl?
     private var ticket: Admission.Ticket?
     private var stream: StreamSink?
-    private var active = true
+    var active = true
+    /// `/mcp` (ServeHTTPHandler+MCP.swift): the dispatcher (nil when serve.json turns MCP off),
+    /// the message in its hands, and whether its answer became an SSE stream.
+    let mcp: MCPDispatcher?
+    var mcpExchange: MCPExchange?
+    var mcpStreaming = false
+    var mcpPending = 0
+    var mcpDroppedProgress = 0
 
-    init(engine: ServeEngine, token: [UInt8]?) {
+    init(engine: ServeEngine, token: [UInt8]?, mcp: MCPDispatcher? = nil) {
         self.engine = engine
         self.token = token
+        self.mcp = mcp
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -133,7 +142,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     /// The deadlines of the next request: its head within requestHeadTimeoutSeconds, all of it
     /// within requestTimeoutSeconds (the caller's own, when serve.json's callers names its uid).
-    private func armRequestTimer(context: ChannelHandlerContext) {
+    func armRequestTimer(context: ChannelHandlerContext) {
         requestTimer?.cancel()
         headTimer?.cancel()
         let (head, whole) = engine.policy.requestDeadlines(forCaller: caller.uid)
@@ -161,6 +170,10 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         requestTimer?.cancel()
         headTimer?.cancel()
         stream?.close()
+        if let exchange = mcpExchange {
+            mcpExchange = nil
+            exchange.clientGone()
+        }
         if let control {
             if let ticket, engine.admission.withdraw(ticket) {
                 // It was still waiting for a place: nothing ran.
@@ -278,7 +291,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// The body's bytes and their share of the service's request budget, given back.
-    private func dropBody() {
+    func dropBody() {
         body = []
         engine.releaseRequestBytes(reserved)
         reserved = 0
@@ -317,6 +330,10 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private func dispatch(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
         let keepAlive = head.isKeepAlive
+        if Self.isMCPPath(head.uri) {
+            dispatchMCP(head, context: context)
+            return
+        }
         if head.method == .GET, ServeGate.isMetadataPath(head.uri) {
             // RFC 9728: the protected resource metadata, for anyone.
             dropBody()
@@ -453,7 +470,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
-    private func respond(
+    func respond(
         context: ChannelHandlerContext, status: Int, body: JSONValue, close: Bool, lingering: Bool = false, extraHeaders: HTTPHeaders = [:]
     ) {
         var bytes = JSONWriter.bytes(body)
@@ -463,7 +480,7 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             extraHeaders: extraHeaders)
     }
 
-    private func respond(
+    func respond(
         context: ChannelHandlerContext, status: Int, bytes: [UInt8], contentType: String, close: Bool, lingering: Bool = false,
         extraHeaders: HTTPHeaders = [:], budgeted: Bool = true
     ) {

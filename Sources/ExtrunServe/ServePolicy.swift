@@ -69,6 +69,8 @@ public struct ServePolicy: Sendable, Equatable {
     public var rateLimits: RateLimitSettings?
     /// The audit log (`audit`; ServeAudit.swift): nil: off.
     public var audit: AuditSettings?
+    /// The MCP endpoint at `/mcp` (`mcp`; ServeMCP.swift): on, its request-state key under the home.
+    public var mcp = MCPSettings()
 
     public init() {}
 
@@ -145,7 +147,7 @@ public struct ServePolicy: Sendable, Equatable {
             "maxConcurrent", "maxQueued", "maxConcurrentPerCaller", "maxQueuedPerCaller", "callers", "maxWarmPerPlugin", "maxWarm", "idleTimeoutSeconds",
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
             "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
-            "grants", "authentication", "access", "rateLimits", "audit",
+            "grants", "authentication", "access", "rateLimits", "audit", "mcp",
             "maxConnectionsPerCaller", "requestHeadTimeoutSeconds",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
@@ -203,6 +205,7 @@ public struct ServePolicy: Sendable, Equatable {
         if let access = object["access"] { policy.access = try AccessRules.parse(access, source: source) }
         if let limits = object["rateLimits"] { policy.rateLimits = try RateLimitSettings.parse(limits, source: source) }
         if let audit = object["audit"] { policy.audit = try AuditSettings.parse(audit, source: source) }
+        if let mcp = object["mcp"] { policy.mcp = try MCPSettings.parse(mcp, source: source) }
         if let authentication = object["authentication"] {
             // The issuers' key sets are read here: one that does not load fails the start (or SIGHUP).
             let settings = try AuthenticationSettings.parse(authentication, source: source)

@@ -1,4 +1,5 @@
 import ExtrunHost
+import ExtrunMCP
 import ExtrunProtocol
 import ExtrunCommandLine
 import ExtrunSystem
@@ -48,6 +49,14 @@ public enum ServeService {
             setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files)
         }
         let engine = ServeEngine(host: host, policy: policy, logger: logger)
+        // `/mcp`: its request-state key is read (or made) now; an unsafe one stops the start.
+        let mcp: MCPDispatcher?
+        do throws(HostError) {
+            mcp = try ServeMCP.dispatcher(engine: engine, settings: policy.mcp)
+        } catch {
+            engine.shutDown(reason: "the service did not start")
+            return fail(error)
+        }
         let stop = StopSignal()
         // Before the socket exists: a SIGTERM sent as soon as the socket answers is taken, not lost.
         installSignals(stop: stop, engine: engine, policyPath: policyPath, required: options.config != nil, logger: logger)
@@ -67,7 +76,7 @@ public enum ServeService {
                 if tcp, token == nil {
                     throw HostError(.configurationError, "the descriptor passed by LISTEN_FDS is a TCP socket: start the service with --token-file")
                 }
-                channels.append(try bind(engine: engine, group: group, token: tcp ? token : nil) { $0.withBoundSocket(inherited) })
+                channels.append(try bind(engine: engine, mcp: mcp, group: group, token: tcp ? token : nil) { $0.withBoundSocket(inherited) })
                 logger.info("listening", metadata: ["fd": "\(inherited)", "activation": "LISTEN_FDS"])
             } else {
                 let path = options.socket ?? defaultSocketPath(home: host.paths.home)
@@ -75,7 +84,7 @@ public enum ServeService {
                 // The socket is made with its mode (the umask's complement), through the
                 // directory opened above: never through the path's links again.
                 let previous = umask(mode_t(~options.socketPermissions & 0o777))
-                let channel = try? bind(engine: engine, group: group, token: nil) { $0.bind(unixDomainSocketPath: directory.pinnedPath) }
+                let channel = try? bind(engine: engine, mcp: mcp, group: group, token: nil) { $0.bind(unixDomainSocketPath: directory.pinnedPath) }
                 umask(previous)
                 guard let channel else {
                     throw HostError(.configurationError, "cannot listen on \(path): \(SystemCall.lastReason)", details: ["file": .string(path)])
@@ -85,7 +94,7 @@ public enum ServeService {
                 logger.info("listening", metadata: ["socket": "\(path)", "mode": "\(options.socketMode)"])
             }
             if let listen = options.listen, let (address, port) = ServeOptions.hostAndPort(listen), let token {
-                channels.append(try bind(engine: engine, group: group, token: token) { $0.bind(host: address, port: port) })
+                channels.append(try bind(engine: engine, mcp: mcp, group: group, token: token) { $0.bind(host: address, port: port) })
                 logger.info("listening", metadata: ["tcp": "\(listen)"])
             }
         } catch {
@@ -102,6 +111,7 @@ public enum ServeService {
         for channel in channels { try? channel.close().wait() }
         socketDirectory?.unlinkSocket()
         engine.shutDown(reason: "the service is stopping (SIGTERM)")
+        mcp?.shutDown(reason: "the service is stopping (SIGTERM)")
         // Let the last answers reach their callers.
         usleep(50_000)
         try? group.syncShutdownGracefully()
@@ -127,10 +137,10 @@ public enum ServeService {
     }
 
     static func bind(
-        engine: ServeEngine, group: MultiThreadedEventLoopGroup, token: [UInt8]?,
+        engine: ServeEngine, mcp: MCPDispatcher?, group: MultiThreadedEventLoopGroup, token: [UInt8]?,
         _ how: (ServerBootstrap) -> EventLoopFuture<any Channel>
     ) throws(HostError) -> any Channel {
-        let bootstrap = listener(group: group) { ServeHTTPHandler(engine: engine, token: token) }
+        let bootstrap = listener(group: group) { ServeHTTPHandler(engine: engine, token: token, mcp: mcp) }
         do {
             return try how(bootstrap).wait()
         } catch {
