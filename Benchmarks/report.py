@@ -246,7 +246,7 @@ def judge(run, target):
            "goalName": target.get("goalName"),
            "value": None, "goal": None, "pass": None}
     unit = out["unit"]
-    digits = 2 if unit in ("×", "ms") else 1 if unit in ("MiB", "MB", "s") else 0
+    digits = 3 if unit == "×" else 2 if unit == "ms" else 1 if unit in ("MiB", "MB", "s") else 0
     try:
         for expr, op, bound in target.get("when", []):
             have = evaluate(run, expr)[0]

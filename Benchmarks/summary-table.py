@@ -18,7 +18,7 @@ END = "<!-- summary-table:end -->"
 def number(value, unit):
     if value is None:
         return "n/a"
-    digits = 2 if unit in ("×", "ms") else 1 if unit in ("MiB", "MB", "s") else 0
+    digits = 3 if unit == "×" else 2 if unit == "ms" else 1 if unit in ("MiB", "MB", "s") else 0
     return f"{value:,.{digits}f}"
 
 
@@ -26,7 +26,9 @@ def cell(target):
     unit = target.get("unit", "")
     if target.get("value") is None:
         return "not measured"
-    verdict = "not judged" if target.get("pass") is None else ("PASS" if target["pass"] else "**MISS**")
+    if target.get("pass") is None:  # measured at another size than the goal's (a --quick run)
+        return "not judged (the full run's size)"
+    verdict = "PASS" if target["pass"] else "**MISS**"
     text = f"{number(target['value'], unit)} {unit}".rstrip()
     if not isinstance(target.get("goalExpression"), str) or not _is_number(target["goalExpression"]):
         text += f" (goal {target['comparison']} {number(target['goal'], unit)})"
