@@ -66,17 +66,24 @@ enum ServeMCP {
         configuration.authorizeTool = { access in
             guard let principal = Self.principal(access) else {
                 let error = HostError(.notPermitted, "the caller's principal '\(access.principal.prefix(200))' is none this service knows; nothing ran")
+                Self.auditRefusal(gate, access: access, error: error, status: 403)
                 return MCPToolRefusal(code: Self.refusedCode, message: error.message, data: Self.data(error, tool: access.tool), status: 403)
             }
             if let limited = gate.checkRate(principal) {
                 metrics.breach("rateLimit")
                 refusals.refused(principal.name, reason: "rateLimit", message: "refused: \(limited.error.message)", metadata: ["call": "mcp tools/call"])
+                Self.auditRefusal(gate, access: access, error: limited.error, status: 429)
                 return MCPToolRefusal(
                     code: Self.refusedCode, message: limited.error.message, data: Self.data(limited.error, tool: access.tool), status: 429,
                     headers: [("retry-after", String(limited.retryAfterSeconds))])
             }
             if let refused = gate.authorize(principal, intent: access.intent, plugin: access.plugin) {
-                return MCPToolRefusal(code: Self.refusedCode, message: refused.error.message, data: Self.data(refused.error, tool: access.tool), status: 403)
+                Self.auditRefusal(gate, access: access, error: refused.error, status: 403)
+                // A caller that a token with another scope would let in is told which (a step-up challenge, as on /v1).
+                let challenge = gate.insufficientScopeChallenge(refused, host: nil)
+                return MCPToolRefusal(
+                    code: Self.refusedCode, message: refused.error.message, data: Self.data(refused.error, tool: access.tool), status: 403,
+                    headers: challenge.map { [("www-authenticate", $0)] } ?? [])
             }
             return nil
         }
@@ -85,6 +92,8 @@ enum ServeMCP {
             return gate.authorize(principal, intent: access.intent, plugin: access.plugin) == nil
         }
         configuration.callFinished = { record in
+            // A refusal of authorizeTool's was audited there, with its reason and status.
+            if record.errorKind == "refused" { return }
             let outcome: String
             if record.inputRequired {
                 outcome = "inputRequired"
@@ -96,7 +105,7 @@ enum ServeMCP {
             gate.audit(
                 AuditRecord(
                     principal: record.principal, transport: "mcp", call: "tools/call", intent: record.intent, plugin: record.plugin, outcome: outcome,
-                    error: record.errorKind, status: nil, durationMs: Double(record.durationMs), run: record.runID))
+                    error: record.errorKind, status: 200, durationMs: Double(record.durationMs), run: record.runID))
         }
         do {
             return try MCPDispatcher(host: engine.host, service: engine.service, configuration: configuration)
@@ -109,6 +118,14 @@ enum ServeMCP {
     /// -32099), the same for an access rule and a rate limit; `data.kind` and
     /// `data.reason` tell them apart.
     static let refusedCode = -32003
+
+    /// The audit line of a call refused before it ran: its reason (`rateLimit`, `access`) and status, as /v1's.
+    static func auditRefusal(_ gate: ServeGate, access: MCPToolAccess, error: HostError, status: Int) {
+        gate.audit(
+            AuditRecord(
+                principal: access.principal, transport: "mcp", call: "tools/call", intent: access.intent, plugin: access.plugin, outcome: "refused",
+                error: error.kind.rawValue, reason: error.details["reason"]?.stringValue, status: status, durationMs: 0))
+    }
 
     static func data(_ error: HostError, tool: String) -> JSONValue {
         var data = error.json.objectValue ?? [:]
