@@ -250,4 +250,5 @@ async def main():
     print(json.dumps(out))
 
 
-anyio.run(main)
+if __name__ == "__main__":
+    anyio.run(main)
