@@ -63,6 +63,12 @@ TARGETS = [
     {"id": "36.5", "group": "issue 36", "name": "in process, 8 callers: donating / not donating",
      "value": ("/", "serve-pool.json:intentsPerSecond", "serve-pool-nodonate.json:intentsPerSecond"),
      "op": ">=", "goal": 0.6, "unit": "×"},
+    # Issue 33: a warm modern (2026-07-28) MCP tools/call over HTTP, one curl command, against
+    # the same intent served at /v1 by `extrun handle --server` (and, as context, by curl).
+    {"id": "33.http", "group": "issue 33", "name": "MCP tools/call over HTTP (curl, warm) / `extrun handle --server` (warm)",
+     "value": ("/", "cmd@serve-commands.tsv:mcp-http", "cmd@serve-commands.tsv:served"), "op": "<=", "goal": 1.5, "unit": "×"},
+    {"id": "33.http-curl", "group": "other", "name": "MCP tools/call over HTTP / the same intent at /v1/handle, both by curl",
+     "value": ("/", "cmd@serve-commands.tsv:mcp-http", "cmd@serve-commands.tsv:v1-curl"), "op": "<=", "goal": 1.5, "unit": "×"},
     # Bounds of earlier issues that are not throughput (memory, the served command, the script).
     {"id": "served", "group": "other", "name": "`extrun handle --server` (warm) / C driver cold",
      "value": ("/", "cmd@serve-commands.tsv:served", "cmd@serve-commands.tsv:driver"), "op": "<=", "goal": 0.4, "unit": "×"},
@@ -81,9 +87,8 @@ TARGETS = [
      "value": ("/", "migration.txt:maxrss_kb", 1000), "op": "<", "goal": 200, "unit": "MB",
      "when": [("migration.txt:globals", ">=", 1_000_000)]},
 ]
-# Rows later issues add (issue 33: a warm modern MCP call over HTTP against `extrun handle
-# --server`'s warm p50, ≤ 1.5×; issue 34: the store on SQLite and on PostgreSQL beside
-# pgbench) are rows of this table over the files their parts of Scripts/bench write.
+# Rows later issues add (issue 34: the store on SQLite and on PostgreSQL beside pgbench) are
+# rows of this table over the files their parts of Scripts/bench write.
 
 
 def quantile(values, q):
