@@ -323,6 +323,14 @@ static void supervise(const struct extrun_sandbox_request *request, int status_f
                     }
                 }
             } else if (fds[i].fd == listener) {
+                if (!(fds[i].revents & POLLIN)) {
+                    // POLLHUP (with POLLERR): no process uses the filter any more (the plugin
+                    // and all it started have exited), so no call can come: stop listening,
+                    // or every poll would return at once until pid 1 has gone.
+                    close(listener);
+                    listener = -1;
+                    continue;
+                }
                 struct seccomp_notif request_buffer;
                 memset(&request_buffer, 0, sizeof request_buffer);
                 if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &request_buffer) == 0) {
