@@ -334,9 +334,16 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             dispatchMCP(head, context: context)
             return
         }
-        if head.method == .GET, ServeGate.isMetadataPath(head.uri) {
-            // RFC 9728: the protected resource metadata, for anyone.
+        if ServeGate.isMetadataPath(head.uri) {
+            // RFC 9728: the protected resource metadata, for anyone; GET only (405 with Allow otherwise).
             dropBody()
+            guard head.method == .GET else {
+                var allow = HTTPHeaders()
+                allow.add(name: "allow", value: "GET")
+                let error = HostError(.invalidIntent, "\(ServeGate.metadataPath) takes GET, not \(head.method.rawValue)", details: ["allow": "GET"])
+                respond(context: context, status: 405, body: .object(["error": error.json]), close: !keepAlive, extraHeaders: allow)
+                return
+            }
             respond(context: context, status: 200, body: engine.gate.resourceMetadata(host: head.headers.first(name: "host")), close: !keepAlive)
             return
         }

@@ -158,7 +158,7 @@ public enum ServeRequestDecoder {
         default:
             throw ServeRequestError(
                 404, .notFound,
-                "no such endpoint: \(method) \(path) (the API: GET /v1/health, GET /v1/intents[/NAME], POST /v1/handle, /v1/options, /v1/continue, /v1/phrase, /v1/runs/RUN/answers, GET /metrics; docs/serve.md)"
+                "no such endpoint: \(method) \(path) (the API: GET /v1/health, GET /v1/intents[/NAME], POST /v1/handle, /v1/options, /v1/continue, /v1/phrase, /v1/runs/RUN/answers, GET /metrics, POST and DELETE /mcp, GET /.well-known/oauth-protected-resource; docs/serve.md)"
             )
         }
     }

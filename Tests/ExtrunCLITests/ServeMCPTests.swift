@@ -404,7 +404,7 @@ struct ServeMCPTests {
 
     // MARK: The transport's refusals
 
-    @Test("GET /mcp is 405 with Allow; an Mcp-Method header that disagrees with the body is 400 (-32020); a body that is not JSON 415; with mcp off, 404")
+    @Test("GET /mcp is 405 with Allow; an Mcp-Method header that disagrees with the body is 400 (-32020); a body that is not JSON 415; POST to the metadata 405; with mcp off, 404")
     func transportRefusals() throws {
         let service = try RunningService(cli: try CLI())
         let directory = try TempDirectory("serve-mcp-curl")
@@ -419,6 +419,10 @@ struct ServeMCPTests {
             ["--max-time", "30", "--unix-socket", service.socket, "-X", "POST", "http://localhost/mcp", "-H", "content-type: text/plain", "--data-binary", "hello"],
             directory: directory)
         #expect(text.status == 415, "\(text.text)")
+        // The protected resource metadata takes GET only: another method is 405 with Allow (it was 404, no such endpoint).
+        let metadata = try Self.curl(
+            ["--max-time", "30", "--unix-socket", service.socket, "-X", "POST", "http://localhost/.well-known/oauth-protected-resource"], directory: directory)
+        #expect(metadata.status == 405 && metadata.headers["allow"] == "GET", "\(metadata.headers) \(metadata.text)")
         // Nothing ran for any of them.
         #expect(service.descendants.isEmpty)
         service.stop()
