@@ -498,7 +498,7 @@ extension ServeTests {
         let paths = Set(document["paths"]?.objectValue?.keys.map { $0 } ?? [])
         let expected: Set<String> = [
             "/v1/health", "/v1/intents", "/v1/intents/{name}", "/v1/handle", "/v1/options", "/v1/continue", "/v1/phrase",
-            "/v1/runs/{run}/answers", "/metrics",
+            "/v1/runs/{run}/answers", "/metrics", "/mcp", "/.well-known/oauth-protected-resource",
         ]
         #expect(paths == expected)
         let kinds = Set(document["components"]?["schemas"]?["Error"]?["properties"]?["kind"]?["enum"]?.arrayValue?.compactMap(\.stringValue) ?? [])
@@ -782,7 +782,7 @@ extension ServeListenerTests {
             // schemathesis keeps its cache in the current directory.
             in: dir.url)
         #expect(result.status == 0, "schemathesis: \(result.stdout.suffix(12_000))\n\(result.stderr.suffix(2000))\n\(service.logText.suffix(2000))")
-        #expect(result.stdout.contains("Operations:       9 selected / 9 total"), "\(result.stdout.prefix(2000))")
+        #expect(result.stdout.contains("Operations:       12 selected / 12 total"), "\(result.stdout.prefix(2000))")
         // The token reached the service (from the environment): runs were let in, not only 401s.
         #expect(service.logText.contains("\"message\":\"intent\""), "no run was let in: \(service.logText.suffix(2000))")
         #expect(service.process.isRunning, "the service died: \(service.logText.suffix(4000))")
