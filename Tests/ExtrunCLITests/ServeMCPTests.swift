@@ -207,6 +207,27 @@ struct ServeMCPTests {
         #expect(b.count == 4 && b.last?["outcome"] == "inputRequired", "\(b)")
     }
 
+    @Test("subscriptions/listen over HTTP: the POST's SSE answer stays open and tells of a plugin moved onto the plugin path (ToolsListChanged); the listing then has its tool")
+    func subscriptionOverHTTP() throws {
+        let extra = try TempDirectory("mcp-plugins")
+        let outside = try TempDirectory("mcp-prepared")
+        let prepared = try outside.directory("Added")
+        try Data(
+            #"{"id": "com.example.mcp-added", "version": "1.0.0", "owner": "EXAMPLETEAM", "protocolVersion": 1, "executable": "plugin", "intents": [{"name": "AddedWhileServing", "title": "Added while serving"}]}"#
+                .utf8
+        ).write(to: prepared.appendingPathComponent("manifest.json"))
+        try Data("#!/bin/sh\nexit 1\n".utf8).write(to: prepared.appendingPathComponent("plugin"))
+        chmod(prepared.appendingPathComponent("plugin").path, 0o755)
+        let service = try RunningService(cli: try CLI(extraPluginDirectories: [extra.url]))
+        defer { service.stop() }
+        let report = try Self.client("listen", ["endpoints": [Self.endpoint(service)], "folder": .string(extra.url.path), "plugin": .string(prepared.path)])
+        #expect(report["honored"]?["toolsListChanged"] == true, "\(report)")
+        #expect(report["events"] == ["ToolsListChanged"], "\(report)")
+        #expect((report["notifiedWithinMs"]?.intValue ?? 99_999) < 5000, "\(report)")
+        #expect(report["added"] == ["AddedWhileServing"], "\(report)")
+        #expect(Self.exchanges(report, rpc: "subscriptions/listen").first?["contentType"] == "text/event-stream", "\(report["http"] ?? .null)")
+    }
+
     // MARK: The handshake era
 
     @Test("2025-11-25 over HTTP with the SDK: initialize makes an Mcp-Session-Id, list and calls carry it, OrderSoup's questions come in band on the call's SSE stream and the SDK's callback answers them (202 each), DELETE ends the session")

@@ -23,6 +23,7 @@ import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import listen
 from mcp.shared.exceptions import MCPError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -207,6 +208,27 @@ async def main():
 
             out["result"] = dump(await session.call_tool("Sleep", {"seconds": 1, "progress": True}, progress_callback=on_progress))
             out["progress"] = seen
+
+        elif scenario == "listen":
+            # subscriptions/listen: a POST whose SSE answer stays open; a plugin moved onto the
+            # plugin path meanwhile is told as notifications/tools/list_changed on it.
+            folder, plugin = spec["folder"], spec["plugin"]
+            session = await endpoints[0].open(stack, elicitation=Asker())
+            before = {t.name for t in (await session.list_tools()).tools}
+            events = []
+            async with listen(session, tools_list_changed=True) as subscription:
+                out["honored"] = subscription.honored.model_dump(by_alias=True, exclude_none=True, mode="json")
+                os.rename(plugin, os.path.join(folder, "Added"))
+                began = time.monotonic()
+                with anyio.move_on_after(10):
+                    async for event in subscription:
+                        events.append(type(event).__name__)
+                        break
+                out["notifiedWithinMs"] = int((time.monotonic() - began) * 1000)
+            out["events"] = events
+            after = {t.name for t in (await session.list_tools()).tools}
+            out["added"] = sorted(after - before)
+            os.rename(os.path.join(folder, "Added"), plugin)
 
         elif scenario == "principals":
             # What one principal got is refused to another: a modern call's requestState (-32602),
