@@ -4,13 +4,17 @@ import Foundation
 import JWTKit
 import NIOConcurrencyHelpers
 
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
 /// serve.json's `authentication` (docs/serve.md, "Authentication"): the issuers whose bearer
 /// JWTs the service's TCP listener accepts, besides the `--token-file` token.
 ///
 ///     "authentication": {
 ///       "resource": "https://extrun.example.com",
 ///       "issuers": [{"issuer": "https://auth.example.com", "audience": "https://extrun.example.com",
-///                    "jwksFile": "/etc/extrun/auth-example-jwks.json"}],
+///                    "jwksURL": "https://auth.example.com/.well-known/jwks.json"}],
 ///       "leewaySeconds": 30,
 ///       "scopesSupported": ["intents"]
 ///     }
@@ -20,8 +24,24 @@ public struct AuthenticationSettings: Sendable, Equatable {
         public var issuer: String
         /// The `aud` values accepted (a token's `aud` must hold one); default: `resource`.
         public var audiences: [String]
-        /// The issuer's JSON Web Key Set, a file (re-read on SIGHUP).
-        public var jwksFile: String
+        /// Where the issuer's JSON Web Key Set is.
+        public var jwks: KeySetSource
+    }
+
+    public enum KeySetSource: Sendable, Equatable, CustomStringConvertible {
+        /// A file, read at start and on SIGHUP.
+        case file(String)
+        /// An https URL (http only to a loopback host), fetched at start and on SIGHUP, again
+        /// every `jwksRefreshSeconds`, and when a token names a key the set does not hold (at
+        /// most once per `jwksMinRefreshSeconds`).
+        case url(String)
+
+        public var description: String {
+            switch self {
+            case .file(let path): path
+            case .url(let url): url
+            }
+        }
     }
 
     /// This service's resource identifier (RFC 9728 `resource`, RFC 8707): what clients ask
@@ -32,6 +52,10 @@ public struct AuthenticationSettings: Sendable, Equatable {
     public var leewaySeconds: Double = 30
     /// The metadata's `scopes_supported`; default: the scopes the access rules name.
     public var scopesSupported: [String]?
+    /// How often a key set fetched from a URL is fetched again.
+    public var jwksRefreshSeconds: Double = 3600
+    /// The least time between two fetches made because a token named an unknown key.
+    public var jwksMinRefreshSeconds: Double = 10
 
     public init() {}
 
@@ -55,6 +79,11 @@ public struct AuthenticationSettings: Sendable, Equatable {
                     throw fail("authentication.leewaySeconds", "expected seconds from 0 to 600; got \(field)")
                 }
                 settings.leewaySeconds = seconds
+            case "jwksRefreshSeconds", "jwksMinRefreshSeconds":
+                guard let seconds = field.doubleValue, (1...86_400).contains(seconds) else {
+                    throw fail("authentication.\(key)", "expected seconds from 1 to 86400; got \(field)")
+                }
+                if key == "jwksRefreshSeconds" { settings.jwksRefreshSeconds = seconds } else { settings.jwksMinRefreshSeconds = seconds }
             case "scopesSupported":
                 guard let list = field.arrayValue?.compactMap(\.stringValue), list.count == field.arrayValue?.count else {
                     throw fail("authentication.scopesSupported", "expected an array of scope names")
@@ -65,21 +94,30 @@ public struct AuthenticationSettings: Sendable, Equatable {
                 for (index, entry) in list.enumerated() {
                     let path = "authentication.issuers[\(index)]"
                     guard case .object(let fields) = entry else {
-                        throw fail(path, "expected {\"issuer\": URL, \"audience\": URL or [URL], \"jwksFile\": PATH}")
+                        throw fail(path, "expected {\"issuer\": URL, \"audience\": URL or [URL], \"jwksFile\": PATH or \"jwksURL\": URL}")
                     }
                     if let unknown = fields.keys.sorted().first(where: { !["issuer", "audience", "jwksFile", "jwksURL"].contains($0) }) {
-                        throw fail("\(path).\(unknown)", "unknown field (the fields: issuer, audience, jwksFile)")
+                        throw fail("\(path).\(unknown)", "unknown field (the fields: issuer, audience, jwksFile, jwksURL)")
                     }
                     guard let issuer = fields["issuer"]?.stringValue, !issuer.isEmpty else { throw fail("\(path).issuer", "expected the issuer's identifier (its `iss`)") }
-                    if fields["jwksURL"] != nil {
-                        throw fail(
-                            "\(path).jwksURL",
-                            "the service does not fetch key sets over the network; save the issuer's JWKS in a file (e.g. curl -o FILE URL from a timer), name it in jwksFile and send SIGHUP when it changes")
-                    }
-                    guard var file = fields["jwksFile"]?.stringValue, !file.isEmpty else { throw fail("\(path).jwksFile", "expected the path of the issuer's JWKS (a file)") }
-                    if !file.hasPrefix("/") {
-                        // Relative to serve.json's folder.
-                        file = URL(fileURLWithPath: source).deletingLastPathComponent().appendingPathComponent(file).path
+                    let jwks: KeySetSource
+                    switch (fields["jwksFile"], fields["jwksURL"]) {
+                    case (let file?, nil):
+                        guard var path = file.stringValue, !path.isEmpty else { throw fail("\(path).jwksFile", "expected the path of the issuer's JWKS") }
+                        if !path.hasPrefix("/") {
+                            // Relative to serve.json's folder.
+                            path = URL(fileURLWithPath: source).deletingLastPathComponent().appendingPathComponent(path).path
+                        }
+                        jwks = .file(path)
+                    case (nil, let url?):
+                        guard let text = url.stringValue, let parsed = URL(string: text), let host = parsed.host,
+                            parsed.scheme == "https" || (parsed.scheme == "http" && ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host))
+                        else {
+                            throw fail("\(path).jwksURL", "expected an https URL (http only to a loopback host); got \(url)")
+                        }
+                        jwks = .url(text)
+                    default:
+                        throw fail(path, "name the issuer's key set: jwksFile (a path) or jwksURL (an https URL), one of them")
                     }
                     var audiences: [String] = []
                     switch fields["audience"] {
@@ -90,7 +128,7 @@ public struct AuthenticationSettings: Sendable, Equatable {
                     case nil: break
                     default: throw fail("\(path).audience", "expected a string or an array of strings")
                     }
-                    settings.issuers.append(Issuer(issuer: issuer, audiences: audiences, jwksFile: file))
+                    settings.issuers.append(Issuer(issuer: issuer, audiences: audiences, jwks: jwks))
                 }
             default:
                 throw fail("authentication.\(key)", "unknown field (the fields: issuers, leewaySeconds, resource, scopesSupported)")
@@ -154,11 +192,15 @@ public final class BearerVerifier: Sendable, Equatable {
     struct TrustedIssuer: Sendable {
         var issuer: String
         var audiences: Set<String>
-        var keys: [Key]
+        var jwks: AuthenticationSettings.KeySetSource
     }
 
     public let settings: AuthenticationSettings
     let issuers: [String: TrustedIssuer]
+    /// Each issuer's keys: replaced when a key set fetched from a URL is fetched again.
+    private let keys: NIOLockedValueBox<[String: [Key]]>
+    /// When each issuer's key set was last fetched because of an unknown key (MonotonicClock).
+    private let lastOnDemand = NIOLockedValueBox<[String: UInt64]>([:])
     private let verified = NIOLockedValueBox<[String: (principal: Principal, expires: Double, notBefore: Double?)]>([:])
     static let rememberedTokens = 4096
 
@@ -178,34 +220,107 @@ public final class BearerVerifier: Sendable, Equatable {
 
     public static func load(_ settings: AuthenticationSettings, source: String) async throws(HostError) -> BearerVerifier {
         var issuers: [String: TrustedIssuer] = [:]
+        var keys: [String: [Key]] = [:]
         for (index, issuer) in settings.issuers.enumerated() {
-            let field = "authentication.issuers[\(index)].jwksFile"
-            guard let data = FileManager.default.contents(atPath: issuer.jwksFile) else {
-                throw HostError(
-                    .configurationError, "\(source): \(field): cannot read \(issuer.jwksFile)",
-                    details: ["file": .string(source), "field": .string(field)])
-            }
-            let keys: [Key]
+            let field: String
+            if case .url = issuer.jwks { field = "authentication.issuers[\(index)].jwksURL" } else { field = "authentication.issuers[\(index)].jwksFile" }
             do {
-                keys = try await keysOf(jwks: data)
+                keys[issuer.issuer] = try await fetchKeys(issuer.jwks)
             } catch {
-                throw HostError(
-                    .configurationError, "\(source): \(field): \(issuer.jwksFile) is not a usable JSON Web Key Set: \(error)",
-                    details: ["file": .string(source), "field": .string(field)])
-            }
-            guard !keys.isEmpty else {
-                throw HostError(
-                    .configurationError, "\(source): \(field): \(issuer.jwksFile) holds no signing key", details: ["file": .string(source), "field": .string(field)])
+                let reason = (error as? HostError)?.message ?? "\(error)"
+                throw HostError(.configurationError, "\(source): \(field): \(reason)", details: ["file": .string(source), "field": .string(field)])
             }
             let audiences = issuer.audiences.isEmpty ? [settings.resource ?? ""] : issuer.audiences
-            issuers[issuer.issuer] = TrustedIssuer(issuer: issuer.issuer, audiences: Set(audiences), keys: keys)
+            issuers[issuer.issuer] = TrustedIssuer(issuer: issuer.issuer, audiences: Set(audiences), jwks: issuer.jwks)
         }
-        return BearerVerifier(settings: settings, issuers: issuers)
+        let verifier = BearerVerifier(settings: settings, issuers: issuers, keys: keys)
+        if issuers.values.contains(where: { if case .url = $0.jwks { true } else { false } }) {
+            // Fetched again every jwksRefreshSeconds while this verifier is the policy's
+            // (the task holds it weakly: a SIGHUP's new policy ends it at its next wake-up).
+            let interval = UInt64(settings.jwksRefreshSeconds * 1e9)
+            Task.detached { [weak verifier] in
+                while true {
+                    try? await Task.sleep(nanoseconds: interval)
+                    guard let verifier else { return }
+                    for issuer in verifier.issuers.values { await verifier.refresh(issuer) }
+                }
+            }
+        }
+        return verifier
     }
 
-    init(settings: AuthenticationSettings, issuers: [String: TrustedIssuer]) {
+    init(settings: AuthenticationSettings, issuers: [String: TrustedIssuer], keys: [String: [Key]]) {
         self.settings = settings
         self.issuers = issuers
+        self.keys = NIOLockedValueBox(keys)
+    }
+
+    /// A key set's keys, from its file or its URL; throws a description of what went wrong.
+    static func fetchKeys(_ source: AuthenticationSettings.KeySetSource) async throws -> [Key] {
+        let data: Data
+        switch source {
+        case .file(let path):
+            guard let contents = FileManager.default.contents(atPath: path) else {
+                throw HostError(.configurationError, "cannot read \(path)")
+            }
+            data = contents
+        case .url(let text):
+            data = try await fetch(text)
+        }
+        let keys: [Key]
+        do {
+            keys = try await keysOf(jwks: data)
+        } catch {
+            throw HostError(.configurationError, "\(source) is not a usable JSON Web Key Set: \(error)")
+        }
+        guard !keys.isEmpty else { throw HostError(.configurationError, "\(source) holds no signing key") }
+        return keys
+    }
+
+    /// GET of a key set's URL: 200, at most 1 MiB, within 10 s.
+    static func fetch(_ text: String) async throws -> Data {
+        guard let url = URL(string: text) else { throw HostError(.configurationError, "\(text) is not a URL") }
+        var request = URLRequest(url: url, timeoutInterval: 10)
+        request.setValue("application/json", forHTTPHeaderField: "accept")
+        let (data, response): (Data, URLResponse)
+        do {
+            (data, response) = try await withCheckedThrowingContinuation { continuation in
+                URLSession.shared.dataTask(with: request) { data, response, error in
+                    if let data, let response {
+                        continuation.resume(returning: (data, response))
+                    } else {
+                        continuation.resume(throwing: error ?? HostError(.configurationError, "no answer"))
+                    }
+                }.resume()
+            }
+        } catch {
+            throw HostError(.configurationError, "cannot fetch \(text): \(error.localizedDescription)")
+        }
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard status == 200 else { throw HostError(.configurationError, "fetching \(text) answered HTTP \(status)") }
+        guard data.count <= 1 << 20 else { throw HostError(.configurationError, "\(text) answered \(data.count) bytes, over 1 MiB") }
+        return data
+    }
+
+    /// Fetches an issuer's key set from its URL again; keeps the keys it had when that fails.
+    func refresh(_ issuer: TrustedIssuer) async {
+        guard case .url = issuer.jwks, let fresh = try? await Self.fetchKeys(issuer.jwks) else { return }
+        keys.withLockedValue { $0[issuer.issuer] = fresh }
+    }
+
+    /// A token named a key its issuer's set does not hold: the set is fetched again in the
+    /// background (at most once per jwksMinRefreshSeconds); true when a fetch was started.
+    private func refreshOnDemand(_ issuer: TrustedIssuer) -> Bool {
+        guard case .url = issuer.jwks else { return false }
+        let now = MonotonicClock.now()
+        let due = lastOnDemand.withLockedValue { last in
+            if let previous = last[issuer.issuer], Double(now &- previous) / 1e9 < settings.jwksMinRefreshSeconds { return false }
+            last[issuer.issuer] = now
+            return true
+        }
+        guard due else { return false }
+        Task.detached { [weak self] in await self?.refresh(issuer) }
+        return true
     }
 
     /// The verifying keys of a JWKS document, through jwt-kit: each key's algorithm is its
@@ -278,11 +393,14 @@ public final class BearerVerifier: Sendable, Equatable {
         }
         let algorithm = header["alg"]?.stringValue ?? ""
         let keyID = header["kid"]?.stringValue
-        let candidates = issuer.keys.filter { $0.algorithm == algorithm && (keyID == nil || $0.id == nil || $0.id == keyID) }
+        let candidates = (keys.withLockedValue { $0[issuerName] } ?? []).filter {
+            $0.algorithm == algorithm && (keyID == nil || $0.id == nil || $0.id == keyID)
+        }
         guard !candidates.isEmpty else {
+            let refreshing = refreshOnDemand(issuer) ? " (its key set is being fetched again: retry in a moment)" : ""
             return refuse(
                 .badSignature,
-                "bad signature: the issuer '\(issuerName)' has no \(algorithm.isEmpty ? "" : "\(algorithm.prefix(20)) ")key\(keyID.map { " with kid '\($0.prefix(100))'" } ?? "") in its key set")
+                "bad signature: the issuer '\(issuerName)' has no \(algorithm.isEmpty ? "" : "\(algorithm.prefix(20)) ")key\(keyID.map { " with kid '\($0.prefix(100))'" } ?? "") in its key set\(refreshing)")
         }
         let signingInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
         let verifies = candidates.contains { key in (try? key.verifier.verify(signature, signs: signingInput)) == true }

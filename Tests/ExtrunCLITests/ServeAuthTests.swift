@@ -11,6 +11,7 @@ import Glibc
 struct ServeTestIssuer {
     let name: String
     let key = P256.Signing.PrivateKey()
+    var keyID = "k1"
 
     static func base64URL(_ bytes: some DataProtocol) -> String {
         Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
@@ -19,7 +20,7 @@ struct ServeTestIssuer {
 
     var jwks: String {
         let raw = key.publicKey.rawRepresentation
-        return #"{"keys": [{"kty": "EC", "crv": "P-256", "x": "\#(Self.base64URL(raw.prefix(32)))", "y": "\#(Self.base64URL(raw.suffix(32)))", "kid": "k1", "alg": "ES256"}]}"#
+        return #"{"keys": [{"kty": "EC", "crv": "P-256", "x": "\#(Self.base64URL(raw.prefix(32)))", "y": "\#(Self.base64URL(raw.suffix(32)))", "kid": "\#(keyID)", "alg": "ES256"}]}"#
     }
 
     func token(subject: String, audience: String = ServeAuthTests.resource, expiresIn: Double = 300, scope: String? = nil, issuer: String? = nil,
@@ -29,7 +30,7 @@ struct ServeTestIssuer {
             "iss": .string(issuer ?? name), "sub": .string(subject), "aud": .string(audience), "exp": .double(now + expiresIn), "iat": .double(now),
         ]
         if let scope { claims["scope"] = .string(scope) }
-        let input = "\(Self.base64URL(JSONWriter.bytes(["alg": "ES256", "typ": "JWT", "kid": "k1"]))).\(Self.base64URL(JSONWriter.bytes(.object(claims))))"
+        let input = "\(Self.base64URL(JSONWriter.bytes(["alg": "ES256", "typ": "JWT", "kid": .string(keyID)]))).\(Self.base64URL(JSONWriter.bytes(.object(claims))))"
         let signature = try (signer ?? key).signature(for: Data(input.utf8)).rawRepresentation
         return "\(input).\(Self.base64URL(signature))"
     }
@@ -211,6 +212,58 @@ struct ServeAuthTests {
         #expect(lines.contains { $0["principal"] == "none" && $0["status"] == 401 && $0["reason"] == "missing" })
         let log = service.logText
         #expect(!log.contains(secret), "the service's log holds an argument value")
+    }
+
+    @Test("A key set from a URL: fetched at start (a start fails when it cannot be), its tokens accepted; a key rotated in is fetched again when a token names it")
+    func keySetFromURL() throws {
+        let directory = try TempDirectory("serve-auth")
+        let web = try directory.directory("web")
+        let first = ServeTestIssuer(name: Self.issuerName)
+        try Data(first.jwks.utf8).write(to: web.appendingPathComponent("jwks.json"))
+        let webPort = try ServeListenerTests.freePort()
+        let policy = #"{"authentication": {"resource": "\#(Self.resource)", "issuers": [{"issuer": "\#(Self.issuerName)", "jwksURL": "http://127.0.0.1:\#(webPort)/jwks.json"}]}}"#
+
+        // Nobody serves the URL yet: the start fails, naming the field.
+        let config = try directory.write("serve.json", policy, mode: 0o600)
+        let failed = try cli.run(["serve", "--socket", directory.url.appendingPathComponent("x.sock").path, "--config", config.path])
+        #expect(failed.status == 11 && failed.stderr.contains("jwksURL"), "\(failed)")
+
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        server.arguments = ["-m", "http.server", String(webPort), "--bind", "127.0.0.1", "--directory", web.path]
+        server.standardOutput = FileHandle.nullDevice
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer {
+            // SIGKILL: the test runner's children may inherit SIGTERM ignored.
+            kill(server.processIdentifier, SIGKILL)
+            server.waitUntilExit()
+            #expect(!ServeProcesses.isAlive(server.processIdentifier), "the key set's web server is left")
+        }
+        var up = false
+        for _ in 0..<100 where !up {
+            up = (try? curl(["http://127.0.0.1:\(webPort)/jwks.json"], directory: directory))?.status == 200
+            if !up { usleep(50_000) }
+        }
+        #expect(up, "python3 -m http.server did not answer")
+
+        let (service, port, _) = try start(policy, issuer: first, directory: directory)
+        defer { service.stop() }
+        #expect(try handle(port: port, bearer: try first.token(subject: "alice"), directory: directory).status == 200)
+
+        // The issuer rotates to a new key (kid k2): its first token makes the service fetch the set again.
+        var second = ServeTestIssuer(name: Self.issuerName)
+        second.keyID = "k2"
+        try Data(second.jwks.utf8).write(to: web.appendingPathComponent("jwks.json"))
+        let rotated = try second.token(subject: "alice")
+        var answer = try handle(port: port, bearer: rotated, directory: directory)
+        let deadline = Date().addingTimeInterval(10)
+        while answer.status != 200, Date() < deadline {
+            #expect(answer.status == 401 && answer.headers["www-authenticate"]?.contains("being fetched again") == true, "\(answer.text)")
+            usleep(100_000)
+            answer = try handle(port: port, bearer: rotated, directory: directory)
+        }
+        #expect(answer.status == 200, "the rotated key was not fetched: \(answer.text)")
     }
 
     @Test("The audit log keeps a run's principal, intent, plugin, outcome, status and run id")

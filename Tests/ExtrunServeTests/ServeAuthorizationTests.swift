@@ -51,7 +51,7 @@ struct ServeAuthorizationTests {
         let file = directory.url.appendingPathComponent("jwks.json")
         try Data(issuer.jwks.utf8).write(to: file)
         var settings = AuthenticationSettings()
-        settings.issuers = [.init(issuer: issuer.name, audiences: [audience], jwksFile: file.path)]
+        settings.issuers = [.init(issuer: issuer.name, audiences: [audience], jwks: .file(file.path))]
         settings.leewaySeconds = leeway
         return (try await BearerVerifier.load(settings, source: "serve.json"), directory)
     }
