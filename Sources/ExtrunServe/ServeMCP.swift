@@ -4,7 +4,7 @@ import ExtrunProtocol
 import Foundation
 import Logging
 
-/// serve.json's `mcp` (docs/serve.md, "MCP over HTTP"): the MCP endpoint at `/mcp`, on by default.
+/// serve.json's `mcp` (docs/mcp.md, "Over HTTP"): the MCP endpoint at `/mcp`, on by default.
 ///
 ///     "mcp": {"enabled": true, "requestStateKeyFile": "/etc/extrun/mcp-request-state.key", "requestStateLifetimeSeconds": 300}
 ///
