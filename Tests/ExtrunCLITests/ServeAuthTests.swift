@@ -266,6 +266,54 @@ struct ServeAuthTests {
         #expect(answer.status == 200, "the rotated key was not fetched: \(answer.text)")
     }
 
+    @Test("An interactive run over TCP answers only its principal: another JWT subject and the token's holders get 404 as for an unknown run")
+    func promptsAnswerTheirPrincipal() throws {
+        let directory = try TempDirectory("serve-auth")
+        let issuer = ServeTestIssuer(name: Self.issuerName)
+        let (service, port, token) = try start("{\(Self.authentication)}", issuer: issuer, directory: directory)
+        defer { service.stop() }
+        let alice = try issuer.token(subject: "alice")
+        let events = directory.url.appendingPathComponent("events")
+        let stream = Process()
+        stream.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        stream.arguments = [
+            "-sS", "-N", "--max-time", "60", "-o", events.path, "-X", "POST", "http://127.0.0.1:\(port)/v1/handle?interactive=true",
+            "-H", "Authorization: Bearer \(alice)", "--data-binary", #"{"intent": "MakeUppercase", "parameters": {}}"#,
+        ]
+        stream.standardOutput = FileHandle.nullDevice
+        stream.standardError = FileHandle.nullDevice
+        try stream.run()
+        defer {
+            if stream.isRunning { kill(stream.processIdentifier, SIGKILL) }
+            stream.waitUntilExit()
+        }
+        var prompt: JSONValue?
+        let deadline = Date().addingTimeInterval(20)
+        while prompt == nil, Date() < deadline {
+            let text = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
+            prompt = text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }.first { $0["event"] == "prompt" }
+            if prompt == nil { usleep(50_000) }
+        }
+        let event = try #require(prompt, "no prompt event")
+        let run = try #require(event["run"]?.stringValue)
+        let body = JSONWriter.bytes(["prompt": event["prompt"] ?? .null, "answer": "mine"])
+        func answer(_ bearer: String) throws -> Answer {
+            try curl(
+                ["-X", "POST", "http://127.0.0.1:\(port)/v1/runs/\(run)/answers", "-H", "Authorization: Bearer \(bearer)", "--data-binary", String(decoding: body, as: UTF8.self)],
+                directory: directory)
+        }
+        let bob = try answer(try issuer.token(subject: "bob"))
+        #expect(bob.status == 404 && bob.body?["error"]?["kind"] == "notFound", "another subject answered: \(bob.text)")
+        let holder = try answer(token)
+        #expect(holder.status == 404, "the token's holder answered: \(holder.text)")
+        let own = try answer(alice)
+        #expect(own.status == 200, "\(own.text)")
+        stream.waitUntilExit()
+        let report = ((try? String(contentsOf: events, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
+            .first { $0["event"] == "report" }
+        #expect(report?["report"]?["response"]?["properties"]?["result"] == "MINE", "\(String(describing: report))")
+    }
+
     @Test("The audit log keeps a run's principal, intent, plugin, outcome, status and run id")
     func auditFields() throws {
         let directory = try TempDirectory("serve-auth")
