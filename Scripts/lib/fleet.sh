@@ -1,0 +1,597 @@
+# Scripts/fleet's functions (source it after common.sh): fleet_up, fleet_down, fleet_status,
+# fleet_check. DIR's layout:
+#   .extrun-fleet          marks a directory `up` made (`down` removes only such a directory)
+#   token                  the bearer token every host takes (--token-file), 0600
+#   request-state.key      the 32-byte key sealing MCP input_required rounds, shared, 0600
+#   bin/                   copies of the executables (extrun, extrun-serve, the examples')
+#   plugins/               the example plugins, signed by stage-home's key (Scripts/stage-plugins)
+#   stage-home/            the signer's home ("the author's machine")
+#   postgres/              the PostgreSQL server's data and Unix socket, when there is one
+#   hosts/hN/              a host: home/ (EXTRUN_HOME), tmp/ (TMPDIR), serve.json, serve.sock,
+#                          serve.log, audit.log (one line per call: where each MCP round ran)
+#   haproxy.cfg, haproxy.log, haproxy.sock (HAProxy's admin socket, for `status`)
+#   network                how the hosts are reached: "netns K" (10.231.K.0/24) or "loopback"
+#   processes              "ROLE NAME PID" per process `up` started
+#   fleet.json             what `up` printed
+
+FLEET_HAPROXY_BIN="${FLEET_HAPROXY_BIN:-haproxy}"
+FLEET_HOST_PORT=8080
+
+# Starts "$@" in the background, detached from the caller's descriptors above 2 (a caller reading
+# this script's output to its end must not wait for the fleet), stdout and stderr to $FLEET_LOG;
+# prints its pid.
+fleet_spawn() {
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd="${fd##*/}"
+      [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec "$@" </dev/null >>"$FLEET_LOG" 2>&1
+  ) &
+  echo $!
+}
+
+# Every descendant of PID (through /proc's parent links), one a line.
+fleet_descendants() {
+  python3 - "$1" <<'EOF'
+import os, sys
+parents = {}
+for entry in os.listdir("/proc"):
+    if entry.isdigit():
+        try:
+            stat = open("/proc/%s/stat" % entry).read()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+found, frontier = [], {int(sys.argv[1])}
+while frontier:
+    frontier = {pid for pid, parent in parents.items() if parent in frontier}
+    found += sorted(frontier)
+print("\n".join(map(str, found)))
+EOF
+}
+
+# Whether PID is a live process (not a zombie).
+fleet_alive() {
+  [ -e "/proc/$1" ] && ! grep -q '^State:.*[ZX]' "/proc/$1/status" 2>/dev/null
+}
+
+# A free TCP port on 127.0.0.1.
+fleet_free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# The first K in 0..255 such that no interface has an address in 10.231.K.0/24 and no
+# namespace of ours uses it.
+fleet_free_subnet() {
+  local used k
+  used="$(ip -4 -o addr show 2>/dev/null | awk '{print $4}')"
+  for k in $(seq 0 255); do
+    if ! grep -q "^10\.231\.$k\." <<<"$used" && ! ip netns list 2>/dev/null | grep -q "^extrun-f$k-"; then
+      echo "$k"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# Whether network namespaces can be made here (root, ip netns, veth and bridge links).
+fleet_netns_possible() {
+  [ "${EXTRUN_FLEET_NETNS:-1}" = 1 ] || return 1
+  [ "$(id -u)" = 0 ] || return 1
+  local probe="extrun-fprobe-$$"
+  ip netns add "$probe" 2>/dev/null || return 1
+  local ok=0
+  if ip link add "xfp$$" type veth peer name "xfq$$" 2>/dev/null; then
+    ip link set "xfq$$" netns "$probe" 2>/dev/null || ok=1
+    ip link del "xfp$$" 2>/dev/null || true
+  else
+    ok=1
+  fi
+  if [ "$ok" = 0 ] && ip link add "xfb$$" type bridge 2>/dev/null; then
+    ip link del "xfb$$" 2>/dev/null || true
+  else
+    ok=1
+  fi
+  ip netns del "$probe" 2>/dev/null || true
+  return "$ok"
+}
+
+# Copies the executables the fleet runs into DIR/bin: extrun, extrun-serve, extrun-intentgen
+# (for stage-plugins) and the example plugins'. A copy, so that a build while the fleet runs
+# (which rewrites .build/debug's files in place) neither stops a host's next exec nor swaps a
+# plugin under it. A file that changed during its copy is copied again.
+fleet_copy_binaries() {
+  local dir="$1" name example names=(extrun extrun-serve extrun-intentgen)
+  for example in "$ROOT"/Examples/*/; do
+    example="${example%/}"
+    names+=("$(basename "$example")")
+    if [ -f "$example/manifest.json" ]; then
+      names+=("$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["executable"])' "$example/manifest.json")")
+    fi
+  done
+  mkdir -p "$dir/bin"
+  chmod 755 "$dir/bin"
+  for name in "${names[@]}"; do
+    [ -f "$BIN_DIR/$name" ] && [ -x "$BIN_DIR/$name" ] && [ ! -e "$dir/bin/$name" ] || continue
+    for _ in $(seq 30); do
+      local before after
+      before="$(stat -c '%s %Y' "$BIN_DIR/$name")"
+      cp "$BIN_DIR/$name" "$dir/bin/$name"
+      after="$(stat -c '%s %Y' "$BIN_DIR/$name")"
+      [ "$before" = "$after" ] && [ "$(stat -c %s "$dir/bin/$name")" = "${after%% *}" ] && break
+      sleep 2
+    done
+    chmod 755 "$dir/bin/$name"
+  done
+}
+
+# curl with the fleet's token: fleet_curl DIR URL [curl options...]
+fleet_curl() {
+  local dir="$1" url="$2"
+  shift 2
+  curl -sS --max-time "${FLEET_CURL_TIMEOUT:-10}" -H @<(printf 'Authorization: Bearer %s\n' "$(cat "$dir/token")") "$@" "$url"
+}
+
+fleet_up() {
+  local dir="$1" count="$2"
+  dir="$(mkdir -p "$dir" && cd "$dir" && pwd)"
+  if [ -f "$dir/processes" ]; then
+    log "fleet: $dir has a fleet already (Scripts/fleet down --dir $dir first)"
+    exit 1
+  fi
+  if [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/.extrun-fleet" ]; then
+    log "fleet: $dir is not empty and not a fleet's directory; give --dir a new or empty directory"
+    exit 1
+  fi
+  case "$dir" in /tmp | /tmp/*) log "fleet: $dir is under /tmp, which a plugin's sandbox replaces: the staged plugins would not be found (choose another --dir)"; exit 1 ;; esac
+
+  ensure_packages haproxy iproute2 curl python3
+  ensure_plugin_user
+  if [ ! -x "$BIN_DIR/extrun" ] || [ ! -x "$BIN_DIR/extrun-serve" ]; then
+    "$ROOT/Scripts/bootstrap"
+  elif build_is_stale; then
+    if [ "${EXTRUN_FLEET_BUILD:-1}" = 1 ]; then "$ROOT/Scripts/bootstrap"; else log "fleet: the build is older than the sources (EXTRUN_FLEET_BUILD=0: used as it is)"; fi
+  fi
+
+  touch "$dir/.extrun-fleet"
+  # Searchable by others: as root, plugins run as extrun-plugin and must reach their folders.
+  chmod 711 "$dir"
+  : >"$dir/processes"
+  # From here on, a failure takes down what was started.
+  trap 'status=$?; if [ "$status" != 0 ]; then log "fleet: up failed (exit $status); taking down what it started"; fleet_down "'"$dir"'" >/dev/null 2>&1 || true; fi' EXIT
+
+  (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token")
+  (umask 077 && head -c 32 /dev/urandom >"$dir/request-state.key")
+
+  # The example plugins, signed as their author would (stage-home's owner key), and a home
+  # that trusts that author's key for EXAMPLETEAM, copied for every host: on a shared store
+  # the hosts must hold the same owner keys (docs/store.md, "PostgreSQL"), and the trust is
+  # a row of the store.
+  mkdir -m 700 "$dir/stage-home"
+  fleet_copy_binaries "$dir"
+  local bin="$dir/bin"
+  EXTRUN_HOME="$dir/stage-home" "$ROOT/Scripts/stage-plugins" "$bin" "$dir/plugins" >&2
+  local store=""
+  if [ -f "$ROOT/Scripts/lib/postgres.sh" ]; then
+    source "$ROOT/Scripts/lib/postgres.sh"
+    local pguser
+    pguser="$(id -un)"
+    if [ "$(id -u)" = 0 ]; then
+      pguser=extrun-postgres
+      getent passwd "$pguser" >/dev/null 2>&1 ||
+        useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$pguser" >&2
+    fi
+    store="$(postgres_start "$dir/postgres" "$pguser")"
+    log "fleet: PostgreSQL on $store"
+  else
+    log "fleet: no Scripts/lib/postgres.sh: each host keeps its own SQLite store"
+  fi
+  mkdir -m 700 "$dir/template-home"
+  (
+    export EXTRUN_HOME="$dir/template-home"
+    if [ -n "$store" ]; then export EXTRUN_STORE="$store"; fi
+    "$bin/extrun" owners create EXAMPLETEAM >/dev/null 2>&1 || true
+    "$bin/extrun" owners trust EXAMPLETEAM --signing-key "$dir/plugins/EXAMPLETEAM.pub" >/dev/null
+  )
+
+  # The network.
+  local k="" balancer_port
+  balancer_port="$(fleet_free_port)"
+  if fleet_netns_possible && k="$(fleet_free_subnet)"; then
+    echo "netns $k" >"$dir/network"
+    ip link add "xf$k-br" type bridge
+    ip addr add "10.231.$k.1/24" dev "xf$k-br"
+    ip link set "xf$k-br" up
+    log "fleet: hosts in network namespaces extrun-f$k-h1..h$count on 10.231.$k.0/24 (bridge xf$k-br)"
+  else
+    k=""
+    echo "loopback" >"$dir/network"
+    log "fleet: network namespaces cannot be made here (not root, or EXTRUN_FLEET_NETNS=0): hosts on loopback ports"
+  fi
+
+  # The hosts.
+  local i name host_dir address pid
+  mkdir -p "$dir/hosts"
+  for i in $(seq 1 "$count"); do
+    name="h$i"
+    host_dir="$dir/hosts/$name"
+    mkdir -p "$host_dir"
+    chmod 711 "$host_dir"
+    cp -a "$dir/template-home" "$host_dir/home"
+    mkdir -m 1777 "$host_dir/tmp"
+    python3 - "$dir/request-state.key" >"$host_dir/serve.json" <<'EOF'
+import json, sys
+print(json.dumps({"mcp": {"requestStateKeyFile": sys.argv[1]}, "audit": {"path": "audit.log"}}, indent=2))
+EOF
+    local prefix=()
+    if [ -n "$k" ]; then
+      local ns="extrun-f$k-$name"
+      ip netns add "$ns"
+      ip link add "xf$k-$name" type veth peer name "xf$k-$name-p"
+      ip link set "xf$k-$name-p" netns "$ns"
+      ip link set "xf$k-$name" master "xf$k-br" up
+      ip -n "$ns" link set "xf$k-$name-p" name eth0
+      ip -n "$ns" addr add "10.231.$k.$((10 + i))/24" dev eth0
+      ip -n "$ns" link set eth0 up
+      ip -n "$ns" link set lo up
+      address="10.231.$k.$((10 + i)):$FLEET_HOST_PORT"
+      prefix=(ip netns exec "$ns")
+    else
+      address="127.0.0.1:$(fleet_free_port)"
+    fi
+    local env=(env EXTRUN_HOME="$host_dir/home" EXTRUN_PLUGIN_PATH="$dir/plugins" TMPDIR="$host_dir/tmp")
+    if [ -n "$store" ]; then env+=(EXTRUN_STORE="$store"); fi
+    pid="$(FLEET_LOG="$host_dir/serve.log" fleet_spawn ${prefix[@]+"${prefix[@]}"} "${env[@]}" "$bin/extrun" serve \
+      --socket "$host_dir/serve.sock" --listen "$address" --token-file "$dir/token" --config "$host_dir/serve.json")"
+    echo "host $name $pid $address" >>"$dir/processes"
+  done
+  # Each host answers /v1/health over TCP (from this namespace, through its veth) within 60 s.
+  local role url _
+  while read -r role name pid address; do
+    [ "$role" = host ] || continue
+    for _ in $(seq 600); do
+      fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -f 2>/dev/null && break
+      fleet_alive "$pid" || { log "fleet: host $name exited; its log:"; tail -20 "$dir/hosts/$name/serve.log" >&2; exit 1; }
+      sleep 0.1
+    done
+    fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -f || { log "fleet: host $name did not answer /v1/health within 60 s"; exit 1; }
+  done <"$dir/processes"
+
+  # The balancer: round robin, no stickiness; a host is taken out after 2 failed health checks
+  # (1 s apart) and back after 2 good ones. A request is retried (on another host: redispatch)
+  # only when the connection failed before it was sent, or when the host answered 503
+  # (`overloaded`: nothing ran; see docs/scaling.md for `cancelled`, also 503).
+  {
+    cat <<EOF
+# Written by Scripts/fleet up; the token comes from the environment (EXTRUN_FLEET_TOKEN).
+global
+    log stdout format raw local0
+    stats socket $dir/haproxy.sock mode 600 level admin
+    tune.bufsize 262144
+
+defaults
+    mode http
+    log global
+    option httplog
+    timeout connect 2s
+    timeout client 300s
+    timeout server 300s
+    timeout http-request 30s
+
+frontend fleet
+    bind 127.0.0.1:$balancer_port
+    default_backend hosts
+
+backend hosts
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /v1/health hdr Authorization "Bearer \${EXTRUN_FLEET_TOKEN}"
+    http-check expect status 200
+    retries 2
+    option redispatch 1
+    retry-on conn-failure 503
+    default-server check inter 1s fall 2 rise 2
+EOF
+    while read -r role name pid address; do
+      [ "$role" = host ] && echo "    server $name $address"
+    done <"$dir/processes"
+  } >"$dir/haproxy.cfg"
+  "$FLEET_HAPROXY_BIN" -c -q -f "$dir/haproxy.cfg" || { log "fleet: haproxy refused $dir/haproxy.cfg"; exit 1; }
+  pid="$(EXTRUN_FLEET_TOKEN="$(cat "$dir/token")" FLEET_LOG="$dir/haproxy.log" fleet_spawn "$FLEET_HAPROXY_BIN" -db -f "$dir/haproxy.cfg")"
+  echo "haproxy balancer $pid 127.0.0.1:$balancer_port" >>"$dir/processes"
+  # Through the balancer, once every host is up in HAProxy's eyes (rise 2: about 2 s).
+  for _ in $(seq 300); do
+    [ "$(fleet_haproxy_states "$dir" | grep -c ' UP$')" = "$count" ] && break
+    fleet_alive "$pid" || { log "fleet: haproxy exited; its log:"; tail -20 "$dir/haproxy.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  fleet_curl "$dir" "http://127.0.0.1:$balancer_port/v1/health" -o /dev/null -f || { log "fleet: the balancer does not answer /v1/health"; exit 1; }
+
+  fleet_write_json "$dir" "$store"
+  trap - EXIT
+  cat "$dir/fleet.json"
+}
+
+# "NAME STATUS" per server, as HAProxy's admin socket shows them (UP, DOWN, "UP 1/2"...).
+fleet_haproxy_states() {
+  local dir="$1"
+  [ -S "$dir/haproxy.sock" ] || return 0
+  python3 - "$dir/haproxy.sock" <<'EOF' 2>/dev/null || true
+import csv, io, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(b"show stat\n")
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+rows = csv.DictReader(io.StringIO(data.decode().lstrip("# ")))
+for row in rows:
+    if row["pxname"] == "hosts" and row["svname"] not in ("BACKEND", "FRONTEND"):
+        print(row["svname"], row["status"])
+EOF
+}
+
+fleet_write_json() {
+  local dir="$1" store="$2"
+  python3 - "$dir" "$store" >"$dir/fleet.json" <<'EOF'
+import json, sys
+folder, store = sys.argv[1], sys.argv[2]
+hosts, url = [], None
+for line in open(folder + "/processes"):
+    role, name, pid, address = line.split()
+    if role == "host":
+        hosts.append({"name": name, "pid": int(pid), "url": "http://" + address})
+    elif role == "haproxy":
+        url = "http://" + address
+network = open(folder + "/network").read().split()
+print(json.dumps({
+    "url": url,
+    "tokenFile": folder + "/token",
+    "store": store or None,
+    "network": {"kind": "netns", "subnet": "10.231.%s.0/24" % network[1]} if network[0] == "netns" else {"kind": "loopback"},
+    "hosts": hosts,
+}, indent=2))
+EOF
+}
+
+# Stops a process `up` started: SIGTERM, up to 10 s, then SIGKILL; its descendants (plugins,
+# their supervisors) must be gone within 5 s more. Checks the pid is still the process started
+# (its command line names extrun or haproxy) before signalling it.
+fleet_stop_process() {
+  local pid="$1" what="$2"
+  fleet_alive "$pid" || return 0
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE 'extrun|haproxy' || return 0
+  local descendants
+  descendants="$(fleet_descendants "$pid")"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do fleet_alive "$pid" || break; sleep 0.1; done
+  if fleet_alive "$pid"; then
+    log "fleet: $what ($pid) still running 10 s after SIGTERM: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  local p
+  for _ in $(seq 50); do
+    local left=""
+    for p in $descendants; do fleet_alive "$p" && left="$left $p"; done
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+  log "fleet: processes of $what left after it ended:$left; SIGKILL"
+  for p in $left; do kill -KILL "$p" 2>/dev/null || true; done
+}
+
+fleet_down() {
+  local dir="$1"
+  [ -d "$dir" ] || { log "fleet: no fleet in $dir"; return 0; }
+  dir="$(cd "$dir" && pwd)"
+  [ -f "$dir/.extrun-fleet" ] || { log "fleet: $dir is not a fleet's directory (no .extrun-fleet): left alone"; return 1; }
+  local role name pid address
+  if [ -f "$dir/processes" ]; then
+    # The balancer first (no new calls), then the hosts, together.
+    while read -r role name pid address; do
+      [ "$role" = haproxy ] && fleet_stop_process "$pid" "haproxy"
+    done <"$dir/processes"
+    local stoppers=()
+    while read -r role name pid address; do
+      if [ "$role" = host ]; then
+        fleet_stop_process "$pid" "host $name" &
+        stoppers+=($!)
+      fi
+    done <"$dir/processes"
+    local s
+    for s in ${stoppers[@]+"${stoppers[@]}"}; do wait "$s" || true; done
+  fi
+  if [ -d "$dir/postgres" ]; then
+    if [ -f "$ROOT/Scripts/lib/postgres.sh" ]; then
+      source "$ROOT/Scripts/lib/postgres.sh"
+      postgres_stop "$dir/postgres"
+    else
+      log "fleet: $dir/postgres is there but Scripts/lib/postgres.sh is not: stop its server by hand (pg_ctl -D $dir/postgres/data stop)"
+    fi
+  fi
+  if [ -f "$dir/network" ]; then
+    local kind k
+    read -r kind k <"$dir/network"
+    if [ "$kind" = netns ]; then
+      local ns
+      for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^extrun-f$k-" || true); do
+        ip netns del "$ns" 2>/dev/null || true # its veth end goes with it, and so the pair
+      done
+      ip link del "xf$k-br" 2>/dev/null || true
+    fi
+  fi
+  rm -rf "$dir"
+  log "fleet: down ($dir removed)"
+}
+
+fleet_status() {
+  local dir="$1"
+  [ -f "$dir/processes" ] || { log "fleet: no fleet in $dir"; exit 1; }
+  dir="$(cd "$dir" && pwd)"
+  local states role name pid address health
+  states="$(fleet_haproxy_states "$dir")"
+  printf '%-6s %-8s %-22s %-8s %-10s %s\n' HOST PID URL PROCESS HAPROXY HEALTH
+  while read -r role name pid address; do
+    [ "$role" = host ] || continue
+    local alive=dead
+    fleet_alive "$pid" && alive=running
+    health="$( (FLEET_CURL_TIMEOUT=3 fleet_curl "$dir" "http://$address/v1/health" 2>&1 || true) | python3 -c '
+import json, sys
+text = sys.stdin.read()
+try:
+    h = json.loads(text)
+    print("%s running=%s queued=%s warm=%s launches=%s" % (h.get("status"), h.get("running"), h.get("queued"), h.get("warmProcesses"), h.get("launches")))
+except ValueError:
+    print("unreachable: " + text.strip().splitlines()[-1] if text.strip() else "unreachable")
+' || true)"
+    printf '%-6s %-8s %-22s %-8s %-10s %s\n' "$name" "$pid" "$address" "$alive" "$(awk -v n="$name" '$1 == n {$1 = ""; print substr($0, 2)}' <<<"$states")" "$health"
+  done <"$dir/processes"
+  while read -r role name pid address; do
+    [ "$role" = haproxy ] || continue
+    local alive=dead
+    fleet_alive "$pid" && alive=running
+    printf 'balancer http://%s (haproxy %s, %s): ' "$address" "$pid" "$alive"
+    FLEET_CURL_TIMEOUT=3 fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -w '%{http_code}\n' 2>/dev/null || echo unreachable
+  done <"$dir/processes"
+}
+
+# The fleet check (Scripts/fleet check): up, then
+#   1. OrderSoup resolved over MCP (2026-07-28, the official Python SDK) through the balancer:
+#      each input_required round a new POST, which round robin sends to the next host; the
+#      hosts' audit logs must show the call's rounds on at least two hosts, and the call succeeded;
+#   2. one host SIGKILLed while warm: none of its processes (plugins, supervisors) survives it,
+#      and calls through the balancer keep succeeding (HAProxy retries the dead host's refused
+#      connections on another host until its health checks take it out);
+#   3. down: no process the fleet started, no namespace, link, socket or file is left.
+# Exits non-zero saying what failed.
+fleet_check() {
+  local dir="$1" count="$2" failed=()
+  [ "$count" -ge 2 ] || { log "fleet check: needs at least 2 hosts"; exit 64; }
+  local python
+  python="$(ensure_python_venv)"
+  [ ! -e "$dir" ] || fleet_down "$dir" >/dev/null 2>&1 || true
+  trap 'fleet_down "'"$dir"'" >/dev/null 2>&1 || true' EXIT
+  "$ROOT/Scripts/fleet" up --hosts "$count" --dir "$dir" >/dev/null
+  dir="$(cd "$dir" && pwd)"
+  local url token network
+  url="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' "$dir/fleet.json")"
+  token="$(cat "$dir/token")"
+  network="$(cat "$dir/network")"
+  log "fleet check: $count hosts ($network), balancer $url"
+
+  # 1. MCP rounds through the balancer.
+  local rounds_out
+  rounds_out="$("$python" "$ROOT/Tests/ExtrunCLITests/Fixtures/mcp_http_client.py" rounds \
+    "{\"endpoints\": [{\"url\": \"$url/mcp\", \"bearer\": \"$token\"}], \"plan\": \"first,yes\"}" 2>"$dir/rounds.err")" ||
+    { failed+=("the MCP client failed: $(tail -3 "$dir/rounds.err")"); rounds_out="{}"; }
+  local verdict
+  verdict="$(python3 - "$dir" "$rounds_out" <<'PY'
+import glob, json, os, sys
+folder, out = sys.argv[1], json.loads(sys.argv[2] or "{}")
+rounds = out.get("rounds", [])
+final = (out.get("end") or {}).get("final") or {}
+calls = []
+for path in glob.glob(folder + "/hosts/*/audit.log"):
+    host = os.path.basename(os.path.dirname(path))
+    for line in open(path):
+        entry = json.loads(line)
+        if entry.get("transport") == "mcp" and entry.get("intent") == "OrderSoup":
+            calls.append((entry["time"], host, entry["outcome"]))
+calls.sort()
+for time, host, outcome in calls:
+    print("  %s %s OrderSoup %s" % (time, host, outcome), file=sys.stderr)
+problems = []
+if len(rounds) != 2:
+    problems.append("OrderSoup asked %d questions, not 2 (soup, confirmation)" % len(rounds))
+if final.get("isError") is not False:
+    problems.append("OrderSoup did not succeed: %s" % json.dumps(out.get("end"))[:300])
+if len(calls) != len(rounds) + 1:
+    problems.append("the hosts' audit logs have %d OrderSoup calls, not %d" % (len(calls), len(rounds) + 1))
+if len({host for _, host, _ in calls}) < 2:
+    problems.append("every round ran on one host")
+if [outcome for _, _, outcome in calls][-1:] != ["success"]:
+    problems.append("the last round's outcome is not success")
+print("; ".join(problems))
+PY
+)"
+  if [ -n "$verdict" ]; then failed+=("MCP rounds: $verdict"); else log "fleet check: OrderSoup resolved through the balancer, its rounds on different hosts (above)"; fi
+
+  # 2. One host SIGKILLed while warm.
+  local victim_name victim_pid
+  read -r _ victim_name victim_pid _ < <(grep '^host ' "$dir/processes" | sed -n 2p)
+  local i
+  for i in $(seq 1 $((2 * count))); do
+    fleet_curl "$dir" "$url/v1/handle" -o /dev/null -f --data '{"intent": "MakeUppercase", "parameters": {"text": "warm"}}' ||
+      failed+=("a call before the kill failed")
+  done
+  local descendants
+  descendants="$(fleet_descendants "$victim_pid" | tr '\n' ' ')"
+  log "fleet check: SIGKILL to host $victim_name ($victim_pid) with $(wc -w <<<"$descendants") processes of its own: $descendants"
+  kill -KILL "$victim_pid"
+  local codes=() code
+  for i in $(seq 1 $((4 * count))); do
+    code="$(fleet_curl "$dir" "$url/v1/handle" -o /dev/null -w '%{http_code}' --data "{\"intent\": \"MakeUppercase\", \"parameters\": {\"text\": \"after $i\"}}" 2>/dev/null || true)"
+    codes+=("$code")
+  done
+  local bad
+  bad="$(printf '%s\n' "${codes[@]}" | grep -vc '^200$' || true)"
+  log "fleet check: $((4 * count)) calls through the balancer after the kill: statuses ${codes[*]}"
+  [ "$bad" = 0 ] || failed+=("$bad of $((4 * count)) calls after the kill did not answer 200")
+  local retried
+  # HAProxy's log: field 6 the status, field 11 "actconn/feconn/beconn/srv_conn/retries" (+N: redispatched).
+  retried="$(awk '/POST \/v1\/handle/ && $6 == 200 { n = split($11, f, "/"); if (f[n] != "0") print }' "$dir/haproxy.log" | wc -l)"
+  log "fleet check: HAProxy retried $retried of them on another host after a refused connection"
+  local left="" p
+  for _ in $(seq 50); do
+    left=""
+    for p in $descendants; do fleet_alive "$p" && left="$left $p"; done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  [ -z "$left" ] || failed+=("processes of the killed host survive it:$left")
+  for _ in $(seq 100); do
+    fleet_haproxy_states "$dir" | grep -q "^$victim_name DOWN" && break
+    sleep 0.1
+  done
+  "$ROOT/Scripts/fleet" status --dir "$dir" >&2 || true
+  fleet_haproxy_states "$dir" | grep -q "^$victim_name DOWN" || failed+=("HAProxy did not mark $victim_name DOWN within 10 s")
+
+  # 3. Down, and nothing left.
+  local all_pids kind k
+  all_pids="$(awk '{print $3}' "$dir/processes" | tr '\n' ' ')"
+  read -r kind k <"$dir/network"
+  trap - EXIT
+  "$ROOT/Scripts/fleet" down --dir "$dir" 2>/dev/null
+  for p in $all_pids; do fleet_alive "$p" && failed+=("process $p is left after down"); done
+  if [ "$kind" = netns ]; then
+    ip netns list | grep -q "^extrun-f$k-" && failed+=("network namespaces left: $(ip netns list | grep "^extrun-f$k-" | tr '\n' ' ')")
+    ip -o link show | grep -q " xf$k-" && failed+=("links left: $(ip -o link show | grep " xf$k-" | awk '{print $2}' | tr '\n' ' ')")
+  fi
+  [ ! -e "$dir" ] || failed+=("$dir is left")
+  local strays
+  strays="$(python3 - "$dir" <<'PY'
+import os, sys
+for entry in os.listdir("/proc"):
+    if entry.isdigit():
+        try:
+            line = open("/proc/%s/cmdline" % entry, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if sys.argv[1] + "/" in line:
+            print(entry, line[:120])
+PY
+)"
+  [ -z "$strays" ] || failed+=("processes naming $dir are left: $strays")
+
+  if [ ${#failed[@]} -gt 0 ]; then
+    log "fleet check FAILED:"
+    printf '  %s\n' "${failed[@]}" >&2
+    exit 1
+  fi
+  log "fleet check: passed (down left no process, namespace, link, socket or file)"
+}
