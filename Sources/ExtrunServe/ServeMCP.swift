@@ -64,7 +64,7 @@ enum ServeMCP {
         let metrics = engine.metrics
         let refusals = engine.refusals
         configuration.authorizeTool = { access in
-            guard let principal = Self.principal(access) else {
+            guard let principal = Self.principal(access, gate: gate) else {
                 let error = HostError(.notPermitted, "the caller's principal '\(access.principal.prefix(200))' is none this service knows; nothing ran")
                 Self.auditRefusal(gate, access: access, error: error, status: 403)
                 return MCPToolRefusal(code: Self.refusedCode, message: error.message, data: Self.data(error, tool: access.tool), status: 403)
@@ -88,7 +88,7 @@ enum ServeMCP {
             return nil
         }
         configuration.showsTool = { access in
-            guard let principal = Self.principal(access) else { return false }
+            guard let principal = Self.principal(access, gate: gate) else { return false }
             return gate.authorize(principal, intent: access.intent, plugin: access.plugin) == nil
         }
         configuration.callFinished = { record in
@@ -135,8 +135,21 @@ enum ServeMCP {
 
     /// The caller behind a dispatcher's access question: the principal's name as the
     /// transport gave it (`Principal.name`), with its token's scopes; nil (refused) for a
-    /// name that is none of the three forms, which serve never gives.
-    static func principal(_ access: MCPToolAccess) -> Principal? {
-        Principal(name: access.principal).map { Principal($0.source, scopes: Set(access.scopes)) }
+    /// name that is none of the three forms, which serve never gives. A JWT's subject may
+    /// hold `#` (`jwt:ISSUER#svc#1`), so the issuer is the configured one the name begins
+    /// with, as the token was verified against it; `Principal(name:)` splits at the last `#`.
+    static func principal(_ access: MCPToolAccess, gate: ServeGate) -> Principal? {
+        let scopes = Set(access.scopes)
+        let name = access.principal
+        if name.hasPrefix("jwt:"), let issuer = issuers(gate).filter({ name.hasPrefix("jwt:\($0)#") }).max(by: { $0.count < $1.count }) {
+            let subject = String(name.dropFirst("jwt:".count + issuer.count + 1))
+            if !subject.isEmpty { return Principal(.jwt(issuer: issuer, subject: subject), scopes: scopes) }
+        }
+        return Principal(name: name).map { Principal($0.source, scopes: scopes) }
+    }
+
+    /// The issuers serve.json's `authentication` names now (SIGHUP may change them).
+    static func issuers(_ gate: ServeGate) -> [String] {
+        gate.resourceMetadata(host: nil)["authorization_servers"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 }

@@ -312,6 +312,12 @@ struct ServeMCPTests {
         #expect(botCalls.map { $0["status"]?.intValue } == [200, 200, 429], "\(botCalls)")
         #expect((9...10).contains(Int(botCalls.last?["retry-after"]?.stringValue ?? "") ?? 0), "\(botCalls)")
 
+        // A subject with '#' in it is the issuer's subject all the same (its access rule jwt:ISSUER#* holds, as on /v1).
+        let hashed = try Self.client(
+            "calls", ["endpoints": [["url": url, "bearer": .string(try issuer.token(subject: "svc#1"))]], "calls": [["MakeUppercase", ["text": "x"]]]])
+        #expect(Self.item(hashed["calls"], 0)?["result"]?["structuredContent"]?["result"] == "X", "\(hashed["calls"] ?? .null)")
+        #expect((hashed["list"]?["names"]?.arrayValue ?? []).contains("MakeUppercase"), "\(hashed["list"] ?? .null)")
+
         // What alice got is hers: mallory is refused her requestState (-32602) and her handshake session (404).
         let principals = try Self.client(
             "principals",
@@ -339,8 +345,8 @@ struct ServeMCPTests {
         #expect(!text.contains(secret), "the audit log holds an argument value")
         #expect(!service.logText.contains(secret), "the service's log holds an argument value")
         let lines = try Self.audit(service).filter { $0["transport"] == "mcp" }
-        // alice 2 + bot 3 + the principals' exchange 3 (alice's round, mallory's refused state, alice's round again).
-        #expect(lines.count == 8 && lines.allSatisfy { $0["call"] == "tools/call" && $0["durationMs"]?.doubleValue != nil }, "\(lines)")
+        // alice 2 + bot 3 + svc#1 1 + the principals' exchange 3 (alice's round, mallory's refused state, alice's round again).
+        #expect(lines.count == 9 && lines.allSatisfy { $0["call"] == "tools/call" && $0["durationMs"]?.doubleValue != nil }, "\(lines)")
         let alicePrincipal = JSONValue.string("jwt:\(ServeAuthTests.issuerName)#alice")
         let botPrincipal = JSONValue.string("jwt:\(ServeAuthTests.issuerName)#bot")
         #expect(lines.contains { $0["principal"] == alicePrincipal && $0["intent"] == "MakeUppercase" && $0["outcome"] == "success" && $0["run"] != nil }, "\(lines)")
