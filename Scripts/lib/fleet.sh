@@ -258,7 +258,7 @@ EOF
     fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -f || { log "fleet: host $name did not answer /v1/health within 60 s"; exit 1; }
   done <"$dir/processes"
 
-  # The balancer: round robin, no stickiness; a host is taken out after 2 failed health checks
+  # The balancer: round robin, no stickiness (but for MCP's handshake-era sessions); a host is taken out after 2 failed health checks
   # (1 s apart) and back after 2 good ones. A request is retried (on another host: redispatch)
   # only when the connection failed before it was sent, or when the host answered 503
   # (`overloaded`: nothing ran; see docs/scaling.md for `cancelled`, also 503).
@@ -292,6 +292,12 @@ backend hosts
     option redispatch 1
     retry-on conn-failure 503
     default-server check inter 1s fall 2 rise 2
+    # MCP's handshake era (2025-11-25 and before) keeps a session on the host that answered
+    # initialize (Mcp-Session-Id): a request naming a session goes to that host. A request
+    # without the header (every 2026-07-28 call and round) is not sticky.
+    stick-table type string len 128 size 100k expire 30m
+    stick match req.hdr(mcp-session-id)
+    stick store-response res.hdr(mcp-session-id)
 EOF
     while read -r role name pid address; do
       [ "$role" = host ] && echo "    server $name $address"
@@ -521,6 +527,28 @@ PY
 )"
   if [ -n "$verdict" ]; then failed+=("MCP rounds: $verdict"); else log "fleet check: OrderSoup resolved through the balancer, its rounds on different hosts (above)"; fi
 
+  # 1b. An MCP session of the handshake era (2025-11-25): initialize, a listing, two calls
+  # (OrderSoup's questions in band), DELETE; every request naming the session reaches its host.
+  local handshake_out
+  handshake_out="$("$python" "$ROOT/Tests/ExtrunCLITests/Fixtures/mcp_http_client.py" handshake \
+    "{\"endpoints\": [{\"url\": \"$url/mcp\", \"bearer\": \"$token\"}]}" 2>"$dir/handshake.err")" ||
+    { failed+=("the MCP handshake-era session failed: $(tail -1 "$dir/handshake.err")"); handshake_out="{}"; }
+  verdict="$(python3 - "$handshake_out" <<'PY'
+import json, sys
+out = json.loads(sys.argv[1] or "{}")
+problems = []
+if out.get("protocolVersion") != "2025-11-25":
+    problems.append("protocol %s" % out.get("protocolVersion"))
+for name in ("upper", "soup"):
+    if (out.get(name) or {}).get("isError") is not False:
+        problems.append("%s failed: %s" % (name, json.dumps(out.get(name))[:200]))
+if len(out.get("asked", [])) != 2:
+    problems.append("OrderSoup asked %d questions in band, not 2" % len(out.get("asked", [])))
+print("; ".join(problems))
+PY
+)"
+  if [ -n "$verdict" ]; then failed+=("MCP handshake session: $verdict"); else log "fleet check: an MCP 2025-11-25 session (initialize, tools/list, MakeUppercase, OrderSoup asking in band, DELETE) through the balancer, on one host"; fi
+
   # 2. One host SIGKILLed while warm.
   local victim_name victim_pid
   read -r _ victim_name victim_pid _ < <(grep '^host ' "$dir/processes" | sed -n 2p)
@@ -565,6 +593,16 @@ PY
   local all_pids kind k
   all_pids="$(awk '{print $3}' "$dir/processes" | tr '\n' ' ')"
   read -r kind k <"$dir/network"
+  # The logs outlive the fleet, in DIR-logs: HAProxy's (a request a line, with its host and
+  # retries), each host's serve.log and audit.log, the MCP clients' stderr.
+  rm -rf "$dir-logs"
+  mkdir -p "$dir-logs"
+  cp "$dir/haproxy.log" "$dir"/*.err "$dir-logs/" 2>/dev/null || true
+  for p in "$dir"/hosts/*/; do
+    p="${p%/}"
+    cp "$p/serve.log" "$dir-logs/${p##*/}.serve.log" 2>/dev/null || true
+    cp "$p/audit.log" "$dir-logs/${p##*/}.audit.log" 2>/dev/null || true
+  done
   trap - EXIT
   "$ROOT/Scripts/fleet" down --dir "$dir" 2>/dev/null
   for p in $all_pids; do fleet_alive "$p" && failed+=("process $p is left after down"); done
@@ -589,9 +627,9 @@ PY
   [ -z "$strays" ] || failed+=("processes naming $dir are left: $strays")
 
   if [ ${#failed[@]} -gt 0 ]; then
-    log "fleet check FAILED:"
+    log "fleet check FAILED (the logs are in $dir-logs):"
     printf '  %s\n' "${failed[@]}" >&2
     exit 1
   fi
-  log "fleet check: passed (down left no process, namespace, link, socket or file)"
+  log "fleet check: passed (down left no process, namespace, link, socket or file; the logs are in $dir-logs)"
 }
