@@ -96,9 +96,17 @@ struct LineReader {
 /// stdin nor a call's thread (whose plugin keeps its deadline): progress
 /// notifications are dropped once `maxPendingBytes / 8` wait, and past
 /// `maxPendingBytes` the client is taken as gone (`broken`), as when a write fails.
+///
+/// A message that cannot block is written at once on the caller's thread instead (no
+/// wake-up of the writer's thread, ~10 µs of a warm call's round trip): when nothing is
+/// queued or being written, the descriptor is a pipe with room (`poll` says POLLOUT: a
+/// free buffer, so a write of up to PIPE_BUF bytes completes) or a regular file, and the
+/// message is that small.
 final class LineWriter: Sendable {
     private let fd: Int32
     let maxPendingBytes: Int
+    /// The largest message written on the caller's thread (0: none): PIPE_BUF for a pipe.
+    private let inlineBytes: Int
 
     private struct State {
         var queue: [[UInt8]] = []
@@ -107,6 +115,8 @@ final class LineWriter: Sendable {
         var failed = false
         var closed = false
         var dropped = 0
+        /// The writer's thread is writing a message it took from the queue.
+        var writing = false
     }
     private let state = NIOLockedValueBox(State())
     private let ready = DispatchSemaphore(value: 0)
@@ -115,6 +125,16 @@ final class LineWriter: Sendable {
     init(fd: Int32, maxPendingBytes: Int = 64 << 20) {
         self.fd = fd
         self.maxPendingBytes = maxPendingBytes
+        var info = stat()
+        if fstat(fd, &info) == 0 {
+            switch info.st_mode & S_IFMT {
+            case S_IFIFO: inlineBytes = Int(PIPE_BUF)
+            case S_IFREG: inlineBytes = 64 << 10
+            default: inlineBytes = 0
+            }
+        } else {
+            inlineBytes = 0
+        }
         let thread = Thread { [self] in self.run() }
         thread.name = "extrun-mcp-writer"
         thread.start()
@@ -138,6 +158,11 @@ final class LineWriter: Sendable {
             }
             if state.pendingBytes + bytes.count > maxPendingBytes {
                 state.failed = true
+                return false
+            }
+            if bytes.count <= inlineBytes && !state.writing && state.head >= state.queue.count && hasRoom() {
+                // Under the lock, so that no message queued or sent meanwhile overtakes it.
+                if !write(bytes) { state.failed = true }
                 return false
             }
             state.queue.append(bytes)
@@ -167,6 +192,7 @@ final class LineWriter: Sendable {
                     guard state.head < state.queue.count, !state.failed else { return nil }
                     let bytes = state.queue[state.head]
                     state.head += 1
+                    state.writing = true
                     if state.head > 64 && state.head * 2 > state.queue.count {
                         state.queue.removeFirst(state.head)
                         state.head = 0
@@ -177,6 +203,7 @@ final class LineWriter: Sendable {
                 let ok = write(bytes)
                 state.withLockedValue { state in
                     state.pendingBytes -= bytes.count
+                    state.writing = false
                     if !ok { state.failed = true }
                 }
             }
@@ -188,6 +215,12 @@ final class LineWriter: Sendable {
                 return
             }
         }
+    }
+
+    /// Whether a write can go without waiting for the client (see the type's comment).
+    private func hasRoom() -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        return poll(&entry, 1, 0) == 1 && entry.revents & Int16(POLLOUT) != 0
     }
 
     private func write(_ bytes: [UInt8]) -> Bool {

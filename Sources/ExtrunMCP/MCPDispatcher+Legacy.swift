@@ -102,7 +102,7 @@ extension MCPDispatcher {
         }
         let invocation = IntentInvocation(
             intent: tool.intent, parameters: parameters, source: "tools/call \(name)",
-            baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+            baseDirectory: baseDirectory)
         let callOptions = options
         let done = running(call.control)
         _ = service.submit(.handle(invocation), options: callOptions, uid: context.uid, control: call.control) { [self] handled in

@@ -167,7 +167,7 @@ extension MCPDispatcher {
         }
         let invocation = IntentInvocation(
             intent: tool.intent, parameters: parameters, source: "tools/call \(name)",
-            baseDirectory: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+            baseDirectory: baseDirectory)
         let callOptions = options
         let principal = context.principal
         let round = recorded.count + 1
