@@ -470,9 +470,11 @@ except ValueError:
 #   1. OrderSoup resolved over MCP (2026-07-28, the official Python SDK) through the balancer:
 #      each input_required round a new POST, which round robin sends to the next host; the
 #      hosts' audit logs must show the call's rounds on at least two hosts, and the call succeeded;
-#   2. one host SIGKILLed while warm: none of its processes (plugins, supervisors) survives it,
-#      and calls through the balancer keep succeeding (HAProxy retries the dead host's refused
-#      connections on another host until its health checks take it out);
+#   2. one host SIGKILLed under load (8 clients incrementing one counter): none of its processes
+#      (plugins, supervisors) survives it, at most the calls in flight fail, and with a shared
+#      store the counter holds every acknowledged increment; then calls through the balancer keep
+#      succeeding (HAProxy retries the dead host's refused connections on another host until
+#      its health checks take it out);
 #   3. down: no process the fleet started, no namespace, link, socket or file is left.
 # Exits non-zero saying what failed.
 fleet_check() {
@@ -549,7 +551,8 @@ PY
 )"
   if [ -n "$verdict" ]; then failed+=("MCP handshake session: $verdict"); else log "fleet check: an MCP 2025-11-25 session (initialize, tools/list, MakeUppercase, OrderSoup asking in band, DELETE) through the balancer, on one host"; fi
 
-  # 2. One host SIGKILLed while warm.
+  # 2. One host SIGKILLed under load: 8 clients incrementing one counter through the balancer
+  # (Scripts/lib/fleet_load.py), the host killed 2 s in.
   local victim_name victim_pid
   read -r _ victim_name victim_pid _ < <(grep '^host ' "$dir/processes" | sed -n 2p)
   local i
@@ -557,10 +560,37 @@ PY
     fleet_curl "$dir" "$url/v1/handle" -o /dev/null -f --data '{"intent": "MakeUppercase", "parameters": {"text": "warm"}}' ||
       failed+=("a call before the kill failed")
   done
+  local store load_pid
+  store="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["store"] or "")' "$dir/fleet.json")"
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "${EXTRUN_FLEET_CHECK_CALLS:-25}" fleet-check >"$dir/load.json" 2>"$dir/load.err" &
+  load_pid=$!
+  sleep 2
   local descendants
   descendants="$(fleet_descendants "$victim_pid" | tr '\n' ' ')"
-  log "fleet check: SIGKILL to host $victim_name ($victim_pid) with $(wc -w <<<"$descendants") processes of its own: $descendants"
+  log "fleet check: SIGKILL to host $victim_name ($victim_pid) under load, with $(wc -w <<<"$descendants") processes of its own: $descendants"
   kill -KILL "$victim_pid"
+  wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/load.err")")
+  verdict="$(python3 - "$dir/load.json" "$store" <<'PY'
+import json, sys
+out, store = json.load(open(sys.argv[1])), sys.argv[2]
+print("  8 clients: %d increments acknowledged, failed %s, the counter %s, latency p50 %s ms p99 %s ms max %s ms, %s s"
+      % (out["acknowledged"], json.dumps(out["failed"]), out["value"], out["latencyMs"]["p50"], out["latencyMs"]["p99"], out["latencyMs"]["max"], out["seconds"]), file=sys.stderr)
+problems = []
+failures = sum(out["failed"].values())
+# Only the calls in flight on the killed host may fail: at most one per client.
+if failures > 8:
+    problems.append("%d calls failed (at most the 8 in flight may)" % failures)
+if store:
+    # One counter in the shared store: every acknowledged increment is in it; a failed call
+    # may have committed before its host died (its answer lost), so at most that many more.
+    value = out["value"] if isinstance(out["value"], int) else -1
+    if not out["acknowledged"] <= value <= out["acknowledged"] + failures:
+        problems.append("the counter is %s for %d acknowledged increments and %d failed calls" % (out["value"], out["acknowledged"], failures))
+print("; ".join(problems))
+PY
+)" || verdict="the load's output: $(head -c 300 "$dir/load.json")"
+  if [ -n "$verdict" ]; then failed+=("under the kill: $verdict"); fi
+  if [ -z "$store" ]; then log "fleet check: (no shared store: each host counts in its own SQLite store, so the counter is not checked)"; fi
   local codes=() code
   for i in $(seq 1 $((4 * count))); do
     code="$(fleet_curl "$dir" "$url/v1/handle" -o /dev/null -w '%{http_code}' --data "{\"intent\": \"MakeUppercase\", \"parameters\": {\"text\": \"after $i\"}}" 2>/dev/null || true)"
@@ -572,8 +602,10 @@ PY
   [ "$bad" = 0 ] || failed+=("$bad of $((4 * count)) calls after the kill did not answer 200")
   local retried
   # HAProxy's log: field 6 the status, field 11 "actconn/feconn/beconn/srv_conn/retries" (+N: redispatched).
-  retried="$(awk '/POST \/v1\/handle/ && $6 == 200 { n = split($11, f, "/"); if (f[n] != "0") print }' "$dir/haproxy.log" | wc -l)"
-  log "fleet check: HAProxy retried $retried of them on another host after a refused connection"
+  retried="$(grep 'POST /v1/handle' "$dir/haproxy.log" | tail -n $((4 * count)) | awk '$6 == 200 { n = split($11, f, "/"); if (f[n] != "0") print }' | wc -l)"
+  local retried_all
+  retried_all="$(grep 'POST /v1/handle' "$dir/haproxy.log" | awk '{ n = split($11, f, "/"); if (f[n] != "0") print }' | wc -l)"
+  log "fleet check: HAProxy retried $retried of them on another host after a refused connection ($retried_all calls retried in all, with the load's)"
   local left="" p
   for _ in $(seq 50); do
     left=""

@@ -1,0 +1,88 @@
+"""Load for Scripts/fleet check: CLIENTS threads, each sending CALLS IncrementGlobalVariable
+intents (`POST /v1/handle`) through the balancer, one at a time on its own connection, and
+counting what was acknowledged (200 with the plugin's answer) and what failed, by status or
+by what the connection did. Then one GetGlobalVariable. Prints one JSON object:
+
+  {"acknowledged": N, "failed": {"502": 1, "connection: ...": 2}, "value": V,
+   "latencyMs": {"p50": ..., "p99": ..., "max": ...}, "seconds": S}
+
+Usage: python3 fleet_load.py URL TOKEN_FILE CLIENTS CALLS NAME
+Standard library only (it runs on the system's python3).
+"""
+
+import http.client
+import json
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def call(url, token, body, timeout=60):
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        connection.request("POST", "/v1/handle", body=json.dumps(body), headers={"Authorization": "Bearer " + token})
+        response = connection.getresponse()
+        data = response.read()
+        try:
+            return response.status, json.loads(data or b"{}")
+        except ValueError:
+            # Not extrun's answer: the balancer's own error page (a 502 for a host that died mid-call).
+            return response.status, {"report": {"error": {"kind": "(the balancer's page)"}}}
+    finally:
+        connection.close()
+
+
+def main():
+    url, token_file, clients, calls, name = sys.argv[1:6]
+    token = open(token_file).read().strip()
+    lock = threading.Lock()
+    acknowledged = 0
+    failed = {}
+    latencies = []
+
+    def client():
+        nonlocal acknowledged
+        for _ in range(int(calls)):
+            began = time.monotonic()
+            try:
+                status, answer = call(url, token, {"intent": "IncrementGlobalVariable", "parameters": {"name": name}})
+                ok = status == 200 and answer.get("exitStatus") == 0
+                key = None if ok else "%d %s" % (status, ((answer.get("report") or {}).get("error") or {}).get("kind", ""))
+            except (OSError, http.client.HTTPException, ValueError) as error:
+                ok, key = False, "connection: %s" % type(error).__name__
+            elapsed = (time.monotonic() - began) * 1000
+            with lock:
+                latencies.append(elapsed)
+                if ok:
+                    acknowledged += 1
+                else:
+                    failed[key] = failed.get(key, 0) + 1
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=client) for _ in range(int(clients))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.monotonic() - began
+    status, answer = call(url, token, {"intent": "GetGlobalVariable", "parameters": {"name": name}})
+    value = (((answer.get("report") or {}).get("response") or {}).get("properties") or {}).get("value")
+    latencies.sort()
+
+    def percentile(p):
+        return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 1) if latencies else None
+
+    print(json.dumps({
+        "acknowledged": acknowledged,
+        "failed": failed,
+        "value": value,
+        "readStatus": status,
+        "latencyMs": {"p50": percentile(0.5), "p99": percentile(0.99), "max": round(latencies[-1], 1) if latencies else None},
+        "seconds": round(seconds, 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()
