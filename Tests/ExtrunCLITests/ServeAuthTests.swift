@@ -181,7 +181,7 @@ struct ServeAuthTests {
         let issuer = ServeTestIssuer(name: Self.issuerName)
         let policy = """
             {\(Self.authentication),
-             "rateLimits": {"principals": {"jwt:\(Self.issuerName)#bot": {"perSecond": 0.2, "burst": 2}}},
+             "rateLimits": {"principals": {"jwt:\(Self.issuerName)#bot": {"perSecond": 0.05, "burst": 2}}},
              "audit": {"path": "AUDIT", "maxBytes": 4096, "keep": 2}}
             """
         let (service, port, _) = try start(policy, issuer: issuer, directory: directory)
@@ -191,9 +191,11 @@ struct ServeAuthTests {
         let limited = try handle(port: port, bearer: bot, text: secret, directory: directory)
         let error = limited.body?["report"]?["error"]
         #expect(limited.status == 429 && error?["kind"] == "overloaded" && error?["reason"] == "rateLimit", "\(limited.text)")
-        #expect(error?["perSecond"]?.doubleValue == 0.2 && error?["burst"] == 2, "\(limited.text)")
+        #expect(error?["perSecond"]?.doubleValue == 0.05 && error?["burst"] == 2, "\(limited.text)")
+        // 20 s a call: the wait, rounded up, is at most 20 s (less when the calls before took long).
         let retry = Int(limited.headers["retry-after"] ?? "") ?? 0
-        #expect((4...5).contains(retry), "Retry-After: \(limited.headers)")
+        let retryMs = error?["retryAfterMs"]?.intValue ?? 0
+        #expect((1...20).contains(retry) && Int64(retry - 1) * 1000 < retryMs && retryMs <= Int64(retry) * 1000, "Retry-After: \(limited.headers), \(limited.text)")
         // Another principal is not held by bot's bucket.
         #expect(try handle(port: port, bearer: try issuer.token(subject: "alice"), text: secret, directory: directory).status == 200)
         // Enough refused requests to rotate the 4 KiB log twice.
@@ -321,7 +323,7 @@ struct ServeAuthTests {
         let policy = """
             {\(Self.authentication),
              "access": [{"principals": ["jwt:*"], "intents": ["MakeUppercase"]}],
-             "rateLimits": {"principals": {"jwt:\(Self.issuerName)#bot": {"perSecond": 0.1, "burst": 1}}},
+             "rateLimits": {"principals": {"jwt:\(Self.issuerName)#bot": {"perSecond": 0.01, "burst": 1}}},
              "audit": {"path": "AUDIT"}}
             """
         let (service, port, _) = try start(policy, issuer: issuer, directory: directory)
