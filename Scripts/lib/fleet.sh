@@ -299,6 +299,10 @@ backend hosts
     stick match req.hdr(mcp-session-id)
     stick store-response res.hdr(mcp-session-id)
 EOF
+    echo "    # An interactive /v1 run's answers go to the host named in its id (RUN = HOST.UUID)."
+    while read -r role name pid address; do
+      [ "$role" = host ] && echo "    use-server $name if { path_beg /v1/runs/$name. }"
+    done <"$dir/processes"
     while read -r role name pid address; do
       [ "$role" = host ] && echo "    server $name $address"
     done <"$dir/processes"
@@ -550,6 +554,26 @@ print("; ".join(problems))
 PY
 )"
   if [ -n "$verdict" ]; then failed+=("MCP handshake session: $verdict"); else log "fleet check: an MCP 2025-11-25 session (initialize, tools/list, MakeUppercase, OrderSoup asking in band, DELETE) through the balancer, on one host"; fi
+
+  # 1c. Interactive /v1 runs through the balancer, their prompts answered through it too.
+  local prompts=() prompt_out
+  for i in 1 2 3; do
+    prompt_out="$(python3 "$ROOT/Scripts/lib/fleet_prompt.py" "$url" "$dir/token" 2>>"$dir/prompt.err")" || prompt_out='{"answerStatus": "client failed"}'
+    prompts+=("$prompt_out")
+  done
+  verdict="$(python3 - "${prompts[@]}" <<'PY'
+import json, sys
+runs = [json.loads(a) for a in sys.argv[1:]]
+named = [r for r in runs if r.get("hostNamed")]
+reached = [r for r in runs if r.get("answerStatus") == 200 and r.get("result") == "HELLO, FLEET"]
+print("  interactive runs: %s" % ", ".join("%s answer %s" % (r.get("run"), r.get("answerStatus")) for r in runs), file=sys.stderr)
+if named and len(reached) != len(runs):
+    print("%d of %d answers to runs HOST.UUID did not reach their host" % (len(runs) - len(reached), len(runs)))
+elif not named:
+    print("  %d of %d answers reached the run's host by chance: the run ids do not name their host, so nothing routes them (docs/scaling.md)" % (len(reached), len(runs)), file=sys.stderr)
+PY
+)"
+  if [ -n "$verdict" ]; then failed+=("interactive runs: $verdict"); fi
 
   # 2. One host SIGKILLed under load: 8 clients incrementing one counter through the balancer
   # (Scripts/lib/fleet_load.py), the host killed 2 s in.
