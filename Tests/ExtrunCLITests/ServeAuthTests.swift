@@ -268,6 +268,44 @@ struct ServeAuthTests {
         #expect(answer.status == 200, "the rotated key was not fetched: \(answer.text)")
     }
 
+    @Test("SIGHUP re-reads a key set file: the rotated key's tokens are accepted after it, the old key's refused; a key set that does not load keeps the running one")
+    func keySetFileReloaded() throws {
+        let directory = try TempDirectory("serve-auth")
+        let first = ServeTestIssuer(name: Self.issuerName)
+        let (service, port, _) = try start("{\(Self.authentication)}", issuer: first, directory: directory)
+        defer { service.stop() }
+        #expect(try handle(port: port, bearer: try first.token(subject: "alice"), directory: directory).status == 200)
+        var second = ServeTestIssuer(name: Self.issuerName)
+        second.keyID = "k2"
+        #expect(try handle(port: port, bearer: try second.token(subject: "alice"), directory: directory).status == 401)
+
+        // A broken file and SIGHUP: logged, the running keys kept.
+        let jwks = directory.url.appendingPathComponent("jwks.json")
+        try Data("not json".utf8).write(to: jwks)
+        kill(service.process.processIdentifier, SIGHUP)
+        var logged = false
+        for _ in 0..<100 where !logged {
+            logged = service.logText.contains("SIGHUP: the policy was not changed")
+            if !logged { usleep(50_000) }
+        }
+        #expect(logged, "\(service.logText.suffix(2000))")
+        #expect(try handle(port: port, bearer: try first.token(subject: "alice"), directory: directory).status == 200)
+
+        // The rotated set and SIGHUP: the new key's tokens in, the old one's out.
+        try Data(second.jwks.utf8).write(to: jwks)
+        kill(service.process.processIdentifier, SIGHUP)
+        let rotated = try second.token(subject: "alice")
+        var status = 0
+        let deadline = Date().addingTimeInterval(10)
+        while status != 200, Date() < deadline {
+            status = try handle(port: port, bearer: rotated, directory: directory).status
+            if status != 200 { usleep(100_000) }
+        }
+        #expect(status == 200)
+        let old = try handle(port: port, bearer: try first.token(subject: "bob"), directory: directory)
+        #expect(old.status == 401 && old.headers["www-authenticate"]?.contains("bad signature") == true, "\(old.text)")
+    }
+
     @Test("An interactive run over TCP answers only its principal: another JWT subject and the token's holders get 404 as for an unknown run")
     func promptsAnswerTheirPrincipal() throws {
         let directory = try TempDirectory("serve-auth")
