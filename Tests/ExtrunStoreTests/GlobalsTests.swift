@@ -17,8 +17,9 @@ import Testing
         #expect(try globals.list().first?.byteCount == length + 2)  // the JSON quotes
     }
 
-    @Test func everyKindOfValueRoundTrips() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func everyKindOfValueRoundTrips(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let values: [String: JSONValue] = [
             "text": "héllo ✓ \"quoted\" \\ /",
@@ -41,16 +42,18 @@ import Testing
         #expect(try globals.list().map(\.name) == values.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) })
     }
 
-    @Test func aOneMegabyteListRoundTrips() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func aOneMegabyteListRoundTrips(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let value = JSONValue.array((0..<1000).map { .string("\($0) " + String(repeating: "é", count: 500)) })
         try globals.set("big", to: value)
         #expect(try globals.get("big")?.value == value)
     }
 
-    @Test func valuesOverTheLimitAreRefused() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func valuesOverTheLimitAreRefused(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         // Exactly at the limit: 4 MiB of JSON, quotes included.
         let atLimit = String(repeating: "x", count: StoreLimits.maxValueBytes - 2)
@@ -63,8 +66,9 @@ import Testing
         expectStoreError(.invalidValue) { try globals.set("inf", to: ["a": .double(.infinity)]) }
     }
 
-    @Test func namesAreValidated() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func namesAreValidated(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         for bad in ["", String(repeating: "n", count: 257), "new\nline", "nul\u{0}", " padded", "e\u{301}"] {
             expectStoreError(.invalidName) { try globals.set(bad, to: 1) }
@@ -76,8 +80,9 @@ import Testing
         }
     }
 
-    @Test func deleteAndList() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func deleteAndList(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         for name in ["b", "a", "c", "B"] { try globals.set(name, to: .string(name)) }
         #expect(try globals.list().map(\.name) == ["B", "a", "b", "c"], "byte order")
@@ -108,8 +113,9 @@ import Testing
 
     // MARK: - Compare-and-set
 
-    @Test func compareAndSet() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func compareAndSet(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let v1 = try globals.set("counter", to: 1, ifVersion: .absent)
         expectStoreError(.versionConflict) { try globals.set("counter", to: 9, ifVersion: .absent) }

@@ -33,14 +33,14 @@ struct QuotaTests {
         }
     }
 
-    @Test("the global count: the write past it is refused with limit and usage, nothing written; updates still pass")
-    func globalCount() throws {
-        let tmp = try TempDirectory()
-        let store = try Store(home: tmp.url)
+    @Test("the global count: the write past it is refused with limit and usage, nothing written; updates still pass", arguments: StoreBackendKind.all)
+    func globalCount(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        let store = test.store
         try store.setQuota(of: "TEAM", ["globals": 3])
         let globals = try store.globals(of: "TEAM")
         for name in ["a", "b", "c"] { try globals.set(name, to: "v") }
-        let before = try Self.globalRows(store, "TEAM")
+        let before = try globals.list()
         let error = try #require(throws: StoreError.self) { try globals.set("d", to: "v") }
         #expect(error.kind == .quotaExceeded)
         #expect(error.details["quota"] == "globals")
@@ -49,10 +49,15 @@ struct QuotaTests {
         #expect(error.details["adding"] == 1)
         #expect(error.message.contains("extrun owners quota TEAM --globals"))
         #expect(!error.message.lowercased().contains("reset"))
-        #expect(try Self.globalRows(store, "TEAM") == before)
+        #expect(try globals.list() == before)
         // Changing one that exists adds no global.
         try globals.set("a", to: "w")
-        #expect(try store.quota(of: "TEAM").usage == Self.recomputed(store, "TEAM"))
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        // Deleting gives back what the global took; bytes are counted as the rows hold them.
+        #expect(try globals.delete("b"))
+        try store.setQuota(of: "TEAM", ["globals": nil])
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        #expect(try store.quota(of: "TEAM").usage.globals == 2)
     }
 
     @Test("bytes: an import over the limit is refused whole; a delete under a lowered limit passes")
