@@ -3,6 +3,7 @@
 #   postgres_start DIR USER   initdb in DIR/data as USER, the server on a Unix socket in DIR
 #                             (listen_addresses='': no TCP), a database "extrun"; prints the URL
 #                             postgresql:///extrun?host=DIR&port=N&user=USER
+#   postgres_run DIR          starts the server of DIR again (after a stop or a kill)
 #   postgres_stop DIR         stops the server in DIR (fast shutdown) and removes DIR
 # Debian's postgresql is installed when missing (ensure_packages, as for the build's packages).
 
@@ -49,14 +50,31 @@ postgres_start() {
   port="$(postgres_port "$dir")"
   postgres_as "$user" "$bin/initdb" -D "$dir/data" -U "$user" --auth=trust --encoding=UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; return 1; }
-  # fsync stays on: the fault tests kill the server and count on what it acknowledged.
-  postgres_as "$user" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c port=$port -c max_connections=200 -c unix_socket_permissions=0777" \
-    start >/dev/null 2>&1 || { cat "$dir/server.log" >&2; return 1; }
-  postgres_as "$user" "$bin/createdb" -h "$dir" -p "$port" -U "$user" extrun >&2
   echo "$port" >"$dir/port"
   echo "$user" >"$dir/user"
+  postgres_run "$dir" || return 1
+  postgres_as "$user" "$bin/createdb" -h "$dir" -p "$port" -U "$user" extrun >&2
   echo "postgresql:///extrun?host=$dir&port=$port&user=$user"
+}
+
+# Starts the server of DIR (again: after a stop or a kill), on its socket, with no TCP.
+postgres_run() {
+  local dir="$1" bin user port
+  bin="$(postgres_bin_dir)"
+  user="$(cat "$dir/user")"
+  port="$(cat "$dir/port")"
+  # fsync stays on: the fault tests kill the server and count on what it acknowledged.
+  # In a subshell with every descriptor above 2 closed: the server outlives this script and
+  # must not keep its caller's pipes open (a test reading this script's output to its end).
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd="${fd##*/}"
+      [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+    done
+    postgres_as "$user" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+      -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c port=$port -c max_connections=200 -c unix_socket_permissions=0777" \
+      start >/dev/null 2>&1
+  ) || { cat "$dir/server.log" >&2; return 1; }
 }
 
 postgres_stop() {

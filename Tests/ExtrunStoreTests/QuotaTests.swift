@@ -86,10 +86,11 @@ struct QuotaTests {
         #expect(report.overridden.isEmpty)
     }
 
-    @Test("bookmarks and donations have counts too")
-    func bookmarksAndDonations() throws {
-        let tmp = try TempDirectory()
-        let store = try Store(home: tmp.url)
+    @Test("bookmarks and donations have counts too", arguments: StoreBackendKind.all)
+    func bookmarksAndDonations(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        let tmp = test.directory
+        let store = test.store
         try store.setQuota(of: "TEAM", ["bookmarks": 1, "donations": 2])
         try tmp.makeFolder("one")
         try tmp.makeFolder("two")
@@ -107,7 +108,10 @@ struct QuotaTests {
         let refused = try #require(throws: StoreError.self) { try donations.donate(donation("3"), durable: false) }
         #expect(refused.details["quota"] == "donations" && refused.details["limit"] == 2 && refused.details["usage"] == 2)
         #expect(try donations.list().map(\.identifier) == ["1", "2"])
-        #expect(try store.quota(of: "TEAM").usage == Self.recomputed(store, "TEAM"))
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        try store.bookmarks(of: "TEAM").remove("one")
+        #expect(try donations.delete(identifier: "1"))
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
     }
 
     @Test("the defaults come from quota in policy.json; an owner's own limit wins; a bad policy is a clear error")

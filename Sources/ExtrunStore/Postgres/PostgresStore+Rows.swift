@@ -119,7 +119,83 @@ extension PostgresStore {
         }
     }
 
+    // MARK: - Bookmarks
+
+    /// The bookmarks' `host` column (docs/scaling.md): '' for every bookmark so far, whose
+    /// target is checked on each use (device, inode, birth), so that a host that does not
+    /// have the same file finds the bookmark stale rather than another file.
+    static let bookmarkHost = ""
+
+    /// Adds the bookmark; `alreadyExists` when the owner has one by that name.
+    func addBookmark(owner: String, name: String, sealed: Data, quota: OwnerQuota, what: String) throws {
+        let host = PostgresStore.bookmarkHost
+        try transaction { session in
+            try session.execute("SELECT lastVersion FROM owner WHERE name = \(owner) FOR UPDATE")
+            let inserted = try session.execute(
+                """
+                INSERT INTO bookmark (owner, name, host, sealed) VALUES (\(owner), \(name), \(host), \(sealed))
+                ON CONFLICT (owner, name, host) DO NOTHING
+                """)
+            guard inserted == 1 else {
+                throw StoreError(
+                    .alreadyExists, "owner '\(owner)' already has a bookmark named '\(name)'", details: ["owner": .string(owner), "name": .string(name)])
+            }
+            try charge(session, owner: owner, OwnerUsage(bytes: Int64(name.utf8.count + sealed.count), bookmarks: 1), quota: quota, what: what)
+        }
+    }
+
+    func bookmarkRows(owner: String) throws -> [(name: String, sealed: Data)] {
+        let host = PostgresStore.bookmarkHost
+        return try read { session in
+            try session.query("SELECT name, sealed FROM bookmark WHERE owner = \(owner) AND host = \(host) ORDER BY name").map {
+                let (name, sealed) = try $0.decode((String, Data).self)
+                return (name: name, sealed: sealed)
+            }
+        }
+    }
+
+    func bookmarkSealed(owner: String, name: String) throws -> Data? {
+        let host = PostgresStore.bookmarkHost
+        return try read { session in
+            try session.query("SELECT sealed FROM bookmark WHERE owner = \(owner) AND name = \(name) AND host = \(host)").first?.decode(Data.self)
+        }
+    }
+
+    /// Removes the bookmark; false when there was none.
+    func removeBookmark(owner: String, name: String) throws -> Bool {
+        let host = PostgresStore.bookmarkHost
+        return try transaction { session in
+            let rows = try session.query(
+                """
+                DELETE FROM bookmark WHERE owner = \(owner) AND name = \(name) AND host = \(host)
+                RETURNING (octet_length(name) + octet_length(sealed))::bigint
+                """)
+            guard let size = try rows.first?.decode(Int64.self) else { return false }
+            try charge(session, owner: owner, OwnerUsage(bytes: -size, bookmarks: -1), quota: .builtIn, what: "")
+            return true
+        }
+    }
+
+    /// Re-seals an existing bookmark (nothing when it was removed meanwhile).
+    func updateBookmark(owner: String, name: String, sealed: Data) throws {
+        let host = PostgresStore.bookmarkHost
+        try transaction { session in
+            try session.execute("SELECT lastVersion FROM owner WHERE name = \(owner) FOR UPDATE")
+            guard
+                let old = try session.query(
+                    "SELECT octet_length(sealed)::bigint FROM bookmark WHERE owner = \(owner) AND name = \(name) AND host = \(host)"
+                ).first?.decode(Int64.self)
+            else { return }
+            try session.execute("UPDATE bookmark SET sealed = \(sealed) WHERE owner = \(owner) AND name = \(name) AND host = \(host)")
+            // Counted, not refused (as the SQLite store's trigger): a refresh adds no bookmark.
+            try charge(session, owner: owner, OwnerUsage(bytes: Int64(sealed.count) - old), quota: PostgresStore.noLimit, what: "")
+        }
+    }
+
     // MARK: - Quotas
+
+    /// Limits no write reaches: for changes that are counted but never refused.
+    static let noLimit = OwnerQuota(bytes: .max, globals: .max, bookmarks: .max, donations: .max, fileBytes: .max)
 
     func usage(_ session: PostgresSession, owner: String) throws -> OwnerUsage {
         guard
