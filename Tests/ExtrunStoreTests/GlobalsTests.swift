@@ -94,8 +94,9 @@ import Testing
         #expect(try globals.list().map(\.name) == ["B", "a", "c"])
     }
 
-    @Test func ownersAreIsolated() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func ownersAreIsolated(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let alice = try test.store.globals(of: "ALICE")
         let bob = try test.store.globals(of: "BOB")
         try alice.set("shared-name", to: "alice")
@@ -137,8 +138,9 @@ import Testing
 
     // MARK: - Export and import
 
-    @Test func exportImportRoundTrip() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func exportImportRoundTrip(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let values: [String: JSONValue] = [
             "text": "hello", "empty": "", "n": 42, "pi": 3.25, "flag": true,
@@ -163,8 +165,9 @@ import Testing
         #expect(try imported.list() == versions)
     }
 
-    @Test func importMergeAndReplace() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func importMergeAndReplace(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         try globals.set("keep", to: 1)
         try globals.set("change", to: 1)
@@ -176,8 +179,9 @@ import Testing
         #expect(try globals.list().map(\.name) == ["change", "new"])
     }
 
-    @Test func importValidatesEverythingBeforeWritingAnything() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func importValidatesEverythingBeforeWritingAnything(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         try globals.set("existing", to: "before")
         let big = String(repeating: "x", count: StoreLimits.maxValueBytes)

@@ -60,21 +60,21 @@ struct QuotaTests {
         #expect(try store.quota(of: "TEAM").usage.globals == 2)
     }
 
-    @Test("bytes: an import over the limit is refused whole; a delete under a lowered limit passes")
-    func bytes() throws {
-        let tmp = try TempDirectory()
-        let store = try Store(home: tmp.url)
+    @Test("bytes: an import over the limit is refused whole; a delete under a lowered limit passes", arguments: StoreBackendKind.all)
+    func bytes(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        let store = test.store
         let globals = try store.globals(of: "TEAM")
         try globals.set("small", to: "x")
         let used = try store.quota(of: "TEAM").usage.bytes
         try store.setQuota(of: "TEAM", ["bytes": used + 1000])
         let document = Data(#"{"format":"extrun-globals","version":1,"owner":"TEAM","globals":{"a":"\#(String(repeating: "a", count: 600))","b":"\#(String(repeating: "b", count: 600))"}}"#.utf8)
-        let before = try Self.globalRows(store, "TEAM")
+        let before = try globals.list()
         let error = try #require(throws: StoreError.self) { try globals.import(document, mode: .merge) }
         #expect(error.kind == .quotaExceeded, "\(error)")
         #expect(error.details["quota"] == "bytes")
         #expect(error.details["limit"] == .int(used + 1000))
-        #expect(try Self.globalRows(store, "TEAM") == before, "nothing of the import was written")
+        #expect(try globals.list() == before, "nothing of the import was written")
         // Lowered under the usage: deleting is fine, adding is not.
         try store.setQuota(of: "TEAM", ["bytes": 1])
         #expect(throws: StoreError.self) { try globals.set("more", to: "y") }
@@ -84,6 +84,13 @@ struct QuotaTests {
         let report = try store.setQuota(of: "TEAM", ["bytes": nil])
         #expect(report.quota.bytes == OwnerQuota.builtIn.bytes)
         #expect(report.overridden.isEmpty)
+        // Under the limit, the import goes in and is counted as its rows are; replace deletes the rest.
+        #expect(try globals.import(document, mode: .merge).created == 2)
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        try globals.set("small", to: "x")
+        #expect(try globals.import(document, mode: .replace).deleted == 1)
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        #expect(try globals.list().map(\.name) == ["a", "b"])
     }
 
     @Test("bookmarks and donations have counts too", arguments: StoreBackendKind.all)

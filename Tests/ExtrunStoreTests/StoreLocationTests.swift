@@ -67,7 +67,7 @@ import Testing
         #expect(try reopened.globals(of: "TEAM").get("n")?.value == 1)
         #expect(!FileManager.default.fileExists(atPath: test.home + "/store.sqlite"))
         // A feature not built on PostgreSQL yet says so, by name.
-        let error = expectStoreError(.databaseError) { try reopened.globals(of: "TEAM").export() }
+        let error = expectStoreError(.databaseError) { try reopened.database }
         #expect(error?.message.contains("not built for a store on PostgreSQL yet") == true)
     }
 }

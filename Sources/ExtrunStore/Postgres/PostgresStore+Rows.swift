@@ -75,6 +75,74 @@ extension PostgresStore {
         }
     }
 
+    /// A page of the owner's globals with their sealed values, in name order after `after`.
+    func globalRows(owner: String, after: String, limit: Int) throws -> [(name: String, sealed: Data)] {
+        try read { session in
+            try session.query(
+                "SELECT name, sealed FROM global WHERE owner = \(owner) AND name > \(after) ORDER BY name LIMIT \(Int64(limit))"
+            ).map {
+                let (name, sealed) = try $0.decode((String, Data).self)
+                return (name: name, sealed: sealed)
+            }
+        }
+    }
+
+    /// What `importGlobals`' body reads and writes through, in its transaction: `current`
+    /// (called once for each global of the document: a name given twice is refused there)
+    /// and `put` (a new or changed value, with the sealed value `current` found).
+    struct GlobalsImport {
+        let current: (String) throws -> Data?
+        let put: (String, Data, Data?) throws -> Void
+    }
+
+    /// A globals document's import in one transaction (GlobalsDocument.swift): `body` reads the
+    /// document and writes through the `GlobalsImport` it is given, returning what to call the
+    /// import in a `quotaExceeded`; with `replace`, the owner's globals the document did not
+    /// name are deleted (their count to `deleted`). The quota is charged once, for the whole import.
+    func importGlobals(owner: String, replace: Bool, quota: OwnerQuota, _ body: (GlobalsImport) throws -> String, deleted: (Int) -> Void) throws {
+        try transaction { session in
+            try session.execute("SELECT lastVersion FROM owner WHERE name = \(owner) FOR UPDATE")
+            try session.execute("CREATE TEMP TABLE importedName (name text COLLATE \"C\" PRIMARY KEY) ON COMMIT DROP")
+            var delta = OwnerUsage()
+            let access = GlobalsImport(
+                current: { name in
+                    guard try session.execute("INSERT INTO importedName (name) VALUES (\(name)) ON CONFLICT DO NOTHING") == 1 else {
+                        throw StoreError(
+                            .invalidDocument, "the globals document is invalid: global '\(name)' is in it twice; nothing was imported",
+                            details: ["owner": .string(owner), "name": .string(name)])
+                    }
+                    return try session.query("SELECT sealed FROM global WHERE owner = \(owner) AND name = \(name)").first?.decode(Data.self)
+                },
+                put: { name, sealed, previous in
+                    guard
+                        let version = try session.query(
+                            "UPDATE owner SET lastVersion = lastVersion + 1 WHERE name = \(owner) RETURNING lastVersion"
+                        ).first?.decode(Int64.self)
+                    else { throw StoreError(.databaseError, "owner '\(owner)' has no row in the store's owner table") }
+                    if let previous {
+                        try session.execute("UPDATE global SET version = \(version), sealed = \(sealed) WHERE owner = \(owner) AND name = \(name)")
+                        delta.bytes += Int64(sealed.count - previous.count)
+                    } else {
+                        try session.execute("INSERT INTO global (owner, name, version, sealed) VALUES (\(owner), \(name), \(version), \(sealed))")
+                        delta.globals += 1
+                        delta.bytes += Int64(name.utf8.count + sealed.count)
+                    }
+                })
+            let what = try body(access)
+            if replace {
+                let rows = try session.query(
+                    """
+                    DELETE FROM global WHERE owner = \(owner) AND name NOT IN (SELECT name FROM importedName)
+                    RETURNING (octet_length(name) + octet_length(sealed))::bigint
+                    """)
+                delta.globals -= Int64(rows.count)
+                delta.bytes -= try rows.reduce(Int64(0)) { $0 + (try $1.decode(Int64.self)) }
+                deleted(rows.count)
+            }
+            try charge(session, owner: owner, delta, quota: quota, what: what)
+        }
+    }
+
     /// Sets the global when `check` accepts its current version (nil: absent); returns the new version.
     func setGlobal(
         owner: String, name: String, sealed: Data, check: (Int64?) throws -> Void, quota: OwnerQuota, what: String
