@@ -8,7 +8,8 @@
 //   ExtrunProtocol  ← ExtrunCommandLine                   (the flags extrun and extrun-serve share; ArgumentParser)
 //   ExtrunSystem    ← ExtrunStore, ExtrunHost, ExtrunServe, extrun (system calls: EINTR, would-block, errno; swift-system.
 //                     Not the SDK: a plugin compiled against ExtrunSDK's module alone would then need swift-system's C module)
-//   CExtrunStoreShims ← ExtrunStore                       (openat2, renameat2, statx: C; GRDB + swift-crypto above)
+//   CExtrunStoreShims ← ExtrunStore                       (openat2, renameat2, statx: C; GRDB + swift-crypto above;
+//                                                           postgres-nio for a store on a PostgreSQL server)
 //   CExtrunLinux, ExtrunStore, ExtrunDefinitions ← ExtrunHost (the host; IntentService, the layer every front end shares)
 //   ExtrunHost ← ExtrunMCP ← extrun                       (the CLI: one static executable)
 //   ExtrunHost ← ExtrunMCP ← ExtrunServe ← extrun-serve  (`extrun serve`: SwiftNIO, swift-log, metrics; its own executable; /mcp)
@@ -40,6 +41,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         // Bearer JWTs on `extrun serve`'s HTTP listeners (ExtrunServe's ServeAuthentication).
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        // The store's PostgreSQL backend (docs/store.md, "PostgreSQL").
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         .target(name: "ExtrunProtocol"),
@@ -57,6 +60,9 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(name: "ExtrunHost", dependencies: ["ExtrunProtocol", "ExtrunSystem", "CExtrunLinux", "ExtrunStore", "ExtrunDefinitions", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
@@ -151,7 +157,13 @@ let package = Package(
 
 // Benchmarks (Scripts/bench, docs/benchmarks.md): the in-process harness.
 package.targets.append(contentsOf: [
-    .executableTarget(name: "ExtrunBench", dependencies: ["ExtrunHost", "ExtrunProtocol", "ExtrunStore", "ExtrunStoreFill"], path: "Benchmarks/ExtrunBench"),
+    .executableTarget(
+        name: "ExtrunBench",
+        dependencies: [
+            "ExtrunHost", "ExtrunProtocol", "ExtrunStore", "ExtrunStoreFill", .product(name: "PostgresNIO", package: "postgres-nio"),
+            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Benchmarks/ExtrunBench"),
     // A store filled fast (`ExtrunBench populate`, the migration tests): not in any product; it
     // writes through the store's `package` internals.
     .target(

@@ -20,6 +20,10 @@
 //   ExtrunBench store --home DIR [--count N]
 //       Globals through the store library (Store, Globals: SQLite + AES-GCM):
 //       set then get of N globals with 32-byte values, per second and p50/p99.
+//       With EXTRUN_STORE set to a postgresql:// URL, the same on that server.
+//   ExtrunBench pgbridge --store URL [--count N]
+//       What the store's blocking bridge to postgres-nio's event loop costs per
+//       statement (PostgresBridge.swift).
 //   ExtrunBench donate --home DIR [--count N] [--callers N]
 //       Donations through the store library alone (Donations.donate, durable: false,
 //       as a run donates): a MakeUppercase-sized interaction sealed and written
@@ -758,7 +762,8 @@ case "donate": donate()
 case "exchange": exchange()
 case "json": json()
 case "populate": populate()
-default: fail("unknown command \(command) (dispatch, warm, parallel, store, donate, exchange, handle, json or populate)")
+case "pgbridge": postgresBridge()
+default: fail("unknown command \(command) (dispatch, warm, parallel, store, donate, exchange, handle, json, populate or pgbridge)")
 }
 
 /// A host over a fresh temporary home (remove it afterwards) and the plugins in

@@ -87,7 +87,8 @@ enum StoreConnections {
 
     static func store(home: URL) throws -> Store {
         let key = home.path
-        let identity = FileIdentity(path: key + "/store.sqlite")
+        // A store on a PostgreSQL server has no file here: its home's keys folder stands for it.
+        let identity = FileIdentity(path: key + "/store.sqlite") ?? FileIdentity(path: key + "/keys")
         let now = MonotonicClock.now()
         let hit = cache.withLockedValue { cache -> Store? in
             guard let identity, var cached = cache[key], cached.file.isSameFile(as: identity) else { return nil }
@@ -99,7 +100,9 @@ enum StoreConnections {
         let store = try Store(
             home: home, checkpointOnClose: false,
             logLimitBytes: longLived.load(ordering: .relaxed) ? StoreLimits.maxLogBytesLongLived : StoreLimits.maxLogBytes)
-        if let opened = FileIdentity(path: store.databasePath) {
+        var onServer = false
+        if case .postgres = store.backend { onServer = true }
+        if let opened = onServer ? FileIdentity(path: key + "/keys") : FileIdentity(path: store.databasePath) {
             let evicted = cache.withLockedValue { cache -> [Store] in
                 cache[key] = (store, opened, now)
                 // The least recently used beyond the limit: closed once its last user lets go.

@@ -206,6 +206,10 @@ public struct Bookmarks: Sendable {
         let key = try store.writeKey(owner)
         let sealed = try seal(record, name: name, key: key)
         let quota = try store.quotaDefaultsForWrite()
+        if case .postgres(let server) = store.backend {
+            try server.addBookmark(owner: owner, name: name, sealed: sealed, quota: quota, what: "adding bookmark '\(name)'")
+            return bookmark(name, record)
+        }
         try store.database.write { db in
             let before = try Quotas.usage(db, owner: owner)
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name]) == true {
@@ -223,12 +227,10 @@ public struct Bookmarks: Sendable {
     /// bookmarks are listed (with their last known path), never dropped.
     public func list() throws -> [BookmarkEntry] {
         guard let key = try store.readKey(owner) else { return [] }
-        let rows = try store.database.read { db in
-            try Row.fetchAll(db, sql: "SELECT name, sealed FROM bookmark WHERE owner = ? ORDER BY name", arguments: [owner])
-        }
+        let rows = try rows()
         return try rows.map { row in
-            let name: String = row["name"]
-            let record = try open(row["sealed"], name: name, key: key)
+            let name = row.name
+            let record = try open(row.sealed, name: name, key: key)
             return BookmarkEntry(bookmark: bookmark(name, record), status: Bookmarks.status(of: record))
         }
     }
@@ -237,15 +239,13 @@ public struct Bookmarks: Sendable {
     /// seal, a damaged record): one damaged bookmark hides none of the others.
     public func listReadable() throws -> (entries: [BookmarkEntry], damaged: [StoreError]) {
         guard let key = try store.readKey(owner) else { return ([], []) }
-        let rows = try store.database.read { db in
-            try Row.fetchAll(db, sql: "SELECT name, sealed FROM bookmark WHERE owner = ? ORDER BY name", arguments: [owner])
-        }
+        let rows = try rows()
         var entries: [BookmarkEntry] = []
         var damaged: [StoreError] = []
         for row in rows {
-            let name: String = row["name"]
+            let name = row.name
             do {
-                let record = try open(row["sealed"], name: name, key: key)
+                let record = try open(row.sealed, name: name, key: key)
                 entries.append(BookmarkEntry(bookmark: bookmark(name, record), status: Bookmarks.status(of: record)))
             } catch let error as StoreError {
                 var error = error
@@ -266,9 +266,14 @@ public struct Bookmarks: Sendable {
     public func remove(_ name: String) throws {
         try NameRules.validateName(name, kind: .bookmark)
         guard try store.readKey(owner) != nil else { throw notFound(name) }
-        let deleted = try store.database.write { db in
-            try db.execute(sql: "DELETE FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name])
-            return db.changesCount
+        let deleted: Int
+        if case .postgres(let server) = store.backend {
+            deleted = try server.removeBookmark(owner: owner, name: name) ? 1 : 0
+        } else {
+            deleted = try store.database.write { db in
+                try db.execute(sql: "DELETE FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name])
+                return db.changesCount
+            }
         }
         if deleted == 0 { throw notFound(name) }
     }
@@ -313,8 +318,13 @@ public struct Bookmarks: Sendable {
     func load(_ name: String) throws -> BookmarkRecord {
         try NameRules.validateName(name, kind: .bookmark)
         guard let key = try store.readKey(owner) else { throw notFound(name) }
-        let sealed = try store.database.read { db in
-            try Data.fetchOne(db, sql: "SELECT sealed FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name])
+        let sealed: Data?
+        if case .postgres(let server) = store.backend {
+            sealed = try server.bookmarkSealed(owner: owner, name: name)
+        } else {
+            sealed = try store.database.read { db in
+                try Data.fetchOne(db, sql: "SELECT sealed FROM bookmark WHERE owner = ? AND name = ?", arguments: [owner, name])
+            }
         }
         guard let sealed else { throw notFound(name) }
         return try open(sealed, name: name, key: key)
@@ -324,8 +334,21 @@ public struct Bookmarks: Sendable {
     func update(_ name: String, _ record: BookmarkRecord) throws {
         let key = try store.writeKey(owner)
         let sealed = try seal(record, name: name, key: key)
+        if case .postgres(let server) = store.backend {
+            try server.updateBookmark(owner: owner, name: name, sealed: sealed)
+            return
+        }
         try store.database.write { db in
             try db.execute(sql: "UPDATE bookmark SET sealed = ? WHERE owner = ? AND name = ?", arguments: [sealed, owner, name])
+        }
+    }
+
+    /// The owner's bookmark rows, in byte order of the names.
+    private func rows() throws -> [(name: String, sealed: Data)] {
+        if case .postgres(let server) = store.backend { return try server.bookmarkRows(owner: owner) }
+        return try store.database.read { db in
+            try Row.fetchAll(db, sql: "SELECT name, sealed FROM bookmark WHERE owner = ? ORDER BY name", arguments: [owner])
+                .map { (name: $0["name"], sealed: $0["sealed"]) }
         }
     }
 

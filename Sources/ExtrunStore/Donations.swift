@@ -147,6 +147,16 @@ public struct Donations: Sendable {
     /// The owner's donations, oldest first, optionally only those of one intent.
     public func list(intent: String? = nil) throws -> [Donation] {
         guard let key = try store.readKey(owner) else { return [] }
+        if case .postgres(let server) = store.backend {
+            return try server.donationRows(owner: owner, intent: intent).map { row in
+                let (identifier, group, intent, plugin, source, created, sealed) = try row.decode(
+                    (String, String?, String, String, String, String, Data).self)
+                let opened = try openDonation(sealed, identifier: identifier, key: key)
+                return Donation(
+                    identifier: identifier, owner: owner, plugin: plugin, intent: intent, groupIdentifier: group, source: source,
+                    created: created, parameters: opened.parameters, response: opened.response)
+            }
+        }
         let rows = try store.database.read { db in
             try Row.fetchAll(
                 db,
@@ -158,19 +168,22 @@ public struct Donations: Sendable {
         }
         return try rows.map { row in
             let identifier: String = row["identifier"]
-            let plaintext = try Sealing.open(
-                row["sealed"], with: key, context: SealContext(owner: owner, kind: .donation, name: identifier), file: store.databasePath)
-            let opened: SealedDonation
-            do {
-                opened = try JSONCoding.decoder().decode(SealedDonation.self, from: plaintext)
-            } catch {
-                throw StoreError(
-                    .sealBroken, "donation '\(identifier)' of owner '\(owner)' opened but is not a donation: \(JSONCoding.describe(error))",
-                    details: ["owner": .string(owner), "identifier": .string(identifier), "file": .string(store.databasePath)])
-            }
+            let opened = try openDonation(row["sealed"], identifier: identifier, key: key)
             return Donation(
                 identifier: identifier, owner: owner, plugin: row["plugin"], intent: row["intent"], groupIdentifier: row["groupIdentifier"],
                 source: row["source"], created: row["created"], parameters: opened.parameters, response: opened.response)
+        }
+    }
+
+    private func openDonation(_ sealed: Data, identifier: String, key: OwnerKey) throws -> SealedDonation {
+        let plaintext = try Sealing.open(
+            sealed, with: key, context: SealContext(owner: owner, kind: .donation, name: identifier), file: store.databasePath)
+        do {
+            return try JSONCoding.decoder().decode(SealedDonation.self, from: plaintext)
+        } catch {
+            throw StoreError(
+                .sealBroken, "donation '\(identifier)' of owner '\(owner)' opened but is not a donation: \(JSONCoding.describe(error))",
+                details: ["owner": .string(owner), "identifier": .string(identifier), "file": .string(store.databasePath)])
         }
     }
 
@@ -179,7 +192,18 @@ public struct Donations: Sendable {
     /// only its own donations).
     @discardableResult
     public func delete(identifier: String) throws -> Bool {
-        try store.database.write { db in
+        if case .postgres(let server) = store.backend {
+            let (deleted, others) = try server.deleteDonations(owner: owner, identifier: identifier)
+            if deleted > 0 { return true }
+            if let other = others.first {
+                throw StoreError(
+                    .notYours,
+                    "donation '\(identifier)' belongs to owner '\(other)', not to '\(owner)': an owner can delete only its own donations; nothing was deleted",
+                    details: ["owner": .string(owner), "identifier": .string(identifier), "donationOwner": .string(other)])
+            }
+            return false
+        }
+        return try store.database.write { db in
             try db.execute(sql: "DELETE FROM donation WHERE owner = ? AND identifier = ?", arguments: [owner, identifier])
             if db.changesCount > 0 { return true }
             let others = try String.fetchAll(
@@ -198,7 +222,17 @@ public struct Donations: Sendable {
     /// the owner has none in the group but other owners have.
     @discardableResult
     public func delete(group: String) throws -> Int {
-        try store.database.write { db in
+        if case .postgres(let server) = store.backend {
+            let (deleted, others) = try server.deleteDonations(owner: owner, group: group)
+            if deleted == 0, let other = others.first {
+                throw StoreError(
+                    .notYours,
+                    "the donations of group '\(group)' belong to owner '\(other)', not to '\(owner)': an owner can delete only its own donations; nothing was deleted",
+                    details: ["owner": .string(owner), "groupIdentifier": .string(group), "donationOwner": .string(other)])
+            }
+            return deleted
+        }
+        return try store.database.write { db in
             try db.execute(sql: "DELETE FROM donation WHERE owner = ? AND groupIdentifier = ?", arguments: [owner, group])
             let deleted = db.changesCount
             if deleted == 0 {
@@ -219,7 +253,8 @@ public struct Donations: Sendable {
     /// Deletes all of the owner's donations; returns how many.
     @discardableResult
     public func deleteAll() throws -> Int {
-        try store.database.write { db in
+        if case .postgres(let server) = store.backend { return try server.deleteDonations(owner: owner).deleted }
+        return try store.database.write { db in
             try db.execute(sql: "DELETE FROM donation WHERE owner = ?", arguments: [owner])
             return db.changesCount
         }
@@ -227,7 +262,8 @@ public struct Donations: Sendable {
 
     /// The owners that have donations, in name order.
     static func owners(in store: Store) throws -> [String] {
-        try store.database.read { db in
+        if case .postgres(let server) = store.backend { return try server.donationOwners() }
+        return try store.database.read { db in
             try String.fetchAll(db, sql: "SELECT DISTINCT owner FROM donation ORDER BY owner")
         }
     }
@@ -366,6 +402,7 @@ extension Store {
         var ended: StoreError?
         do {
             let quota = try quotaDefaultsForWrite()
+            if case .postgres(let server) = backend { return server.writeDonations(batch, quota: quota) }
             // Not durable: at synchronous = NORMAL, which the connection keeps until a
             // durable write sets FULL again (StoreDatabase.access(durable:)); no other write
             // runs with the relaxed setting. Statements compiled once per connection

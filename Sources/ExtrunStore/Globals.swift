@@ -48,18 +48,29 @@ public struct Globals: Sendable {
     public func get(_ name: String) throws -> Global? {
         try NameRules.validateName(name, kind: .global)
         guard let key = try store.readKey(owner) else { return nil }
-        let row = try store.database.read { db in
-            try Row.fetchOne(db, sql: "SELECT version, sealed FROM global WHERE owner = ? AND name = ?", arguments: [owner, name])
+        let found: (version: Int64, sealed: Data)?
+        switch store.backend {
+        case .sqlite(let database):
+            found = try database.read { db in
+                try Row.fetchOne(db, sql: "SELECT version, sealed FROM global WHERE owner = ? AND name = ?", arguments: [owner, name])
+            }.map { (version: $0["version"], sealed: $0["sealed"]) }
+        case .postgres(let server):
+            found = try server.global(owner: owner, name: name)
         }
-        guard let row else { return nil }
-        let value = try open(row["sealed"], name: name, key: key)
-        return Global(name: name, value: value, version: row["version"])
+        guard let found else { return nil }
+        let value = try open(found.sealed, name: name, key: key)
+        return Global(name: name, value: value, version: found.version)
     }
 
     /// Names, versions and sizes, in byte order of the names (values are not
     /// opened). Pages with `after` (the last name of the previous page) and `limit`.
     public func list(after: String? = nil, limit: Int? = nil) throws -> [GlobalSummary] {
         guard try store.readKey(owner) != nil else { return [] }
+        if case .postgres(let server) = store.backend {
+            return try server.globals(owner: owner, after: after ?? "", limit: limit).map {
+                GlobalSummary(name: $0.name, version: $0.version, byteCount: max(0, Int($0.size) - Sealing.overhead))
+            }
+        }
         return try store.database.read { db in
             try Row.fetchAll(
                 db,
@@ -80,6 +91,11 @@ public struct Globals: Sendable {
         let key = try store.writeKey(owner)
         let sealed = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name))
         let quota = try store.quotaDefaultsForWrite()
+        if case .postgres(let server) = store.backend {
+            return try server.setGlobal(
+                owner: owner, name: name, sealed: sealed, check: { try check(condition, current: $0, name: name) }, quota: quota,
+                what: "setting global '\(name)' (\(plaintext.count) bytes)")
+        }
         return try store.database.write { db in
             let before = try Quotas.usage(db, owner: owner)
             let current = try Int64.fetchOne(
@@ -108,6 +124,9 @@ public struct Globals: Sendable {
         guard try store.readKey(owner) != nil else {
             try check(condition, current: nil, name: name)
             return false
+        }
+        if case .postgres(let server) = store.backend {
+            return try server.deleteGlobal(owner: owner, name: name, check: { try check(condition, current: $0, name: name) })
         }
         return try store.database.write { db in
             let current = try Int64.fetchOne(

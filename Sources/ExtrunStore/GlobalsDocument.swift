@@ -61,24 +61,37 @@ extension Globals {
         out += Array(",\n  \"format\" : ".utf8) + string(Globals.documentFormat)
         out += Array(",\n  \"globals\" : {".utf8)
         var count = 0
-        if let key = try store.readKey(owner) {
+        func append(_ name: String, _ value: JSONValue) throws {
+            out += Array((count == 0 ? "\n    " : ",\n    ").utf8) + string(name) + Array(" : ".utf8)
+            // Pretty at the document's depth: every line of the value after its first is
+            // indented by four more spaces, but the blank line of an empty container
+            // (strings hold no raw line break: JSON escapes them).
+            let pretty = JSONWriter.prettyBytes(value)
+            for (index, byte) in pretty.enumerated() {
+                out.append(byte)
+                if byte == 0x0A, index + 1 < pretty.count, pretty[index + 1] != 0x0A { out += [0x20, 0x20, 0x20, 0x20] }
+            }
+            count += 1
+            try flush()
+        }
+        if let key = try store.readKey(owner), case .postgres(let server) = store.backend {
+            // Pages of 500 rows in name order: memory stays flat on the server's side too.
+            var after = ""
+            while true {
+                let page = try server.globalRows(owner: owner, after: after, limit: 500)
+                for row in page {
+                    try append(row.name, try open(row.sealed, name: row.name, key: key))
+                }
+                guard page.count == 500, let last = page.last else { break }
+                after = last.name
+            }
+        } else if let key = try store.readKey(owner) {
             try store.database.read { db in
                 let rows = try Row.fetchCursor(
                     db, sql: "SELECT name, sealed FROM global WHERE owner = ? ORDER BY name", arguments: [owner])
                 while let row = try rows.next() {
                     let name: String = row["name"]
-                    let value = try open(row["sealed"], name: name, key: key)
-                    out += Array((count == 0 ? "\n    " : ",\n    ").utf8) + string(name) + Array(" : ".utf8)
-                    // Pretty at the document's depth: every line of the value after its first is
-                    // indented by four more spaces, but the blank line of an empty container
-                    // (strings hold no raw line break: JSON escapes them).
-                    let pretty = JSONWriter.prettyBytes(value)
-                    for (index, byte) in pretty.enumerated() {
-                        out.append(byte)
-                        if byte == 0x0A, index + 1 < pretty.count, pretty[index + 1] != 0x0A { out += [0x20, 0x20, 0x20, 0x20] }
-                    }
-                    count += 1
-                    try flush()
+                    try append(name, try open(row["sealed"], name: name, key: key))
                 }
             }
         }
@@ -118,6 +131,22 @@ extension Globals {
         if count == 0, mode == .merge || existingKey == nil { return summary }
         let key = try existingKey ?? store.writeKey(owner)
         let quota = try store.quotaDefaultsForWrite()
+        if case .postgres(let server) = store.backend {
+            try server.importGlobals(owner: owner, replace: mode == .replace, quota: quota) { rows in
+                let imported = try readDocument(source) { name, plaintext in
+                    let current = try rows.current(name)
+                    if let current, try openPlaintext(current, name: name, key: key) == plaintext {
+                        summary.unchanged += 1
+                        return
+                    }
+                    let blob = try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name))
+                    try rows.put(name, blob, current)
+                    if current != nil { summary.updated += 1 } else { summary.created += 1 }
+                }
+                return "importing \(imported) globals"
+            } deleted: { summary.deleted = $0 }
+            return summary
+        }
         try store.database.write { db in
             let before = try Quotas.usage(db, owner: owner)
             // The document's names, for `replace` and to find a name given twice: a

@@ -29,8 +29,12 @@ extension Store {
     /// their names. An owner whose key is missing or wrong is listed with its `problem`.
     public func owners() throws -> [OwnerInfo] {
         var names = Set(try keystore.owners())
-        let recorded = try database.read { db in
-            try String.fetchAll(db, sql: "SELECT name FROM owner")
+        let recorded: [String]
+        switch backend {
+        case .sqlite(let database):
+            recorded = try database.read { db in try String.fetchAll(db, sql: "SELECT name FROM owner") }
+        case .postgres(let server):
+            recorded = try server.ownerNames()
         }
         names.formUnion(recorded)
         return try names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }.map(info(for:))

@@ -207,16 +207,19 @@ enum Quotas {
         var quota = defaults
         for (field, value) in try overrides(db, owner: owner) { quota[field] = value }
         for field in OwnerQuota.fieldNames where after[field] > quota[field] && after[field] > before[field] {
-            let limit = quota[field]
-            let unit = OwnerQuota.isByteField(field) ? " bytes" : " \(field)"
-            throw StoreError(
-                .quotaExceeded,
-                "\(what) would take owner '\(owner)' to \(after[field])\(unit); its quota is \(limit)\(unit) (it has \(before[field])). Nothing was written, and what it has is kept. To let it in, raise the quota: extrun owners quota \(owner) --\(OwnerQuota.option(for: field)) N",
-                details: [
-                    "owner": .string(owner), "quota": .string(field), "limit": .int(limit), "usage": .int(before[field]),
-                    "adding": .int(after[field] - before[field]),
-                ])
+            throw exceeded(owner: owner, field: field, limit: quota[field], before: before[field], adding: after[field] - before[field], what: what)
         }
+    }
+
+    /// The `quotaExceeded` of a write that would take `field` from `before` past `limit` (both backends).
+    static func exceeded(owner: String, field: String, limit: Int64, before: Int64, adding: Int64, what: String) -> StoreError {
+        let unit = OwnerQuota.isByteField(field) ? " bytes" : " \(field)"
+        return StoreError(
+            .quotaExceeded,
+            "\(what) would take owner '\(owner)' to \(before + adding)\(unit); its quota is \(limit)\(unit) (it has \(before)). Nothing was written, and what it has is kept. To let it in, raise the quota: extrun owners quota \(owner) --\(OwnerQuota.option(for: field)) N",
+            details: [
+                "owner": .string(owner), "quota": .string(field), "limit": .int(limit), "usage": .int(before), "adding": .int(adding),
+            ])
     }
 }
 
@@ -259,7 +262,14 @@ extension Store {
     public func quota(of owner: String) throws -> OwnerQuotaReport {
         try NameRules.validateOwner(owner)
         var quota = try defaultQuota()
-        let (overrides, usage) = try database.read { db in (try Quotas.overrides(db, owner: owner), try Quotas.usage(db, owner: owner)) }
+        let overrides: [String: Int64]
+        let usage: OwnerUsage
+        switch backend {
+        case .sqlite(let database):
+            (overrides, usage) = try database.read { db in (try Quotas.overrides(db, owner: owner), try Quotas.usage(db, owner: owner)) }
+        case .postgres(let server):
+            (overrides, usage) = try server.quotaState(owner: owner)
+        }
         for (field, value) in overrides { quota[field] = value }
         return OwnerQuotaReport(owner: owner, quota: quota, overridden: Set(overrides.keys), usage: usage)
     }
@@ -277,11 +287,16 @@ extension Store {
                 throw StoreError(.invalidValue, "the \(field) quota must be 0 or more, not \(value)", details: ["owner": .string(owner)])
             }
         }
-        try database.write { db in
-            try db.execute(sql: "INSERT OR IGNORE INTO ownerQuota (owner) VALUES (?)", arguments: [owner])
-            for (field, value) in changes {
-                try db.execute(sql: "UPDATE ownerQuota SET \(field) = ? WHERE owner = ?", arguments: [value, owner])
+        switch backend {
+        case .sqlite(let database):
+            try database.write { db in
+                try db.execute(sql: "INSERT OR IGNORE INTO ownerQuota (owner) VALUES (?)", arguments: [owner])
+                for (field, value) in changes {
+                    try db.execute(sql: "UPDATE ownerQuota SET \(field) = ? WHERE owner = ?", arguments: [value, owner])
+                }
             }
+        case .postgres(let server):
+            try server.setQuota(owner: owner, changes)
         }
         return try quota(of: owner)
     }
@@ -292,6 +307,13 @@ extension Store {
     func chargeFileBytes(owner: String, _ delta: Int64, what: @autoclosure () -> String) throws {
         guard delta != 0 else { return }
         let quota = try quotaDefaultsForWrite()
+        if case .postgres(let server) = backend {
+            let what = what()
+            try server.transaction { session in
+                try server.charge(session, owner: owner, OwnerUsage(fileBytes: delta), quota: quota, what: what)
+            }
+            return
+        }
         try database.write { db in
             let before = try Quotas.usage(db, owner: owner)
             try db.execute(

@@ -9,7 +9,8 @@ import Glibc
 
 /// The store under one home directory (the host passes `$EXTRUN_HOME`):
 /// owners' keys in `keys/`, their sealed globals and bookmarks in
-/// `store.sqlite`, trashed files in `trash/`. See docs/store.md.
+/// `store.sqlite` (or on a PostgreSQL server: `StoreLocation`), trashed files in
+/// `trash/`. See docs/store.md.
 ///
 /// Every operation on data goes through `globals(of:)` or `bookmarks(of:)`,
 /// which bind one owner: an owner never reaches another owner's rows.
@@ -18,8 +19,13 @@ import Glibc
 public final class Store: Sendable {
     /// The home directory.
     public let home: URL
-    /// `<home>/store.sqlite`.
-    public var databasePath: String { database.path }
+    /// `<home>/store.sqlite`, or the PostgreSQL server's URL (without a password): what messages name.
+    public var databasePath: String {
+        switch backend {
+        case .sqlite(let database): database.path
+        case .postgres(let server): server.location.display
+        }
+    }
     /// `<home>/keys`.
     public var keysDirectory: String { keystore.directory }
     /// `<home>/trash`.
@@ -27,7 +33,22 @@ public final class Store: Sendable {
 
     let homePath: String
     let keystore: Keystore
-    package let database: StoreDatabase
+    /// Where the rows are: the backend seam (docs/store.md, "Backends").
+    package let backend: StoreBackend
+    /// The SQLite file; `databaseError` naming the feature on a PostgreSQL store for what
+    /// only the SQLite backend does so far (docs/store.md, "PostgreSQL").
+    package var database: StoreDatabase {
+        get throws {
+            switch backend {
+            case .sqlite(let database): return database
+            case .postgres(let server):
+                throw StoreError(
+                    .databaseError,
+                    "this operation is not built for a store on PostgreSQL yet (\(server.location.display)): bookmarks, extrun migrate, transfer bundles, globals import and store check work on the SQLite store only (docs/store.md, \"PostgreSQL\")",
+                    details: ["store": .string(server.location.display)])
+            }
+        }
+    }
     /// Keys already checked against the store, by owner.
     private let verifiedKeys = NIOLockedValueBox<[String: OwnerKey]>([:])
     /// The quota defaults from the policy, read on the first write that needs them (Quotas.swift).
@@ -52,7 +73,11 @@ public final class Store: Sendable {
     ///   `StoreLimits.maxLogBytes` themselves. docs/store.md.
     /// - Parameter logLimitBytes: that limit (a long-lived host's stores use
     ///   `StoreLimits.maxLogBytesLongLived` and fold the log when they stop: `foldLog()`).
-    public init(home: URL, checkpointOnClose: Bool = true, logLimitBytes: Int = StoreLimits.maxLogBytes) throws {
+    /// - Parameter location: where the rows are; nil: `EXTRUN_STORE`, else `store` in
+    ///   `<home>/policy.json`, else `<home>/store.sqlite` (`StoreLocation`).
+    public init(
+        home: URL, location: StoreLocation? = nil, checkpointOnClose: Bool = true, logLimitBytes: Int = StoreLimits.maxLogBytes
+    ) throws {
         var path = home.standardizedFileURL.path
         while path.count > 1, path.hasSuffix("/") { path.removeLast() }
         self.home = URL(fileURLWithPath: path, isDirectory: true)
@@ -65,8 +90,14 @@ public final class Store: Sendable {
         try StorePermissions.checkHomeAndKeys(home: path)
         keystore = Keystore(home: path)
         try keystore.prepareDirectory()
-        database = try StoreDatabase.open(home: path, keystore: keystore, checkpointOnClose: checkpointOnClose, logLimitBytes: logLimitBytes)
-        try StorePermissions.checkDatabase(home: path)
+        switch try location ?? StoreLocation.configured(home: path, keystore: keystore) {
+        case .sqlite:
+            backend = .sqlite(
+                try StoreDatabase.open(home: path, keystore: keystore, checkpointOnClose: checkpointOnClose, logLimitBytes: logLimitBytes))
+            try StorePermissions.checkDatabase(home: path)
+        case .postgres(let server):
+            backend = .postgres(try PostgresStore(location: server))
+        }
     }
 
     /// The owner's globals. Throws `invalidName` for a bad owner name.
@@ -119,7 +150,8 @@ public final class Store: Sendable {
     }
 
     func recordedOwner(_ owner: String) throws -> RecordedOwner? {
-        try database.read { db in
+        if case .postgres(let server) = backend { return try server.recordedOwner(owner) }
+        return try database.read { db in
             let fingerprint = try String.fetchOne(db, sql: "SELECT keyFingerprint FROM owner WHERE name = ?", arguments: [owner])
             let globals = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM global WHERE owner = ?", arguments: [owner]) ?? 0
             let bookmarks = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM bookmark WHERE owner = ?", arguments: [owner]) ?? 0
@@ -142,6 +174,15 @@ public final class Store: Sendable {
     /// Checks the key against the fingerprint recorded in the store, or records it
     /// (only then is anything written).
     private func verify(_ key: OwnerKey) throws {
+        if case .postgres(let server) = backend {
+            if let recorded = try server.fingerprint(of: key.owner) {
+                try check(key, recorded: recorded)
+                return
+            }
+            let stored = try server.recordOwner(key.owner, fingerprint: key.fingerprint, created: ISODate.format(key.created))
+            try check(key, recorded: stored ?? key.fingerprint)
+            return
+        }
         let recorded = try database.read { db in
             try String.fetchOne(db, sql: "SELECT keyFingerprint FROM owner WHERE name = ?", arguments: [key.owner])
         }
@@ -180,7 +221,10 @@ public final class Store: Sendable {
     /// stopping, so that the next process to open the store finds a short log); false
     /// when another connection kept it busy for 50 ms (it stays for a later fold).
     @discardableResult
-    public func foldLog() -> Bool { database.foldLog() }
+    public func foldLog() -> Bool {
+        guard case .sqlite(let database) = backend else { return true }
+        return database.foldLog()
+    }
 
     /// The key for writing: created on the owner's first write.
     package func writeKey(_ owner: String) throws -> OwnerKey {
@@ -189,4 +233,15 @@ public final class Store: Sendable {
         }
         return key
     }
+}
+
+/// The backend seam: where a `Store` keeps its rows. Everything above it (names, sealing,
+/// keys, quotas' defaults, the typed errors) is shared; each backend does an operation its
+/// own way, at the level of the operation (a global's compare-and-set, a quota's charge),
+/// because the two make them atomic differently (docs/store.md, "Backends").
+package enum StoreBackend: Sendable {
+    /// `<home>/store.sqlite` through GRDB.
+    case sqlite(StoreDatabase)
+    /// A PostgreSQL server through postgres-nio.
+    case postgres(PostgresStore)
 }

@@ -63,6 +63,10 @@ public enum StoreErrorKind: String, Codable, Sendable, CaseIterable {
     case incompatibleStore
     /// Another process kept the store locked longer than the busy timeout.
     case storeBusy
+    /// The store's PostgreSQL server cannot be reached (down, restarting, a wrong socket, user,
+    /// password or database); the message names the server, the cause and what to check.
+    /// Nothing was changed, or (the connection lost during a commit) the outcome is unknown.
+    case storeUnavailable
     /// The file system refused (permissions, disk full, another file system...).
     case ioError
     /// SQLite reported something unexpected.

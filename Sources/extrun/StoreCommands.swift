@@ -28,7 +28,7 @@ enum StoreExit {
             14
         case .keyMissing, .wrongKey, .invalidKeyFile, .insecurePermissions, .unsignedPlugin, .untrustedSigner: 15
         case .sealBroken, .corruptStore, .storeMissing, .incompatibleStore: 16
-        case .storeBusy, .ioError, .databaseError: 17
+        case .storeBusy, .storeUnavailable, .ioError, .databaseError: 17
         }
     }
 

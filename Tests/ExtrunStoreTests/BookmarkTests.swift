@@ -9,8 +9,9 @@ import Glibc
 #endif
 
 @Suite struct BookmarkTests {
-    @Test func addListShowRemove() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func addListShowRemove(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let folder = try test.directory.makeFolder("Documents")
         let file = try test.directory.write("notes.txt", "hello").path
         let bookmarks = try test.store.bookmarks(of: "TEAM")
@@ -44,8 +45,9 @@ import Glibc
         #expect(FileManager.default.fileExists(atPath: folder), "removing a bookmark leaves its target alone")
     }
 
-    @Test func aSymlinkedPathRecordsItsTarget() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func aSymlinkedPathRecordsItsTarget(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let folder = try test.directory.makeFolder("real")
         try FileManager.default.createSymbolicLink(atPath: test.directory.sub("link"), withDestinationPath: folder)
         let bookmark = try test.store.bookmarks(of: "TEAM").add("b", path: test.directory.sub("link"), readOnly: false)
@@ -57,8 +59,9 @@ import Glibc
         #expect(try test.store.bookmarks(of: "TEAM").show("b").status == .ok)
     }
 
-    @Test func ownersDoNotSeeEachOthersBookmarks() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func ownersDoNotSeeEachOthersBookmarks(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let folder = try test.directory.makeFolder("private")
         try test.store.bookmarks(of: "ALICE").add("mine", path: folder, readOnly: false)
         let bob = try test.store.bookmarks(of: "BOB")
@@ -70,8 +73,9 @@ import Glibc
         #expect(try test.store.bookmarks(of: "ALICE").show("mine").status == .ok)
     }
 
-    @Test func movedDeletedAndReplacedTargetsAreStaleNotDropped() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func movedDeletedAndReplacedTargetsAreStaleNotDropped(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let moved = try test.directory.makeFolder("moved")
         let replaced = try test.directory.makeFolder("replaced")
         let deleted = try test.directory.write("deleted.txt", "x").path
@@ -110,8 +114,9 @@ import Glibc
         #expect(try bookmarks.show("moved").status == .stale(.missing))
     }
 
-    @Test func fileBookmarks() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func fileBookmarks(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let file = try test.directory.write("config.json", "{}").path
         chmod(file, 0o640)
         let bookmarks = try test.store.bookmarks(of: "TEAM")
@@ -135,8 +140,9 @@ import Glibc
         #expect(leftovers.isEmpty)
     }
 
-    @Test func readOnlyBookmarksRefuseChanges() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func readOnlyBookmarksRefuseChanges(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let folder = try test.directory.makeFolder("ro")
         try test.directory.write("ro/a.txt", "original")
         let file = try test.directory.write("ro-file.txt", "original").path

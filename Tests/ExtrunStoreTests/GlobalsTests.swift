@@ -17,8 +17,9 @@ import Testing
         #expect(try globals.list().first?.byteCount == length + 2)  // the JSON quotes
     }
 
-    @Test func everyKindOfValueRoundTrips() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func everyKindOfValueRoundTrips(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let values: [String: JSONValue] = [
             "text": "héllo ✓ \"quoted\" \\ /",
@@ -41,16 +42,18 @@ import Testing
         #expect(try globals.list().map(\.name) == values.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) })
     }
 
-    @Test func aOneMegabyteListRoundTrips() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func aOneMegabyteListRoundTrips(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let value = JSONValue.array((0..<1000).map { .string("\($0) " + String(repeating: "é", count: 500)) })
         try globals.set("big", to: value)
         #expect(try globals.get("big")?.value == value)
     }
 
-    @Test func valuesOverTheLimitAreRefused() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func valuesOverTheLimitAreRefused(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         // Exactly at the limit: 4 MiB of JSON, quotes included.
         let atLimit = String(repeating: "x", count: StoreLimits.maxValueBytes - 2)
@@ -63,8 +66,9 @@ import Testing
         expectStoreError(.invalidValue) { try globals.set("inf", to: ["a": .double(.infinity)]) }
     }
 
-    @Test func namesAreValidated() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func namesAreValidated(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         for bad in ["", String(repeating: "n", count: 257), "new\nline", "nul\u{0}", " padded", "e\u{301}"] {
             expectStoreError(.invalidName) { try globals.set(bad, to: 1) }
@@ -76,8 +80,9 @@ import Testing
         }
     }
 
-    @Test func deleteAndList() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func deleteAndList(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         for name in ["b", "a", "c", "B"] { try globals.set(name, to: .string(name)) }
         #expect(try globals.list().map(\.name) == ["B", "a", "b", "c"], "byte order")
@@ -89,8 +94,9 @@ import Testing
         #expect(try globals.list().map(\.name) == ["B", "a", "c"])
     }
 
-    @Test func ownersAreIsolated() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func ownersAreIsolated(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let alice = try test.store.globals(of: "ALICE")
         let bob = try test.store.globals(of: "BOB")
         try alice.set("shared-name", to: "alice")
@@ -108,8 +114,9 @@ import Testing
 
     // MARK: - Compare-and-set
 
-    @Test func compareAndSet() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func compareAndSet(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let v1 = try globals.set("counter", to: 1, ifVersion: .absent)
         expectStoreError(.versionConflict) { try globals.set("counter", to: 9, ifVersion: .absent) }
@@ -131,8 +138,9 @@ import Testing
 
     // MARK: - Export and import
 
-    @Test func exportImportRoundTrip() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func exportImportRoundTrip(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         let values: [String: JSONValue] = [
             "text": "hello", "empty": "", "n": 42, "pi": 3.25, "flag": true,
@@ -157,8 +165,9 @@ import Testing
         #expect(try imported.list() == versions)
     }
 
-    @Test func importMergeAndReplace() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func importMergeAndReplace(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         try globals.set("keep", to: 1)
         try globals.set("change", to: 1)
@@ -170,8 +179,9 @@ import Testing
         #expect(try globals.list().map(\.name) == ["change", "new"])
     }
 
-    @Test func importValidatesEverythingBeforeWritingAnything() throws {
-        let test = try TestStore()
+    @Test(arguments: StoreBackendKind.all)
+    func importValidatesEverythingBeforeWritingAnything(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
         let globals = try test.store.globals(of: "TEAM")
         try globals.set("existing", to: "before")
         let big = String(repeating: "x", count: StoreLimits.maxValueBytes)

@@ -33,14 +33,14 @@ struct QuotaTests {
         }
     }
 
-    @Test("the global count: the write past it is refused with limit and usage, nothing written; updates still pass")
-    func globalCount() throws {
-        let tmp = try TempDirectory()
-        let store = try Store(home: tmp.url)
+    @Test("the global count: the write past it is refused with limit and usage, nothing written; updates still pass", arguments: StoreBackendKind.all)
+    func globalCount(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        let store = test.store
         try store.setQuota(of: "TEAM", ["globals": 3])
         let globals = try store.globals(of: "TEAM")
         for name in ["a", "b", "c"] { try globals.set(name, to: "v") }
-        let before = try Self.globalRows(store, "TEAM")
+        let before = try globals.list()
         let error = try #require(throws: StoreError.self) { try globals.set("d", to: "v") }
         #expect(error.kind == .quotaExceeded)
         #expect(error.details["quota"] == "globals")
@@ -49,27 +49,32 @@ struct QuotaTests {
         #expect(error.details["adding"] == 1)
         #expect(error.message.contains("extrun owners quota TEAM --globals"))
         #expect(!error.message.lowercased().contains("reset"))
-        #expect(try Self.globalRows(store, "TEAM") == before)
+        #expect(try globals.list() == before)
         // Changing one that exists adds no global.
         try globals.set("a", to: "w")
-        #expect(try store.quota(of: "TEAM").usage == Self.recomputed(store, "TEAM"))
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        // Deleting gives back what the global took; bytes are counted as the rows hold them.
+        #expect(try globals.delete("b"))
+        try store.setQuota(of: "TEAM", ["globals": nil])
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        #expect(try store.quota(of: "TEAM").usage.globals == 2)
     }
 
-    @Test("bytes: an import over the limit is refused whole; a delete under a lowered limit passes")
-    func bytes() throws {
-        let tmp = try TempDirectory()
-        let store = try Store(home: tmp.url)
+    @Test("bytes: an import over the limit is refused whole; a delete under a lowered limit passes", arguments: StoreBackendKind.all)
+    func bytes(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        let store = test.store
         let globals = try store.globals(of: "TEAM")
         try globals.set("small", to: "x")
         let used = try store.quota(of: "TEAM").usage.bytes
         try store.setQuota(of: "TEAM", ["bytes": used + 1000])
         let document = Data(#"{"format":"extrun-globals","version":1,"owner":"TEAM","globals":{"a":"\#(String(repeating: "a", count: 600))","b":"\#(String(repeating: "b", count: 600))"}}"#.utf8)
-        let before = try Self.globalRows(store, "TEAM")
+        let before = try globals.list()
         let error = try #require(throws: StoreError.self) { try globals.import(document, mode: .merge) }
         #expect(error.kind == .quotaExceeded, "\(error)")
         #expect(error.details["quota"] == "bytes")
         #expect(error.details["limit"] == .int(used + 1000))
-        #expect(try Self.globalRows(store, "TEAM") == before, "nothing of the import was written")
+        #expect(try globals.list() == before, "nothing of the import was written")
         // Lowered under the usage: deleting is fine, adding is not.
         try store.setQuota(of: "TEAM", ["bytes": 1])
         #expect(throws: StoreError.self) { try globals.set("more", to: "y") }
@@ -79,12 +84,20 @@ struct QuotaTests {
         let report = try store.setQuota(of: "TEAM", ["bytes": nil])
         #expect(report.quota.bytes == OwnerQuota.builtIn.bytes)
         #expect(report.overridden.isEmpty)
+        // Under the limit, the import goes in and is counted as its rows are; replace deletes the rest.
+        #expect(try globals.import(document, mode: .merge).created == 2)
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        try globals.set("small", to: "x")
+        #expect(try globals.import(document, mode: .replace).deleted == 1)
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        #expect(try globals.list().map(\.name) == ["a", "b"])
     }
 
-    @Test("bookmarks and donations have counts too")
-    func bookmarksAndDonations() throws {
-        let tmp = try TempDirectory()
-        let store = try Store(home: tmp.url)
+    @Test("bookmarks and donations have counts too", arguments: StoreBackendKind.all)
+    func bookmarksAndDonations(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        let tmp = test.directory
+        let store = test.store
         try store.setQuota(of: "TEAM", ["bookmarks": 1, "donations": 2])
         try tmp.makeFolder("one")
         try tmp.makeFolder("two")
@@ -102,7 +115,10 @@ struct QuotaTests {
         let refused = try #require(throws: StoreError.self) { try donations.donate(donation("3"), durable: false) }
         #expect(refused.details["quota"] == "donations" && refused.details["limit"] == 2 && refused.details["usage"] == 2)
         #expect(try donations.list().map(\.identifier) == ["1", "2"])
-        #expect(try store.quota(of: "TEAM").usage == Self.recomputed(store, "TEAM"))
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
+        try store.bookmarks(of: "TEAM").remove("one")
+        #expect(try donations.delete(identifier: "1"))
+        #expect(try store.quota(of: "TEAM").usage == test.recomputedUsage("TEAM"))
     }
 
     @Test("the defaults come from quota in policy.json; an owner's own limit wins; a bad policy is a clear error")
