@@ -31,7 +31,17 @@ fleet_spawn() {
   echo $!
 }
 
-# Every descendant of PID (through /proc's parent links), one a line.
+# A process is named by PID@START (START: its start time, field 22 of /proc/PID/stat), so
+# that a pid the kernel gave to another process since (pid_max is 32768 here, and builds start
+# thousands) is never taken for it: nothing is signalled unless both still match.
+fleet_identity() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo "$1@gone"; return 0; }
+  stat="${stat##*) }"
+  echo "$1@$(awk '{print $20}' <<<"$stat")"
+}
+
+# Every descendant of PID (through /proc's parent links), one PID@START a line.
 fleet_descendants() {
   python3 - "$1" <<'EOF'
 import os, sys
@@ -47,13 +57,20 @@ found, frontier = [], {int(sys.argv[1])}
 while frontier:
     frontier = {pid for pid, parent in parents.items() if parent in frontier}
     found += sorted(frontier)
-print("\n".join(map(str, found)))
+for pid in found:
+    try:
+        stat = open("/proc/%d/stat" % pid).read()
+        print("%d@%s" % (pid, stat[stat.rindex(")") + 2:].split()[19]))
+    except OSError:
+        pass
 EOF
 }
 
-# Whether PID is a live process (not a zombie).
+# Whether the process PID@START (or PID) is alive (not a zombie) and still the one named.
 fleet_alive() {
-  [ -e "/proc/$1" ] && ! grep -q '^State:.*[ZX]' "/proc/$1/status" 2>/dev/null
+  local pid="${1%@*}"
+  [ -e "/proc/$pid" ] && ! grep -q '^State:.*[ZX]' "/proc/$pid/status" 2>/dev/null || return 1
+  case "$1" in *@*) [ "$(fleet_identity "$pid")" = "$1" ] ;; esac
 }
 
 # A free TCP port on 127.0.0.1.
@@ -130,7 +147,69 @@ fleet_copy_binaries() {
 fleet_curl() {
   local dir="$1" url="$2"
   shift 2
-  curl -sS --max-time "${FLEET_CURL_TIMEOUT:-10}" -H @<(printf 'Authorization: Bearer %s\n' "$(cat "$dir/token")") "$@" "$url"
+  curl -sS --max-time "${FLEET_CURL_TIMEOUT:-10}" -H @<(printf 'Authorization: Bearer %s\n' "$(cat "$dir/token")") "$@" "$url" </dev/null
+}
+
+# Starts host NAME of the fleet in DIR listening on ADDRESS (in its namespace when the fleet
+# has them), with its home, TMPDIR, serve.json and log in DIR/hosts/NAME; prints its pid.
+fleet_start_host() {
+  local dir="$1" name="$2" address="$3" host_dir="$1/hosts/$2" kind k store prefix=()
+  read -r kind k <"$dir/network"
+  store="$(cat "$dir/store")"
+  if [ "$kind" = netns ]; then prefix=(ip netns exec "extrun-f$k-$name"); fi
+  local env=(env EXTRUN_HOME="$host_dir/home" EXTRUN_PLUGIN_PATH="$dir/plugins" TMPDIR="$host_dir/tmp")
+  if [ -n "$store" ]; then env+=(EXTRUN_STORE="$store"); fi
+  FLEET_LOG="$host_dir/serve.log" fleet_spawn ${prefix[@]+"${prefix[@]}"} "${env[@]}" "$dir/bin/extrun" serve \
+    --socket "$host_dir/serve.sock" --listen "$address" --token-file "$dir/token" --config "$host_dir/serve.json"
+}
+
+# Waits until host NAME (pid PID) answers /v1/health at ADDRESS (60 s at most).
+fleet_wait_host() {
+  local dir="$1" name="$2" pid="$3" address="$4"
+  for _ in $(seq 600); do
+    fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -f 2>/dev/null && return 0
+    fleet_alive "$pid" || { log "fleet: host $name exited; its log:"; tail -20 "$dir/hosts/$name/serve.log" >&2; return 1; }
+    sleep 0.1
+  done
+  log "fleet: host $name did not answer /v1/health within 60 s"
+  return 1
+}
+
+# Restarts host NAME: SIGTERM (it finishes what runs within shutdownGraceSeconds and refuses
+# the rest `overloaded`), then the same command again, then waits until it answers and
+# HAProxy has it UP again.
+fleet_restart() {
+  local dir="$1" target="$2" role name pid address found=""
+  dir="$(cd "$dir" && pwd)"
+  while read -r role name pid address; do
+    [ "$role" = host ] && [ "$name" = "$target" ] && found="$pid $address"
+  done <"$dir/processes"
+  [ -n "$found" ] || { log "fleet: no host $target in $dir"; return 1; }
+  read -r pid address <<<"$found"
+  fleet_stop_process "$pid" "host $target"
+  # `extrun serve` does not set SO_REUSEADDR on its TCP listener, so while the connections it
+  # closed at its stop are in TIME_WAIT (60 s) the port cannot be bound again ("Address already
+  # in use"): start again until it can, for up to 90 s.
+  local new log_size tries=0
+  while :; do
+    log_size="$(stat -c %s "$dir/hosts/$target/serve.log")"
+    new="$(fleet_identity "$(fleet_start_host "$dir" "$target" "$address")")"
+    for _ in $(seq 20); do fleet_alive "$new" || break; sleep 0.1; done
+    if fleet_alive "$new" || ! tail -c +"$((log_size + 1))" "$dir/hosts/$target/serve.log" | grep -q 'Address already in use'; then break; fi
+    tries=$((tries + 1))
+    [ "$tries" -lt 45 ] || { log "fleet: $target could not bind $address again within 90 s"; return 1; }
+    sleep 1
+  done
+  [ "$tries" = 0 ] || log "fleet: $target bound $address again after $tries refusals (Address already in use: TIME_WAIT without SO_REUSEADDR)"
+  sed -i "s/^host $target $pid /host $target $new /" "$dir/processes"
+  fleet_wait_host "$dir" "$target" "$new" "$address" || return 1
+  for _ in $(seq 300); do
+    fleet_haproxy_states "$dir" | grep -q "^$target UP$" && break
+    sleep 0.1
+  done
+  fleet_haproxy_states "$dir" | grep -q "^$target UP$" || { log "fleet: HAProxy does not have $target UP again within 30 s"; return 1; }
+  fleet_write_json "$dir" "$(cat "$dir/store")"
+  log "fleet: $target restarted (pid $pid -> $new)"
 }
 
 fleet_up() {
@@ -187,6 +266,7 @@ fleet_up() {
   else
     log "fleet: no Scripts/lib/postgres.sh: each host keeps its own SQLite store"
   fi
+  printf '%s\n' "$store" >"$dir/store"
   mkdir -m 700 "$dir/template-home"
   (
     export EXTRUN_HOME="$dir/template-home"
@@ -224,7 +304,6 @@ fleet_up() {
 import json, sys
 print(json.dumps({"mcp": {"requestStateKeyFile": sys.argv[1]}, "audit": {"path": "audit.log"}}, indent=2))
 EOF
-    local prefix=()
     if [ -n "$k" ]; then
       local ns="extrun-f$k-$name"
       ip netns add "$ns"
@@ -235,27 +314,22 @@ EOF
       ip -n "$ns" addr add "10.231.$k.$((10 + i))/24" dev eth0
       ip -n "$ns" link set eth0 up
       ip -n "$ns" link set lo up
+      # No TIME_WAIT in the host's namespace: `extrun serve` binds its port without
+      # SO_REUSEADDR, so a host restarted (Scripts/fleet restart) could not bind again for 60 s
+      # after the connections it closed itself. Only this namespace's TCP is affected.
+      ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_max_tw_buckets=0
       address="10.231.$k.$((10 + i)):$FLEET_HOST_PORT"
-      prefix=(ip netns exec "$ns")
     else
       address="127.0.0.1:$(fleet_free_port)"
     fi
-    local env=(env EXTRUN_HOME="$host_dir/home" EXTRUN_PLUGIN_PATH="$dir/plugins" TMPDIR="$host_dir/tmp")
-    if [ -n "$store" ]; then env+=(EXTRUN_STORE="$store"); fi
-    pid="$(FLEET_LOG="$host_dir/serve.log" fleet_spawn ${prefix[@]+"${prefix[@]}"} "${env[@]}" "$bin/extrun" serve \
-      --socket "$host_dir/serve.sock" --listen "$address" --token-file "$dir/token" --config "$host_dir/serve.json")"
+    pid="$(fleet_identity "$(fleet_start_host "$dir" "$name" "$address")")"
     echo "host $name $pid $address" >>"$dir/processes"
   done
   # Each host answers /v1/health over TCP (from this namespace, through its veth) within 60 s.
-  local role url _
+  local role _
   while read -r role name pid address; do
     [ "$role" = host ] || continue
-    for _ in $(seq 600); do
-      fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -f 2>/dev/null && break
-      fleet_alive "$pid" || { log "fleet: host $name exited; its log:"; tail -20 "$dir/hosts/$name/serve.log" >&2; exit 1; }
-      sleep 0.1
-    done
-    fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -f || { log "fleet: host $name did not answer /v1/health within 60 s"; exit 1; }
+    fleet_wait_host "$dir" "$name" "$pid" "$address" || exit 1
   done <"$dir/processes"
 
   # The balancer: round robin, no stickiness (but for MCP's handshake-era sessions); a host is taken out after 2 failed health checks
@@ -308,7 +382,7 @@ EOF
     done <"$dir/processes"
   } >"$dir/haproxy.cfg"
   "$FLEET_HAPROXY_BIN" -c -q -f "$dir/haproxy.cfg" || { log "fleet: haproxy refused $dir/haproxy.cfg"; exit 1; }
-  pid="$(EXTRUN_FLEET_TOKEN="$(cat "$dir/token")" FLEET_LOG="$dir/haproxy.log" fleet_spawn "$FLEET_HAPROXY_BIN" -db -f "$dir/haproxy.cfg")"
+  pid="$(fleet_identity "$(EXTRUN_FLEET_TOKEN="$(cat "$dir/token")" FLEET_LOG="$dir/haproxy.log" fleet_spawn "$FLEET_HAPROXY_BIN" -db -f "$dir/haproxy.cfg")")"
   echo "haproxy balancer $pid 127.0.0.1:$balancer_port" >>"$dir/processes"
   # Through the balancer, once every host is up in HAProxy's eyes (rise 2: about 2 s).
   for _ in $(seq 300); do
@@ -355,7 +429,7 @@ hosts, url = [], None
 for line in open(folder + "/processes"):
     role, name, pid, address = line.split()
     if role == "host":
-        hosts.append({"name": name, "pid": int(pid), "url": "http://" + address})
+        hosts.append({"name": name, "pid": int(pid.split("@")[0]), "url": "http://" + address})
     elif role == "haproxy":
         url = "http://" + address
 network = open(folder + "/network").read().split()
@@ -375,14 +449,13 @@ EOF
 fleet_stop_process() {
   local pid="$1" what="$2"
   fleet_alive "$pid" || return 0
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE 'extrun|haproxy' || return 0
   local descendants
-  descendants="$(fleet_descendants "$pid")"
-  kill -TERM "$pid" 2>/dev/null || true
+  descendants="$(fleet_descendants "${pid%@*}")"
+  kill -TERM "${pid%@*}" 2>/dev/null || true
   for _ in $(seq 100); do fleet_alive "$pid" || break; sleep 0.1; done
   if fleet_alive "$pid"; then
     log "fleet: $what ($pid) still running 10 s after SIGTERM: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
+    kill -KILL "${pid%@*}" 2>/dev/null || true
   fi
   local p
   for _ in $(seq 50); do
@@ -392,7 +465,7 @@ fleet_stop_process() {
     sleep 0.1
   done
   log "fleet: processes of $what left after it ended:$left; SIGKILL"
-  for p in $left; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in $left; do fleet_alive "$p" && kill -KILL "${p%@*}" 2>/dev/null || true; done
 }
 
 fleet_down() {
@@ -459,13 +532,13 @@ try:
 except ValueError:
     print("unreachable: " + text.strip().splitlines()[-1] if text.strip() else "unreachable")
 ' || true)"
-    printf '%-6s %-8s %-22s %-8s %-10s %s\n' "$name" "$pid" "$address" "$alive" "$(awk -v n="$name" '$1 == n {$1 = ""; print substr($0, 2)}' <<<"$states")" "$health"
+    printf '%-6s %-8s %-22s %-8s %-10s %s\n' "$name" "${pid%@*}" "$address" "$alive" "$(awk -v n="$name" '$1 == n {$1 = ""; print substr($0, 2)}' <<<"$states")" "$health"
   done <"$dir/processes"
   while read -r role name pid address; do
     [ "$role" = haproxy ] || continue
     local alive=dead
     fleet_alive "$pid" && alive=running
-    printf 'balancer http://%s (haproxy %s, %s): ' "$address" "$pid" "$alive"
+    printf 'balancer http://%s (haproxy %s, %s): ' "$address" "${pid%@*}" "$alive"
     FLEET_CURL_TIMEOUT=3 fleet_curl "$dir" "http://$address/v1/health" -o /dev/null -w '%{http_code}\n' 2>/dev/null || echo unreachable
   done <"$dir/processes"
 }
@@ -555,6 +628,9 @@ PY
 )"
   if [ -n "$verdict" ]; then failed+=("MCP handshake session: $verdict"); else log "fleet check: an MCP 2025-11-25 session (initialize, tools/list, MakeUppercase, OrderSoup asking in band, DELETE) through the balancer, on one host"; fi
 
+  local store load_pid
+  store="$(cat "$dir/store")"
+
   # 1c. Interactive /v1 runs through the balancer, their prompts answered through it too.
   local prompts=() prompt_out
   for i in 1 2 3; do
@@ -575,6 +651,41 @@ PY
 )"
   if [ -n "$verdict" ]; then failed+=("interactive runs: $verdict"); fi
 
+  # 1d. A rolling restart under load: each host in turn SIGTERMed (it finishes what runs and
+  # refuses what waits, `overloaded` 503, which HAProxy retries), started again, back UP in
+  # HAProxy, while 8 clients increment; no call may fail.
+  local name
+  rm -f "$dir/load.stop"
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "until=$dir/load.stop" fleet-rolling >"$dir/rolling.json" 2>"$dir/rolling.err" &
+  load_pid=$!
+  sleep 1
+  for name in $(awk '$1 == "host" {print $2}' "$dir/processes"); do
+    fleet_restart "$dir" "$name" 2>&1 | sed 's/^/  /' >&2 || failed+=("the rolling restart of $name failed")
+  done
+  touch "$dir/load.stop"
+  wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/rolling.err")")
+  verdict="$(python3 - "$dir/rolling.json" "$store" <<'PY'
+import json, sys
+out, store = json.load(open(sys.argv[1])), sys.argv[2]
+print("  rolling restart, 8 clients: %d increments acknowledged, failed %s, the counter %s, latency p50 %s ms p99 %s ms max %s ms, %s s"
+      % (out["acknowledged"], json.dumps(out["failed"]), out["value"], out["latencyMs"]["p50"], out["latencyMs"]["p99"], out["latencyMs"]["max"], out["seconds"]), file=sys.stderr)
+problems = []
+# An intent over its own deadline on the loaded machine (504 timeout) is the plugin's, not the
+# restart's; any other failure is one the balancer could have spared the caller.
+others = {k: v for k, v in out["failed"].items() if k != "504 timeout"}
+if others:
+    problems.append("calls failed: %s" % json.dumps(others))
+if store and out["failed"]:
+    failures = sum(out["failed"].values())
+    if not out["acknowledged"] <= (out["value"] if isinstance(out["value"], int) else -1) <= out["acknowledged"] + failures:
+        problems.append("the counter is %s for %d acknowledged increments and %d failed calls" % (out["value"], out["acknowledged"], failures))
+elif store and out["value"] != out["acknowledged"]:
+    problems.append("the counter is %s for %d acknowledged increments" % (out["value"], out["acknowledged"]))
+print("; ".join(problems))
+PY
+)" || verdict="the load's output: $(head -c 300 "$dir/rolling.json")"
+  if [ -n "$verdict" ]; then failed+=("rolling restart: $verdict"); fi
+
   # 2. One host SIGKILLed under load: 8 clients incrementing one counter through the balancer
   # (Scripts/lib/fleet_load.py), the host killed 2 s in.
   local victim_name victim_pid
@@ -584,15 +695,13 @@ PY
     fleet_curl "$dir" "$url/v1/handle" -o /dev/null -f --data '{"intent": "MakeUppercase", "parameters": {"text": "warm"}}' ||
       failed+=("a call before the kill failed")
   done
-  local store load_pid
-  store="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["store"] or "")' "$dir/fleet.json")"
   python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "${EXTRUN_FLEET_CHECK_CALLS:-25}" fleet-check >"$dir/load.json" 2>"$dir/load.err" &
   load_pid=$!
   sleep 2
   local descendants
-  descendants="$(fleet_descendants "$victim_pid" | tr '\n' ' ')"
-  log "fleet check: SIGKILL to host $victim_name ($victim_pid) under load, with $(wc -w <<<"$descendants") processes of its own: $descendants"
-  kill -KILL "$victim_pid"
+  descendants="$(fleet_descendants "${victim_pid%@*}" | tr '\n' ' ')"
+  log "fleet check: SIGKILL to host $victim_name (${victim_pid%@*}) under load, with $(wc -w <<<"$descendants") processes of its own: $(sed 's/@[0-9]*//g' <<<"$descendants")"
+  fleet_alive "$victim_pid" && kill -KILL "${victim_pid%@*}"
   wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/load.err")")
   verdict="$(python3 - "$dir/load.json" "$store" <<'PY'
 import json, sys

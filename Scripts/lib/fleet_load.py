@@ -7,6 +7,7 @@ by what the connection did. Then one GetGlobalVariable. Prints one JSON object:
    "latencyMs": {"p50": ..., "p99": ..., "max": ...}, "seconds": S}
 
 Usage: python3 fleet_load.py URL TOKEN_FILE CLIENTS CALLS NAME
+CALLS is a number per client, or until=PATH: each client calls until PATH exists.
 Standard library only (it runs on the system's python3).
 """
 
@@ -42,9 +43,19 @@ def main():
     failed = {}
     latencies = []
 
+    import itertools
+    import os
+
+    def more(sent):
+        if calls.startswith("until="):
+            return not os.path.exists(calls[len("until="):])
+        return sent < int(calls)
+
     def client():
         nonlocal acknowledged
-        for _ in range(int(calls)):
+        for sent in itertools.count():
+            if not more(sent):
+                break
             began = time.monotonic()
             try:
                 status, answer = call(url, token, {"intent": "IncrementGlobalVariable", "parameters": {"name": name}})
