@@ -4,13 +4,15 @@
 Starts `extrun mcp --no-donate` (the in-process row does not donate either), initializes, calls MakeUppercase `--warmup` times (the plugin
 process is started once and kept warm by the server's pool), then times `--count`
 calls: from writing the `tools/call` line to reading its result line. A plain
-client (the standard library only, newline-delimited JSON on pipes), so that the
+client (the standard library only, newline-delimited JSON on pipes, answers read
+through a buffer), so that the
 figure is the server's round trip and not an SDK's: the MCP layer's cost is this
 minus the warm in-process figure (PluginPool.handle) of the same run.
 Prints JSON: {"count", "p50Us", "p90Us", "p99Us", "meanUs", "perSecond"}.
 """
 
 import argparse
+import io
 import json
 import os
 import statistics
@@ -29,7 +31,10 @@ def main():
     args = parser.parse_args()
 
     server = subprocess.Popen([args.extrun, "mcp"] + ([] if args.donate else ["--no-donate"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
-    out = server.stdout
+    # Answers read through a buffer (stdin stays unbuffered: each request is one write). A
+    # raw pipe's readline() reads one byte per read(2), ~200 system calls an answer, which
+    # timed the client (~135 µs) rather than the server.
+    out = io.BufferedReader(server.stdout, 65536)
     next_id = [0]
 
     def request(method, params):
