@@ -686,6 +686,56 @@ PY
 )" || verdict="the load's output: $(head -c 300 "$dir/rolling.json")"
   if [ -n "$verdict" ]; then failed+=("rolling restart: $verdict"); fi
 
+  # 1e. PostgreSQL restarted under load (with a shared store): stopped at once (`immediate`,
+  # as a crash) 2 s in, started again 3 s later; the calls meanwhile fail with the store's
+  # typed errors, never the balancer's or a connection's; then every call succeeds again,
+  # on the same hosts (none restarted), and the counter holds every acknowledged increment.
+  if [ -n "$store" ]; then
+    local hosts_before pgbin pguser
+    hosts_before="$(awk '$1 == "host" {print $3}' "$dir/processes" | tr '\n' ' ')"
+    source "$ROOT/Scripts/lib/postgres.sh"
+    pgbin="$(postgres_bin_dir)"
+    pguser="$(cat "$dir/postgres/user")"
+    rm -f "$dir/load.stop"
+    python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "until=$dir/load.stop" fleet-pg-restart >"$dir/pgrestart.json" 2>"$dir/pgrestart.err" &
+    load_pid=$!
+    sleep 2
+    local stopped_at
+    stopped_at="$(date +%s.%N)"
+    postgres_as "$pguser" "$pgbin/pg_ctl" -D "$dir/postgres/data" -m immediate -w stop >/dev/null 2>&1 || failed+=("PostgreSQL did not stop")
+    sleep 3
+    postgres_run "$dir/postgres" || failed+=("PostgreSQL did not start again")
+    log "fleet check: PostgreSQL stopped (immediate) and started again after $(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))" "$stopped_at") s, under load"
+    sleep 5
+    touch "$dir/load.stop"
+    wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/pgrestart.err")")
+    local after_codes=()
+    for i in $(seq 1 6); do
+      after_codes+=("$(fleet_curl "$dir" "$url/v1/handle" -o /dev/null -w '%{http_code}' --data '{"intent": "IncrementGlobalVariable", "parameters": {"name": "fleet-pg-after"}}' 2>/dev/null || true)")
+    done
+    log "fleet check: 6 calls after PostgreSQL came back: statuses ${after_codes[*]}"
+    [ "$(printf '%s\n' "${after_codes[@]}" | grep -vc '^200$' || true)" = 0 ] || failed+=("calls after PostgreSQL came back failed: ${after_codes[*]}")
+    [ "$(awk '$1 == "host" {print $3}' "$dir/processes" | tr '\n' ' ')" = "$hosts_before" ] || failed+=("the hosts changed during the PostgreSQL restart")
+    for p in $hosts_before; do fleet_alive "$p" || failed+=("host $p died during the PostgreSQL restart"); done
+    verdict="$(python3 - "$dir/pgrestart.json" <<'PY'
+import json, sys
+out = json.load(open(sys.argv[1]))
+print("  PostgreSQL restart, 8 clients: %d increments acknowledged, failed %s, the counter %s, latency p50 %s ms p99 %s ms max %s ms, %s s"
+      % (out["acknowledged"], json.dumps(out["failed"]), out["value"], out["latencyMs"]["p50"], out["latencyMs"]["p99"], out["latencyMs"]["max"], out["seconds"]), file=sys.stderr)
+problems = []
+untyped = {k: v for k, v in out["failed"].items() if "balancer" in k or k.startswith("connection")}
+if untyped:
+    problems.append("calls failed without the store's typed error: %s" % json.dumps(untyped))
+failures = sum(out["failed"].values())
+value = out["value"] if isinstance(out["value"], int) else -1
+if not out["acknowledged"] <= value <= out["acknowledged"] + failures:
+    problems.append("the counter is %s for %d acknowledged increments and %d failed calls" % (out["value"], out["acknowledged"], failures))
+print("; ".join(problems))
+PY
+)" || verdict="the load's output: $(head -c 300 "$dir/pgrestart.json")"
+    if [ -n "$verdict" ]; then failed+=("PostgreSQL restart: $verdict"); fi
+  fi
+
   # 2. One host SIGKILLed under load: 8 clients incrementing one counter through the balancer
   # (Scripts/lib/fleet_load.py), the host killed 2 s in.
   local victim_name victim_pid

@@ -60,7 +60,9 @@ def main():
             try:
                 status, answer = call(url, token, {"intent": "IncrementGlobalVariable", "parameters": {"name": name}})
                 ok = status == 200 and answer.get("exitStatus") == 0
-                key = None if ok else "%d %s" % (status, ((answer.get("report") or {}).get("error") or {}).get("kind", ""))
+                report = answer.get("report") or {}
+                kind = (report.get("error") or {}).get("kind") or ((report.get("response") or {}).get("failure") or {}).get("code", "")
+                key = None if ok else ("%d %s" % (status, kind) if answer.get("exitStatus") in (None, 0) or status != 200 else "%d exit %s %s" % (status, answer.get("exitStatus"), kind)).strip()
             except (OSError, http.client.HTTPException, ValueError) as error:
                 ok, key = False, "connection: %s" % type(error).__name__
             elapsed = (time.monotonic() - began) * 1000
@@ -78,7 +80,10 @@ def main():
     for thread in threads:
         thread.join()
     seconds = time.monotonic() - began
-    status, answer = call(url, token, {"intent": "GetGlobalVariable", "parameters": {"name": name}})
+    try:
+        status, answer = call(url, token, {"intent": "GetGlobalVariable", "parameters": {"name": name}})
+    except (OSError, http.client.HTTPException) as error:
+        status, answer = "connection: %s" % type(error).__name__, {}
     value = (((answer.get("report") or {}).get("response") or {}).get("properties") or {}).get("value")
     latencies.sort()
 
