@@ -6,10 +6,14 @@
 // and at the end, so that the rows "8 concurrent clients" and "RSS flat over N intents"
 // come from one tool.
 //
-//   serveload -s SOCKET -f INTENT.json -c 8 -n 100000 -w 200 [-p SERVICE_PID] [-q QUERY]
+//   serveload -s SOCKET -f INTENT.json -c 8 -n 100000 -w 200 [-p SERVICE_PID] [-q QUERY | -m TOOL]
 //
 // -q adds a query to the request's target (e.g. -q donate=false: the intents are not
 // donated, docs/serve.md "Performance").
+//
+// -m TOOL sends the file to POST /mcp instead: a 2026-07-28 MCP `tools/call` of TOOL (the
+// file is the JSON-RPC message, with its `_meta`), with the headers that era asks for; an
+// answer counts as a success when it is a 200 whose result is complete and not an error.
 //
 // With -p, also the CPU time (user + system, from /proc) per measured intent: of the
 // service's process, of its descendants alive at both ends (the plugins and their
@@ -31,6 +35,7 @@
 
 static const char *socket_path;
 static const char *query = "";
+static const char *mcp_tool;
 static char *request;
 static size_t request_len;
 static long total, warmup;
@@ -84,7 +89,9 @@ static int exchange(int fd, char *buffer, size_t capacity) {
         if ((long)filled >= body_start + length) break;
         if (filled + 1 >= capacity) return -1;
     }
-    int ok = strncmp(buffer, "HTTP/1.1 200", 12) == 0 && strstr(buffer + body_start, "\"exitStatus\":0") != NULL;
+    int ok = strncmp(buffer, "HTTP/1.1 200", 12) == 0 &&
+             (mcp_tool ? strstr(buffer + body_start, "\"resultType\":\"complete\"") != NULL && strstr(buffer + body_start, "\"isError\":true") == NULL
+                       : strstr(buffer + body_start, "\"exitStatus\":0") != NULL);
     return ok ? 0 : 1;
 }
 
@@ -205,7 +212,7 @@ int main(int argc, char **argv) {
     total = 10000;
     warmup = 100;
     int option;
-    while ((option = getopt(argc, argv, "s:f:c:n:w:p:q:")) != -1) {
+    while ((option = getopt(argc, argv, "s:f:c:n:w:p:q:m:")) != -1) {
         switch (option) {
         case 's': socket_path = optarg; break;
         case 'f': intent_path = optarg; break;
@@ -214,6 +221,7 @@ int main(int argc, char **argv) {
         case 'w': warmup = atol(optarg); break;
         case 'p': pid = atol(optarg); break;
         case 'q': query = optarg; break;
+        case 'm': mcp_tool = optarg; break;
         default: fprintf(stderr, "usage: serveload -s SOCKET -f INTENT.json [-c CLIENTS] [-n TOTAL] [-w WARMUP] [-p PID] [-q QUERY]\n"); return 64;
         }
     }
@@ -229,13 +237,20 @@ int main(int argc, char **argv) {
     char body[65536];
     size_t body_len = fread(body, 1, sizeof(body), file);
     fclose(file);
-    if (strlen(query) > 200) {
-        fprintf(stderr, "serveload: -q QUERY is longer than 200 bytes\n");
+    if (strlen(query) > 200 || (mcp_tool && strlen(mcp_tool) > 200)) {
+        fprintf(stderr, "serveload: -q QUERY or -m TOOL is longer than 200 bytes\n");
         return 64;
     }
-    request = malloc(body_len + 512);
-    request_len = (size_t)snprintf(request, 512, "POST /v1/handle%s%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                                   query[0] ? "?" : "", query, body_len);
+    request = malloc(body_len + 1024);
+    if (mcp_tool) {
+        request_len = (size_t)snprintf(request, 1024,
+                                       "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                                       "Mcp-Method: tools/call\r\nMcp-Name: %s\r\nMCP-Protocol-Version: 2026-07-28\r\nContent-Length: %zu\r\n\r\n",
+                                       mcp_tool, body_len);
+    } else {
+        request_len = (size_t)snprintf(request, 512, "POST /v1/handle%s%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                                       query[0] ? "?" : "", query, body_len);
+    }
     memcpy(request + request_len, body, body_len);
     request_len += body_len;
     latencies = calloc((size_t)total, sizeof(uint32_t));
