@@ -228,6 +228,17 @@ struct ServeMCPTests {
         #expect(Self.exchanges(report, rpc: "subscriptions/listen").first?["contentType"] == "text/event-stream", "\(report["http"] ?? .null)")
     }
 
+    @Test("A state presented after serve.json's requestStateLifetimeSeconds is refused (-32602, expired) and starts nothing")
+    func expiredState() throws {
+        let service = try RunningService(cli: try CLI(), policy: #"{"mcp": {"requestStateLifetimeSeconds": 1}}"#)
+        defer { service.stop() }
+        let report = try Self.client(
+            "expired", ["endpoints": [Self.endpoint(service)], "wait": 2.5, "pid": .int(Int64(service.process.processIdentifier))])
+        #expect(Self.item(report["late"], 0) == "error" && Self.item(report["late"], 1) == -32602, "\(report["late"] ?? .null)")
+        #expect(Self.item(report["late"], 2)?.stringValue?.contains("expired") == true, "\(report["late"] ?? .null)")
+        #expect(report["processesBefore"] == 0 && report["processesAfter"] == 0, "\(report)")
+    }
+
     // MARK: The handshake era
 
     @Test("2025-11-25 over HTTP with the SDK: initialize makes an Mcp-Session-Id, list and calls carry it, OrderSoup's questions come in band on the call's SSE stream and the SDK's callback answers them (202 each), DELETE ends the session")

@@ -167,6 +167,20 @@ async def main():
             # The state itself still continues on the second service.
             out["genuine"] = (await call(b, "OrderSoup", {"quantity": 1}, {key: response}, state))[0]
 
+        elif scenario == "expired":
+            # A state presented after serve.json's requestStateLifetimeSeconds: refused, nothing runs.
+            session = await endpoints[0].open(stack, elicitation=Asker())
+            first = await call(session, "OrderSoup", {"quantity": 1})
+            assert first[0] == "input", first
+            required = first[1]
+            (key, request), = required.input_requests.items()
+            response, _ = answer(request, ["first"])
+            await anyio.sleep(spec["wait"])
+            out["processesBefore"] = len(children(spec["pid"]))
+            late = await call(session, "OrderSoup", {"quantity": 1}, {key: response}, required.request_state)
+            out["late"] = list(late) if late[0] == "error" else [late[0]]
+            out["processesAfter"] = len(children(spec["pid"]))
+
         elif scenario == "handshake":
             # 2025-11-25 through initialize: a session, a listing, calls, OrderSoup's questions in
             # band on the call's own SSE stream (answered by the callback), DELETE at the end.
