@@ -37,7 +37,7 @@ package final class PostgresStore: @unchecked Sendable {
 
     /// Runs one statement outside any transaction (`CREATE DATABASE`, `DROP DATABASE`).
     package func run(_ sql: String) throws {
-        try read { session in try session.execute(PostgresQuery(unsafeSQL: sql)) }
+        _ = try read { session in try session.execute(PostgresQuery(unsafeSQL: sql)) }
     }
 
     /// The first column of the first row of `sql` (with `$1` bound to `argument`), as a whole number: for checks.
@@ -82,7 +82,9 @@ package final class PostgresStore: @unchecked Sendable {
                     return result
                 } catch {
                     let retry = PostgresStore.isRetryable(error) && attempt < PostgresStore.maxAttempts
-                    rollBack(session)
+                    // A connection the server dropped is not asked to roll back (a statement sent
+                    // on it as it closes was seen never to be answered): the server rolled back.
+                    if PostgresStore.connectionLost(error) { dropConnection() } else { rollBack(session) }
                     if retry { continue }
                     throw storeError(error)
                 }
@@ -104,6 +106,7 @@ package final class PostgresStore: @unchecked Sendable {
     }
 
     private func rollBack(_ session: PostgresSession) {
+        guard !session.connection.isClosed else { return dropConnection() }
         do {
             try session.execute("ROLLBACK")
         } catch {
