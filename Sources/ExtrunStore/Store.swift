@@ -75,9 +75,15 @@ public final class Store: Sendable {
     ///   `StoreLimits.maxLogBytesLongLived` and fold the log when they stop: `foldLog()`).
     /// - Parameter location: where the rows are; nil: `EXTRUN_STORE`, else `store` in
     ///   `<home>/policy.json`, else `<home>/store.sqlite` (`StoreLocation`).
-    public init(
+    public convenience init(
         home: URL, location: StoreLocation? = nil, checkpointOnClose: Bool = true, logLimitBytes: Int = StoreLimits.maxLogBytes
     ) throws {
+        try self.init(home: home, location: location, checkpointOnClose: checkpointOnClose, logLimitBytes: logLimitBytes, newFile: false)
+    }
+
+    /// - Parameter newFile: with `location` `.sqlite`, creates `store.sqlite` even where keys
+    ///   show that a store existed (`copy(to:)` back from a PostgreSQL server).
+    package init(home: URL, location: StoreLocation?, checkpointOnClose: Bool, logLimitBytes: Int, newFile: Bool) throws {
         var path = home.standardizedFileURL.path
         while path.count > 1, path.hasSuffix("/") { path.removeLast() }
         self.home = URL(fileURLWithPath: path, isDirectory: true)
@@ -93,7 +99,8 @@ public final class Store: Sendable {
         switch try location ?? StoreLocation.configured(home: path, keystore: keystore) {
         case .sqlite:
             backend = .sqlite(
-                try StoreDatabase.open(home: path, keystore: keystore, checkpointOnClose: checkpointOnClose, logLimitBytes: logLimitBytes))
+                try StoreDatabase.open(
+                    home: path, keystore: keystore, checkpointOnClose: checkpointOnClose, logLimitBytes: logLimitBytes, newFile: newFile))
             try StorePermissions.checkDatabase(home: path)
         case .postgres(let server):
             backend = .postgres(try PostgresStore(location: server))

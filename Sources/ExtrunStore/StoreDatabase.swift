@@ -50,8 +50,10 @@ package final class StoreDatabase: Sendable {
     // MARK: - Opening
 
     /// Opens the store under `home`, creating it only when there is no sign that one existed.
+    /// - Parameter newFile: creates a missing file even though keys show that a store
+    ///   existed (`extrun store copy` into a home whose rows were on a PostgreSQL server).
     static func open(
-        home: String, keystore: Keystore, checkpointOnClose: Bool = true, logLimitBytes: Int = StoreLimits.maxLogBytes
+        home: String, keystore: Keystore, checkpointOnClose: Bool = true, logLimitBytes: Int = StoreLimits.maxLogBytes, newFile: Bool = false
     ) throws -> StoreDatabase {
         let path = home + "/store.sqlite"
         var info = stat()
@@ -60,7 +62,7 @@ package final class StoreDatabase: Sendable {
             guard code == ENOENT else {
                 throw StoreError(.ioError, "cannot open \(path): \(SystemCall.reason(code))", details: ["file": .string(path)])
             }
-            if FileManager.default.fileExists(atPath: path + "-wal") || keystore.hasAnyKey() {
+            if !newFile, FileManager.default.fileExists(atPath: path + "-wal") || keystore.hasAnyKey() {
                 throw StoreError(
                     .storeMissing,
                     "\(path) is missing, but \(keystore.directory) holds owners' keys (or \(path)-wal exists), so a store existed: it was moved or deleted. Restore it from a backup (with its -wal file if there was one); extrun changes nothing and never starts an empty store in its place.",

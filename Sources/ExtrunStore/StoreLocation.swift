@@ -130,9 +130,17 @@ public struct PostgresLocation: Sendable, Equatable {
         return copy
     }
 
+    /// This user's name (libpq's default user), from /etc/passwd itself (no NSS: the CLI is a
+    /// static executable; `LocalUsers`).
     static func systemUser() -> String {
-        guard let entry = getpwuid(geteuid()), let name = entry.pointee.pw_name else { return "postgres" }
-        return String(cString: name)
+        let uid = geteuid()
+        if let text = try? String(contentsOfFile: "/etc/passwd", encoding: .utf8) {
+            for line in text.split(separator: "\n") {
+                let fields = line.split(separator: ":", omittingEmptySubsequences: false)
+                if fields.count >= 3, UInt32(fields[2]) == uid { return String(fields[0]) }
+            }
+        }
+        return "postgres"
     }
 
     static func readPassword(_ file: String, origin: String) throws -> String {

@@ -14,7 +14,7 @@ struct StoreCommand: ParsableCommand {
             When extrun reports the store damaged: keep a copy of those files first (while no \
             extrun runs), then `extrun store check`, then `extrun store recover NEW-FILE`.
             """,
-        subcommands: [StoreCheck.self, StoreRecover.self]
+        subcommands: [StoreCheck.self, StoreRecover.self, StoreCopyCommand.self]
     )
 }
 
@@ -83,6 +83,32 @@ struct StoreRecover: ParsableCommand {
             Output.printError(
                 "extrun: copied \(total) readable rows of \(report.source) into \(report.destination); what could not be read is named under \"unreadable\" and \"problems\" above. \(report.source) was not changed.")
             throw ExitCode(StoreExit.code(for: .corruptStore))
+        }
+    }
+}
+
+struct StoreCopyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "copy",
+        abstract: "Copy the store's rows into a PostgreSQL server, or from one back into store.sqlite.",
+        discussion: """
+            Copies owners, globals, bookmarks, donations and quotas from the store this home uses \
+            (EXTRUN_STORE, store in policy.json, else $EXTRUN_HOME/store.sqlite) into URL: a \
+            postgresql:// URL (libpq's forms; the password from PGPASSFILE), or `sqlite` for \
+            $EXTRUN_HOME/store.sqlite. The sealed bytes are copied unchanged: the keys in \
+            $EXTRUN_HOME/keys open them there. Each batch of 1,000 rows is one transaction; run \
+            again after a stop, the copy goes on. At the end every table is compared row for row \
+            (exit 16 if the destination held other rows). The source is not changed; point \
+            EXTRUN_STORE (or policy.json's store) at the destination to use it. docs/store.md, "PostgreSQL".
+            """)
+    @Option(help: ArgumentHelp("Where to copy to: a postgresql:// URL, or sqlite.", valueName: "url")) var to: String
+
+    func run() throws {
+        try StoreExit.run { store in
+            let report = try store.copy(to: StoreLocation.parse(to, origin: "--to"))
+            Output.printJSON(report.json)
+            let total = report.copied.values.reduce(0, +)
+            Output.printError("Copied \(total) rows from \(report.source) into \(report.destination), and compared every table row for row.")
         }
     }
 }

@@ -160,7 +160,7 @@ import Glibc
 /// An empty file of its own, removed when the value goes away.
 private final class TempFile {
     let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("extrun-pg-\(UUID().uuidString)")
-    init() { FileManager.default.createFile(atPath: url.path, contents: nil) }
+    init() { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
     deinit { try? FileManager.default.removeItem(at: url) }
 }
 

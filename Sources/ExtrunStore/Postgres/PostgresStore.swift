@@ -37,7 +37,7 @@ package final class PostgresStore: @unchecked Sendable {
 
     /// Runs one statement outside any transaction (`CREATE DATABASE`, `DROP DATABASE`).
     package func run(_ sql: String) throws {
-        try read { session in try session.execute(PostgresQuery(unsafeSQL: sql)) }
+        _ = try read { session in try session.execute(PostgresQuery(unsafeSQL: sql)) }
     }
 
     /// The first column of the first row of `sql` (with `$1` bound to `argument`), as a whole number: for checks.
@@ -82,7 +82,9 @@ package final class PostgresStore: @unchecked Sendable {
                     return result
                 } catch {
                     let retry = PostgresStore.isRetryable(error) && attempt < PostgresStore.maxAttempts
-                    rollBack(session)
+                    // A connection the server dropped is not asked to roll back (a statement sent
+                    // on it as it closes was seen never to be answered): the server rolled back.
+                    if PostgresStore.connectionLost(error) { dropConnection() } else { rollBack(session) }
                     if retry { continue }
                     throw storeError(error)
                 }
@@ -104,6 +106,7 @@ package final class PostgresStore: @unchecked Sendable {
     }
 
     private func rollBack(_ session: PostgresSession) {
+        guard !session.connection.isClosed else { return dropConnection() }
         do {
             try session.execute("ROLLBACK")
         } catch {
@@ -244,13 +247,36 @@ package struct PostgresSession {
     /// The statement's rows (one statement: parameters are bound, never spliced in).
     @discardableResult
     package func query(_ query: PostgresQuery) throws -> [PostgresRow] {
-        try connection.query(query, logger: connection.logger).wait().rows
+        try answer(query).rows
     }
 
     /// The statement's count of rows changed (UPDATE, DELETE, INSERT).
     @discardableResult
     package func execute(_ query: PostgresQuery) throws -> Int {
-        try connection.query(query, logger: connection.logger).wait().metadata.rows ?? 0
+        try answer(query).metadata.rows ?? 0
+    }
+
+    /// The longest a statement's answer is waited for without a deadline bound (`StoreDeadline`).
+    static let maxWaitNanoseconds: Int64 = 60_000_000_000
+
+    /// Sends the statement and waits for its answer, never past the caller's deadline (plus a
+    /// second for the server's own `statement_timeout` to answer first) or `maxWaitNanoseconds`:
+    /// then the connection is closed, which ends the wait with an error (`storeUnavailable`)
+    /// and the next call connects again. A wait without an end held the store's lock, and
+    /// every later run of the process waited behind it past its deadline.
+    private func answer(_ query: PostgresQuery) throws -> PostgresQueryResult {
+        var limit = PostgresSession.maxWaitNanoseconds
+        if let deadline = StoreDeadline.current {
+            let now = StoreDeadline.now()
+            limit = min(limit, deadline > now ? Int64(deadline - now) + 1_000_000_000 : 1_000_000_000)
+        }
+        let connection = connection
+        let timer = connection.eventLoop.scheduleTask(in: .nanoseconds(limit)) {
+            let closed: EventLoopFuture<Void> = connection.close()
+            closed.whenComplete { _ in withExtendedLifetime(connection) {} }
+        }
+        defer { timer.cancel() }
+        return try connection.query(query, logger: connection.logger).wait()
     }
 
     /// Keeps every statement of this transaction, its lock waits included, inside the
