@@ -365,6 +365,10 @@ backend hosts
     retries 2
     option redispatch 1
     retry-on conn-failure 503
+    # A 503 is retried only if HAProxy holds the whole request: wait for the body before
+    # sending (a client that writes the head and the body apart, as Python's http.client does,
+    # would otherwise get the host's 503 unretried).
+    option http-buffer-request
     default-server check inter 1s fall 2 rise 2
     # MCP's handshake era (2025-11-25 and before) keeps a session on the host that answered
     # initialize (Mcp-Session-Id): a request naming a session goes to that host. A request

@@ -7,7 +7,8 @@ by what the connection did. Then one GetGlobalVariable. Prints one JSON object:
    "latencyMs": {"p50": ..., "p99": ..., "max": ...}, "seconds": S}
 
 Usage: python3 fleet_load.py URL TOKEN_FILE CLIENTS CALLS NAME
-CALLS is a number per client, or until=PATH: each client calls until PATH exists.
+CALLS is a number per client, or until=PATH: each client calls until PATH exists; either way
+no call starts after FLEET_LOAD_MAX_SECONDS (default 120).
 Standard library only (it runs on the system's python3).
 """
 
@@ -46,7 +47,13 @@ def main():
     import itertools
     import os
 
+    # However the hosts behave, the load ends within FLEET_LOAD_MAX_SECONDS (120) plus one
+    # call's timeout: no new call starts after it.
+    deadline = time.monotonic() + float(os.environ.get("FLEET_LOAD_MAX_SECONDS", "120"))
+
     def more(sent):
+        if time.monotonic() > deadline:
+            return False
         if calls.startswith("until="):
             return not os.path.exists(calls[len("until="):])
         return sent < int(calls)
