@@ -127,6 +127,10 @@ public enum ServeService {
     ) -> ServerBootstrap {
         ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 1024)
+            // A restarted service binds its TCP port again at once, even while connections of
+            // the previous one are in TIME_WAIT (a fleet's rolling restart); two listeners on
+            // one port are still refused (that would be SO_REUSEPORT).
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)

@@ -392,6 +392,36 @@ struct ServeListenerTests {
         #expect(insecure.status == 11 && insecure.stderr.contains("chmod 600"), "\(insecure)")
     }
 
+    @Test("A service restarted on its TCP port binds it again at once, while the previous one's closed connection is in TIME_WAIT (SO_REUSEADDR)")
+    func restartOnTheSamePort() throws {
+        let dir = try TempDirectory("reuse")
+        let token = "s3cret-token-\(UUID().uuidString)"
+        let file = try dir.write("token", token, mode: 0o600)
+        let port = try Self.freePort()
+        let first = try RunningService(cli: cli, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
+        // A keep-alive connection the service closes first when it stops: its end of it stays in TIME_WAIT.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        #expect(connected)
+        let request = "GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\r\n"
+        _ = request.withCString { write(fd, $0, strlen($0)) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let got = read(fd, &buffer, buffer.count)
+        #expect(got > 0 && String(decoding: buffer.prefix(max(0, got)), as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+        first.stop()
+        close(fd)
+        let second = try RunningService(cli: cli, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
+        defer { second.stop() }
+        let health = try second.client(["describe", "MakeUppercase", "--server", second.socket])
+        #expect(health.status == 0, "\(health)\n\(second.logText)")
+    }
+
     /// A loopback port nobody listens on now.
     static func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
