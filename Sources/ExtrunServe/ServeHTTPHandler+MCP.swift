@@ -77,9 +77,7 @@ extension ServeHTTPHandler {
     }
 
     /// One message before the final reply, as an SSE event (the first one sends the answer's head).
-    /// A progress notification is dropped while the caller leaves more than
-    /// `progressBudgetBytes` unread; any other message not taken within writeTimeoutSeconds
-    /// closes the connection, which cancels the run.
+    /// Written as an interactive run's events are (`writeStreamed`: progress is lossy).
     func sendMCPEvent(_ message: JSONValue, context: ChannelHandlerContext) {
         guard active, mcpExchange != nil else { return }
         if !mcpStreaming {
@@ -89,32 +87,8 @@ extension ServeHTTPHandler {
             headers.add(name: "cache-control", value: "no-store")
             context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))), promise: nil)
         }
-        let event = Self.sseEvent(message)
         let lossy = message.objectValue?["method"]?.stringValue == "notifications/progress"
-        if lossy, mcpPending + event.count > Self.progressBudgetBytes {
-            mcpDroppedProgress += 1
-            if mcpDroppedProgress == 1 {
-                engine.logger.notice("MCP progress dropped: the caller does not read its stream", metadata: ["pendingBytes": "\(mcpPending)"])
-            }
-            return
-        }
-        mcpPending += event.count
-        let promise = context.eventLoop.makePromise(of: Void.self)
-        context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: event)))), promise: promise)
-        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        let timeout: Scheduled<Void>? =
-            lossy
-            ? nil
-            : context.eventLoop.scheduleTask(in: .milliseconds(Int64(engine.policy.writeTimeoutSeconds * 1000))) {
-                let (handler, context) = bound.value
-                handler.engine.logger.warning("an MCP caller did not take a message within writeTimeoutSeconds: disconnected, its call is cancelled")
-                context.close(promise: nil)
-            }
-        let size = event.count
-        promise.futureResult.whenComplete { _ in
-            timeout?.cancel()
-            bound.value.0.mcpPending -= size
-        }
+        writeStreamed(Self.sseEvent(message), lossy: lossy, context: context)
     }
 
     /// The exchange's last output: the JSON answer, or the stream's last event and its end.

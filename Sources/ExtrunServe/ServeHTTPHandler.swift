@@ -52,8 +52,6 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     let mcp: MCPDispatcher?
     var mcpExchange: MCPExchange?
     var mcpStreaming = false
-    var mcpPending = 0
-    var mcpDroppedProgress = 0
 
     init(engine: ServeEngine, token: [UInt8]?, mcp: MCPDispatcher? = nil) {
         self.engine = engine
@@ -442,11 +440,17 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// Writes an event line of an interactive run (on the event loop).
-    /// Progress (`lossy`) is dropped while the stream holds more than progressBudgetBytes
-    /// the caller has not read; any other event (a prompt, a tell) not taken within
-    /// writeTimeoutSeconds closes the connection, which cancels the run.
     fileprivate func writeEvent(_ line: [UInt8], lossy: Bool, context: ChannelHandlerContext) {
         guard active, stream != nil else { return }
+        writeStreamed(line, lossy: lossy, context: context)
+    }
+
+    /// Writes one event of a streamed answer (an interactive run's NDJSON line, an MCP
+    /// call's SSE event), on the event loop. Progress (`lossy`) is dropped while the stream
+    /// holds more than progressBudgetBytes the caller has not read; any other event (a
+    /// prompt, a tell, an in-band question) not taken within writeTimeoutSeconds closes the
+    /// connection, which cancels the run.
+    func writeStreamed(_ line: [UInt8], lossy: Bool, context: ChannelHandlerContext) {
         if lossy, streamPending + line.count > Self.progressBudgetBytes {
             droppedProgress += 1
             if droppedProgress == 1 {
