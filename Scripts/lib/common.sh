@@ -102,7 +102,19 @@ build_debug() {
   } || true
   local status=${statuses[0]:-1}
   local own dependency
-  own=$(grep -E "^$ROOT/(Sources|Tests|Examples|Plugins|Benchmarks|Fuzz|Package\.swift)[^:]*:[0-9]+:([0-9]+:)? warning:" "$build_log" | sort -u || true)
+  # A warning inside a macro's expansion (#expect) names the macro first and our file on
+  # the next line ("`- FILE:LINE:COL: note: expanded code originates here").
+  own=$( {
+    grep -E "^$ROOT/(Sources|Tests|Examples|Plugins|Benchmarks|Fuzz|Package\.swift)[^:]*:[0-9]+:([0-9]+:)? warning:" "$build_log" || true
+    awk -v root="$ROOT" '
+      /^macro expansion .*: warning: / { warning = $0; sub(/^macro expansion [^ ]*: warning: /, "", warning); next }
+      warning != "" && index($0, "`- " root "/") == 1 && /: note: expanded code originates here/ {
+        place = substr($0, 4); sub(/: note: expanded code originates here.*/, "", place)
+        print place ": warning: (in a macro expansion) " warning
+      }
+      { warning = "" }
+    ' "$build_log"
+  } | sort -u)
   dependency=$(grep -E "warning:" "$build_log" | grep -vE "^$ROOT/(Sources|Tests|Examples|Plugins|Benchmarks|Fuzz|Package\.swift)" | grep -v "macro expansion" | grep -cvE '^ +[|`]' || true)
   if [ "$status" != 0 ]; then
     log "The build FAILED (exit $status). Its errors are above; the whole output is in .build/build.log."

@@ -249,7 +249,8 @@ struct ServeMCPTests {
         #expect(report["protocolVersion"] == "2025-11-25", "\(report)")
         let session = report["session"]?.stringValue ?? ""
         #expect(session.count >= 16, "\(report["http"] ?? .null)")
-        #expect((report["list"]?["names"]?.arrayValue ?? []).contains("OrderSoup"))
+        let listedNames: [JSONValue] = report["list"]?["names"]?.arrayValue ?? []
+        #expect(listedNames.contains("OrderSoup"))
         #expect(report["upper"]?["structuredContent"]?["result"] == "OVER HTTP", "\(report["upper"] ?? .null)")
         let soup = report["soup"]
         #expect(soup?["isError"] == false && soup?["structuredContent"]?["soup"]?["identifier"] == "clam_chowder", "\(soup ?? .null)")
@@ -327,7 +328,8 @@ struct ServeMCPTests {
         let hashed = try Self.client(
             "calls", ["endpoints": [["url": url, "bearer": .string(try issuer.token(subject: "svc#1"))]], "calls": [["MakeUppercase", ["text": "x"]]]])
         #expect(Self.item(hashed["calls"], 0)?["result"]?["structuredContent"]?["result"] == "X", "\(hashed["calls"] ?? .null)")
-        #expect((hashed["list"]?["names"]?.arrayValue ?? []).contains("MakeUppercase"), "\(hashed["list"] ?? .null)")
+        let hashedNames: [JSONValue] = hashed["list"]?["names"]?.arrayValue ?? []
+        #expect(hashedNames.contains("MakeUppercase"), "\(hashed["list"] ?? .null)")
 
         // What alice got is hers: mallory is refused her requestState (-32602) and her handshake session (404).
         let principals = try Self.client(

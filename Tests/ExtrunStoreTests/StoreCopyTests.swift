@@ -64,7 +64,8 @@ import Testing
         try FileManager.default.copyItem(atPath: source.home, toPath: back.sub("home"))
         for file in ["store.sqlite", "store.sqlite-wal", "store.sqlite-shm"] { try? FileManager.default.removeItem(atPath: back.sub("home/" + file)) }
         let fromServer = try Store(home: URL(fileURLWithPath: back.sub("home")), location: server.location)
-        try fromServer.copy(to: .sqlite)
+        let backReport = try fromServer.copy(to: .sqlite)
+        #expect(backReport.copied["global"] == 58)
         let restored = try Store(home: URL(fileURLWithPath: back.sub("home")), location: .sqlite)
         let restoredSnapshot = try Self.snapshot(restored)
         #expect(restoredSnapshot == before, "\(restoredSnapshot.difference(from: before))")
