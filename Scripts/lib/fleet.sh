@@ -187,20 +187,10 @@ fleet_restart() {
   [ -n "$found" ] || { log "fleet: no host $target in $dir"; return 1; }
   read -r pid address <<<"$found"
   fleet_stop_process "$pid" "host $target"
-  # `extrun serve` does not set SO_REUSEADDR on its TCP listener, so while the connections it
-  # closed at its stop are in TIME_WAIT (60 s) the port cannot be bound again ("Address already
-  # in use"): start again until it can, for up to 90 s.
-  local new log_size tries=0
-  while :; do
-    log_size="$(stat -c %s "$dir/hosts/$target/serve.log")"
-    new="$(fleet_identity "$(fleet_start_host "$dir" "$target" "$address")")"
-    for _ in $(seq 20); do fleet_alive "$new" || break; sleep 0.1; done
-    if fleet_alive "$new" || ! tail -c +"$((log_size + 1))" "$dir/hosts/$target/serve.log" | grep -q 'Address already in use'; then break; fi
-    tries=$((tries + 1))
-    [ "$tries" -lt 45 ] || { log "fleet: $target could not bind $address again within 90 s"; return 1; }
-    sleep 1
-  done
-  [ "$tries" = 0 ] || log "fleet: $target bound $address again after $tries refusals (Address already in use: TIME_WAIT without SO_REUSEADDR)"
+  # The same port at once: `extrun serve` binds with SO_REUSEADDR, so the connections the
+  # stopped host closed (TIME_WAIT) do not hold it.
+  local new
+  new="$(fleet_identity "$(fleet_start_host "$dir" "$target" "$address")")"
   sed -i "s/^host $target $pid /host $target $new /" "$dir/processes"
   fleet_wait_host "$dir" "$target" "$new" "$address" || return 1
   for _ in $(seq 300); do
@@ -300,9 +290,10 @@ fleet_up() {
     chmod 711 "$host_dir"
     cp -a "$dir/template-home" "$host_dir/home"
     mkdir -m 1777 "$host_dir/tmp"
-    python3 - "$dir/request-state.key" >"$host_dir/serve.json" <<'EOF'
+    # hostName: the host's interactive runs have ids NAME.UUID, which HAProxy routes answers on.
+    python3 - "$dir/request-state.key" "$name" >"$host_dir/serve.json" <<'EOF'
 import json, sys
-print(json.dumps({"mcp": {"requestStateKeyFile": sys.argv[1]}, "audit": {"path": "audit.log"}}, indent=2))
+print(json.dumps({"hostName": sys.argv[2], "mcp": {"requestStateKeyFile": sys.argv[1]}, "audit": {"path": "audit.log"}}, indent=2))
 EOF
     if [ -n "$k" ]; then
       local ns="extrun-f$k-$name"
@@ -314,10 +305,6 @@ EOF
       ip -n "$ns" addr add "10.231.$k.$((10 + i))/24" dev eth0
       ip -n "$ns" link set eth0 up
       ip -n "$ns" link set lo up
-      # No TIME_WAIT in the host's namespace: `extrun serve` binds its port without
-      # SO_REUSEADDR, so a host restarted (Scripts/fleet restart) could not bind again for 60 s
-      # after the connections it closed itself. Only this namespace's TCP is affected.
-      ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_max_tw_buckets=0
       address="10.231.$k.$((10 + i)):$FLEET_HOST_PORT"
     else
       address="127.0.0.1:$(fleet_free_port)"
@@ -485,8 +472,8 @@ fleet_down() {
     done <"$dir/processes"
     local stoppers=()
     while read -r role name pid address; do
-      if [ "$role" = host ]; then
-        fleet_stop_process "$pid" "host $name" &
+      if [ "$role" != haproxy ]; then
+        fleet_stop_process "$pid" "$role $name" &
         stoppers+=($!)
       fi
     done <"$dir/processes"
@@ -547,6 +534,91 @@ except ValueError:
   done <"$dir/processes"
 }
 
+# Sends COMMAND to HAProxy's admin socket (e.g. "disable server hosts/h2").
+fleet_haproxy_command() {
+  python3 - "$1/haproxy.sock" "$2" <<'EOF' >/dev/null
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+while s.recv(65536):
+    pass
+EOF
+}
+
+# Throughput (Scripts/fleet check, not --short): 8 clients incrementing for
+# EXTRUN_FLEET_THROUGHPUT_SECONDS (15) each, after 3 s of the same to warm up:
+#   oneHostInFleet  through HAProxy to host h1 alone (the others in maintenance), on the fleet's store;
+#   fleet           through HAProxy to every host;
+#   aloneSQLite     straight to one host like h1 (the same binaries, plugins and serve.json) on
+#                   loopback, with a store.sqlite of its own: what the balancer and the shared
+#                   store cost one host.
+# Writes DIR/results/throughput.json; prints what failed.
+fleet_throughput() {
+  local dir="$1" url="$2" seconds="${EXTRUN_FLEET_THROUGHPUT_SECONDS:-15}" name others
+  others="$(awk '$1 == "host" && $2 != "h1" {print $2}' "$dir/processes")"
+  for name in $others; do fleet_haproxy_command "$dir" "disable server hosts/$name"; done
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 for=3 fleet-warm >/dev/null 2>>"$dir/throughput.err" || echo "the warm-up load failed"
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "for=$seconds" fleet-one >"$dir/throughput-one.json" 2>>"$dir/throughput.err" || echo "the one-host load failed"
+  for name in $others; do fleet_haproxy_command "$dir" "enable server hosts/$name"; done
+  for _ in $(seq 100); do
+    [ "$(fleet_haproxy_states "$dir" | grep -c ' UP$')" = "$(awk '$1 == "host"' "$dir/processes" | wc -l)" ] && break
+    sleep 0.1
+  done
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "for=$seconds" fleet-all >"$dir/throughput-all.json" 2>>"$dir/throughput.err" || echo "the fleet's load failed"
+
+  # The same host alone, on SQLite.
+  local alone="$dir/alone" address pid
+  mkdir -m 711 "$alone"
+  mkdir -m 700 "$alone/home"
+  mkdir -m 1777 "$alone/tmp"
+  (
+    export EXTRUN_HOME="$alone/home"
+    unset EXTRUN_STORE
+    "$dir/bin/extrun" owners create EXAMPLETEAM >/dev/null 2>&1 || true
+    "$dir/bin/extrun" owners trust EXAMPLETEAM --signing-key "$dir/plugins/EXAMPLETEAM.pub" >/dev/null
+  )
+  python3 - "$dir/request-state.key" >"$alone/serve.json" <<'EOF'
+import json, sys
+print(json.dumps({"hostName": "alone", "mcp": {"requestStateKeyFile": sys.argv[1]}, "audit": {"path": "audit.log"}}, indent=2))
+EOF
+  address="127.0.0.1:$(fleet_free_port)"
+  pid="$(fleet_identity "$(FLEET_LOG="$alone/serve.log" fleet_spawn env -u EXTRUN_STORE EXTRUN_HOME="$alone/home" EXTRUN_PLUGIN_PATH="$dir/plugins" TMPDIR="$alone/tmp" \
+    "$dir/bin/extrun" serve --socket "$alone/serve.sock" --listen "$address" --token-file "$dir/token" --config "$alone/serve.json")")"
+  echo "alone alone $pid $address" >>"$dir/processes"
+  if fleet_wait_host "$dir" alone "$pid" "$address" >&2; then
+    python3 "$ROOT/Scripts/lib/fleet_load.py" "http://$address" "$dir/token" 8 for=3 fleet-warm >/dev/null 2>>"$dir/throughput.err" || echo "the warm-up load (alone) failed"
+    python3 "$ROOT/Scripts/lib/fleet_load.py" "http://$address" "$dir/token" 8 "for=$seconds" fleet-alone >"$dir/throughput-alone.json" 2>>"$dir/throughput.err" || echo "the load of the host alone failed"
+  else
+    echo "the host alone (SQLite) did not start"
+  fi
+  fleet_stop_process "$pid" "the host alone" >&2
+  python3 - "$dir" "$(awk '$1 == "host"' "$dir/processes" | wc -l)" <<'PY'
+import json, os, sys
+folder, hosts = sys.argv[1], int(sys.argv[2])
+def load(name):
+    try:
+        out = json.load(open(os.path.join(folder, "throughput-%s.json" % name)))
+    except (OSError, ValueError):
+        return None
+    return {k: out[k] for k in ("acknowledged", "failed", "latencyMs", "seconds", "perSecond")}
+result = {"clients": 8, "hosts": hosts, "oneHostInFleet": load("one"), "fleet": load("all"), "aloneSQLite": load("alone"),
+          "loadAverage": round(os.getloadavg()[0], 1)}
+json.dump(result, open(os.path.join(folder, "results", "throughput.json"), "w"), indent=1)
+def rate(r):
+    return r["perSecond"] if r else None
+print("  throughput, 8 clients: h1 alone in the fleet (HAProxy, shared store) %s/s; the fleet's %d hosts %s/s; h1's twin alone on SQLite, straight %s/s (load average %.1f)"
+      % (rate(result["oneHostInFleet"]), hosts, rate(result["fleet"]), rate(result["aloneSQLite"]), result["loadAverage"]), file=sys.stderr)
+for name in ("oneHostInFleet", "fleet", "aloneSQLite"):
+    r = result[name]
+    if r is None:
+        print("no %s measurement" % name)
+    elif r["failed"]:
+        print("%s: calls failed %s" % (name, json.dumps(r["failed"])))
+PY
+}
+
 # The fleet check (Scripts/fleet check): up, then
 #   1. OrderSoup resolved over MCP (2026-07-28, the official Python SDK) through the balancer:
 #      each input_required round a new POST, which round robin sends to the next host; the
@@ -559,7 +631,8 @@ except ValueError:
 #   3. down: no process the fleet started, no namespace, link, socket or file is left.
 # Exits non-zero saying what failed.
 fleet_check() {
-  local dir="$1" count="$2" failed=()
+  local dir="$1" count="$2" short="${3:-0}" json_out="${4:-}" failed=() check_began
+  check_began="$(date +%s)"
   [ "$count" -ge 2 ] || { log "fleet check: needs at least 2 hosts"; exit 64; }
   local python
   python="$(ensure_python_venv)"
@@ -571,7 +644,8 @@ fleet_check() {
   url="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' "$dir/fleet.json")"
   token="$(cat "$dir/token")"
   network="$(cat "$dir/network")"
-  log "fleet check: $count hosts ($network), balancer $url"
+  log "fleet check: $count hosts ($network), balancer $url$([ "$short" = 1 ] && echo ', short: no throughput, no rolling restart')"
+  mkdir -p "$dir/results"
 
   # 1. MCP rounds through the balancer.
   local rounds_out
@@ -644,33 +718,40 @@ PY
   verdict="$(python3 - "${prompts[@]}" <<'PY'
 import json, sys
 runs = [json.loads(a) for a in sys.argv[1:]]
-named = [r for r in runs if r.get("hostNamed")]
 reached = [r for r in runs if r.get("answerStatus") == 200 and r.get("result") == "HELLO, FLEET"]
 print("  interactive runs: %s" % ", ".join("%s answer %s" % (r.get("run"), r.get("answerStatus")) for r in runs), file=sys.stderr)
-if named and len(reached) != len(runs):
-    print("%d of %d answers to runs HOST.UUID did not reach their host" % (len(runs) - len(reached), len(runs)))
-elif not named:
-    print("  %d of %d answers reached the run's host by chance: the run ids do not name their host, so nothing routes them (docs/scaling.md)" % (len(reached), len(runs)), file=sys.stderr)
+problems = []
+unnamed = [r.get("run") for r in runs if not r.get("hostNamed")]
+if unnamed:
+    problems.append("run ids without their host's name (serve.json hostName): %s" % ", ".join(map(str, unnamed)))
+if len(reached) != len(runs):
+    problems.append("%d of %d answers did not reach their run (through the balancer)" % (len(runs) - len(reached), len(runs)))
+print("; ".join(problems))
 PY
 )"
-  if [ -n "$verdict" ]; then failed+=("interactive runs: $verdict"); fi
+  if [ -n "$verdict" ]; then failed+=("interactive runs: $verdict"); else log "fleet check: 3 interactive /v1 runs through the balancer, each answer routed to the host its run id names"; fi
 
   # 1d. A rolling restart under load: each host in turn SIGTERMed (it finishes what runs and
   # refuses what waits, `overloaded` 503, which HAProxy retries), started again, back UP in
   # HAProxy, while 8 clients increment; no call may fail.
-  local name
-  rm -f "$dir/load.stop"
-  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "until=$dir/load.stop" fleet-rolling >"$dir/rolling.json" 2>"$dir/rolling.err" &
-  load_pid=$!
-  sleep 1
-  for name in $(awk '$1 == "host" {print $2}' "$dir/processes"); do
-    fleet_restart "$dir" "$name" 2>&1 | sed 's/^/  /' >&2 || failed+=("the rolling restart of $name failed")
-  done
-  touch "$dir/load.stop"
-  wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/rolling.err")")
-  verdict="$(python3 - "$dir/rolling.json" "$store" <<'PY'
+  # (Before it, with the full check: the throughput, fleet_throughput.)
+  if [ "$short" != 1 ]; then
+    verdict="$(fleet_throughput "$dir" "$url")"
+    [ -z "$verdict" ] || failed+=("throughput: $(tr '\n' ';' <<<"$verdict")")
+    local name
+    rm -f "$dir/load.stop"
+    python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "until=$dir/load.stop" fleet-rolling >"$dir/rolling.json" 2>"$dir/rolling.err" &
+    load_pid=$!
+    sleep 1
+    for name in $(awk '$1 == "host" {print $2}' "$dir/processes"); do
+      fleet_restart "$dir" "$name" 2>&1 | sed 's/^/  /' >&2 || failed+=("the rolling restart of $name failed")
+    done
+    touch "$dir/load.stop"
+    wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/rolling.err")")
+    verdict="$(python3 - "$dir/rolling.json" "$store" "$dir/results/rolling.json" <<'PY'
 import json, sys
 out, store = json.load(open(sys.argv[1])), sys.argv[2]
+json.dump({k: out[k] for k in ("acknowledged", "failed", "failureMessages", "value", "latencyMs", "seconds", "perSecond")}, open(sys.argv[3], "w"), indent=1)
 print("  rolling restart, 8 clients: %d increments acknowledged, failed %s, the counter %s, latency p50 %s ms p99 %s ms max %s ms, %s s"
       % (out["acknowledged"], json.dumps(out["failed"]), out["value"], out["latencyMs"]["p50"], out["latencyMs"]["p99"], out["latencyMs"]["max"], out["seconds"]), file=sys.stderr)
 problems = []
@@ -687,8 +768,9 @@ elif store and out["value"] != out["acknowledged"]:
     problems.append("the counter is %s for %d acknowledged increments" % (out["value"], out["acknowledged"]))
 print("; ".join(problems))
 PY
-)" || verdict="the load's output: $(head -c 300 "$dir/rolling.json")"
-  if [ -n "$verdict" ]; then failed+=("rolling restart: $verdict"); fi
+    )" || verdict="the load's output: $(head -c 300 "$dir/rolling.json")"
+    if [ -n "$verdict" ]; then failed+=("rolling restart: $verdict"); fi
+  fi
 
   # 1e. PostgreSQL restarted under load (with a shared store): stopped at once (`immediate`,
   # as a crash) 2 s in, started again 3 s later; the calls meanwhile fail with the store's
@@ -709,8 +791,10 @@ PY
     postgres_as "$pguser" "$pgbin/pg_ctl" -D "$dir/postgres/data" -m immediate -w stop >/dev/null 2>&1 || failed+=("PostgreSQL did not stop")
     sleep 3
     postgres_run "$dir/postgres" || failed+=("PostgreSQL did not start again")
-    log "fleet check: PostgreSQL stopped (immediate) and started again after $(python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 1))" "$stopped_at") s, under load"
-    sleep 5
+    local started_at
+    started_at="$(date +%s.%N)"
+    log "fleet check: PostgreSQL stopped (immediate) and started again after $(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$stopped_at" "$started_at") s, under load"
+    sleep "${EXTRUN_FLEET_PG_AFTER:-8}"
     touch "$dir/load.stop"
     wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/pgrestart.err")")
     local after_codes=()
@@ -721,12 +805,31 @@ PY
     [ "$(printf '%s\n' "${after_codes[@]}" | grep -vc '^200$' || true)" = 0 ] || failed+=("calls after PostgreSQL came back failed: ${after_codes[*]}")
     [ "$(awk '$1 == "host" {print $3}' "$dir/processes" | tr '\n' ' ')" = "$hosts_before" ] || failed+=("the hosts changed during the PostgreSQL restart")
     for p in $hosts_before; do fleet_alive "$p" || failed+=("host $p died during the PostgreSQL restart"); done
-    verdict="$(python3 - "$dir/pgrestart.json" <<'PY'
+    verdict="$(python3 - "$dir/pgrestart.json" "$stopped_at" "$started_at" "$dir/results/pgRestart.json" <<'PY'
 import json, sys
 out = json.load(open(sys.argv[1]))
+stopped, started = float(sys.argv[2]), float(sys.argv[3])
 print("  PostgreSQL restart, 8 clients: %d increments acknowledged, failed %s, the counter %s, latency p50 %s ms p99 %s ms max %s ms, %s s"
       % (out["acknowledged"], json.dumps(out["failed"]), out["value"], out["latencyMs"]["p50"], out["latencyMs"]["p99"], out["latencyMs"]["max"], out["seconds"]), file=sys.stderr)
+# Recovered: the first acknowledged increment after the server is back with no failure after it
+# (calls = [start, end, ok], by start). Its end, from the server's start (pg_ctl -w returned).
+calls = sorted(out["calls"], key=lambda c: c[1])
+last_failure = max([c[1] for c in calls if not c[2]], default=stopped)
+recovered = min([c[1] for c in calls if c[2] and c[1] > max(last_failure, started)], default=None)
+first_ok = min([c[1] for c in calls if c[2] and c[1] > started], default=None)
+result = {k: out[k] for k in ("acknowledged", "failed", "failureMessages", "value", "latencyMs", "seconds")}
+result.update({
+    "downSeconds": round(started - stopped, 2),
+    "firstAcknowledgedAfterStartSeconds": round(first_ok - started, 2) if first_ok else None,
+    "recoverySeconds": round(recovered - started, 2) if recovered else None,
+    "lastFailureAfterStartSeconds": round(last_failure - started, 2),
+})
+json.dump(result, open(sys.argv[4], "w"), indent=1)
+print("  PostgreSQL down %.1f s; back at +0: first acknowledged call at +%s s, last failed call at %+.2f s, recovered (no failure after) at +%s s"
+      % (started - stopped, result["firstAcknowledgedAfterStartSeconds"], result["lastFailureAfterStartSeconds"], result["recoverySeconds"]), file=sys.stderr)
 problems = []
+if recovered is None:
+    problems.append("no call was acknowledged after the last failure: not recovered within the load")
 untyped = {k: v for k, v in out["failed"].items() if "balancer" in k or k.startswith("connection")}
 if untyped:
     problems.append("calls failed without the store's typed error: %s" % json.dumps(untyped))
@@ -749,7 +852,7 @@ PY
     fleet_curl "$dir" "$url/v1/handle" -o /dev/null -f --data '{"intent": "MakeUppercase", "parameters": {"text": "warm"}}' ||
       failed+=("a call before the kill failed")
   done
-  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "${EXTRUN_FLEET_CHECK_CALLS:-25}" fleet-check >"$dir/load.json" 2>"$dir/load.err" &
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "${EXTRUN_FLEET_CHECK_CALLS:-$([ "$short" = 1 ] && echo 15 || echo 25)}" fleet-check >"$dir/load.json" 2>"$dir/load.err" &
   load_pid=$!
   sleep 2
   local descendants
@@ -757,9 +860,10 @@ PY
   log "fleet check: SIGKILL to host $victim_name (${victim_pid%@*}) under load, with $(wc -w <<<"$descendants") processes of its own: $(sed 's/@[0-9]*//g' <<<"$descendants")"
   fleet_alive "$victim_pid" && kill -KILL "${victim_pid%@*}"
   wait "$load_pid" || failed+=("the load failed: $(tail -3 "$dir/load.err")")
-  verdict="$(python3 - "$dir/load.json" "$store" <<'PY'
+  verdict="$(python3 - "$dir/load.json" "$store" "$dir/results/kill.json" <<'PY'
 import json, sys
 out, store = json.load(open(sys.argv[1])), sys.argv[2]
+json.dump({k: out[k] for k in ("acknowledged", "failed", "failureMessages", "value", "latencyMs", "seconds", "perSecond")}, open(sys.argv[3], "w"), indent=1)
 print("  8 clients: %d increments acknowledged, failed %s, the counter %s, latency p50 %s ms p99 %s ms max %s ms, %s s"
       % (out["acknowledged"], json.dumps(out["failed"]), out["value"], out["latencyMs"]["p50"], out["latencyMs"]["p99"], out["latencyMs"]["max"], out["seconds"]), file=sys.stderr)
 problems = []
@@ -817,6 +921,7 @@ PY
   rm -rf "$dir-logs"
   mkdir -p "$dir-logs"
   cp "$dir/haproxy.log" "$dir"/*.err "$dir-logs/" 2>/dev/null || true
+  cp -r "$dir/results" "$dir-logs/results" 2>/dev/null || true
   for p in "$dir"/hosts/*/; do
     p="${p%/}"
     cp "$p/serve.log" "$dir-logs/${p##*/}.serve.log" 2>/dev/null || true
@@ -845,6 +950,36 @@ PY
 )"
   [ -z "$strays" ] || failed+=("processes naming $dir are left: $strays")
 
+  # The results, one JSON object (Benchmarks/fleet-table.py writes docs/benchmarks.md's fleet
+  # table from it): DIR-logs/check.json, and --json FILE.
+  printf '%s\n' ${failed[@]+"${failed[@]}"} >"$dir-logs/failures.txt"
+  python3 - "$dir-logs" "$count" "$short" "$network" "$store" "$check_began" "$BIN_DIR" "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$([ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] || echo '+uncommitted changes')" <<'PY' >"$dir-logs/check.json"
+import datetime, json, os, sys, time
+logs, count, short, network, store, began, bin_dir, commit = sys.argv[1:9]
+results = {}
+for name in ("throughput", "rolling", "pgRestart", "kill"):
+    try:
+        results[name] = json.load(open(os.path.join(logs, "results", name + ".json")))
+    except (OSError, ValueError):
+        results[name] = None
+failures = [line for line in open(os.path.join(logs, "failures.txt")).read().splitlines() if line]
+print(json.dumps({
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "commit": commit,
+    "build": os.path.basename(os.path.realpath(bin_dir)),
+    "short": short == "1",
+    "hosts": int(count),
+    "network": network.split()[0],
+    "store": "postgresql" if store else "sqlite",
+    "cpus": os.cpu_count(),
+    "loadAverageAtEnd": round(os.getloadavg()[0], 1),
+    "seconds": int(time.time() - float(began)),
+    "passed": not failures,
+    "failures": failures,
+    "results": results,
+}, indent=1))
+PY
+  if [ -n "$json_out" ]; then cp "$dir-logs/check.json" "$json_out"; fi
   if [ ${#failed[@]} -gt 0 ]; then
     log "fleet check FAILED (the logs are in $dir-logs):"
     printf '  %s\n' "${failed[@]}" >&2

@@ -3,12 +3,14 @@ intents (`POST /v1/handle`) through the balancer, one at a time on its own conne
 counting what was acknowledged (200 with the plugin's answer) and what failed, by status or
 by what the connection did. Then one GetGlobalVariable. Prints one JSON object:
 
-  {"acknowledged": N, "failed": {"502": 1, "connection: ...": 2}, "value": V,
-   "latencyMs": {"p50": ..., "p99": ..., "max": ...}, "seconds": S}
+  {"acknowledged": N, "failed": {"502": 1, "connection: ...": 2}, "failureMessages": {KEY: the first one's message}, "value": V,
+   "latencyMs": {"p50": ..., "p99": ..., "max": ...}, "seconds": S, "perSecond": R,
+   "calls": [[START, END, OK], ...]}
 
+START and END are each call's wall-clock times (time.time()), OK whether it was acknowledged.
 Usage: python3 fleet_load.py URL TOKEN_FILE CLIENTS CALLS NAME
-CALLS is a number per client, or until=PATH: each client calls until PATH exists; either way
-no call starts after FLEET_LOAD_MAX_SECONDS (default 120).
+CALLS is a number per client, until=PATH: each client calls until PATH exists, or for=SECONDS;
+either way no call starts after FLEET_LOAD_MAX_SECONDS (default 120).
 Standard library only (it runs on the system's python3).
 """
 
@@ -43,6 +45,8 @@ def main():
     acknowledged = 0
     failed = {}
     latencies = []
+    timeline = []
+    examples = {}
 
     import itertools
     import os
@@ -56,6 +60,8 @@ def main():
             return False
         if calls.startswith("until="):
             return not os.path.exists(calls[len("until="):])
+        if calls.startswith("for="):
+            return time.monotonic() < began + float(calls[len("for="):])
         return sent < int(calls)
 
     def client():
@@ -63,22 +69,26 @@ def main():
         for sent in itertools.count():
             if not more(sent):
                 break
-            began = time.monotonic()
+            started, wall = time.monotonic(), time.time()
             try:
                 status, answer = call(url, token, {"intent": "IncrementGlobalVariable", "parameters": {"name": name}})
                 ok = status == 200 and answer.get("exitStatus") == 0
                 report = answer.get("report") or {}
                 kind = (report.get("error") or {}).get("kind") or ((report.get("response") or {}).get("failure") or {}).get("code", "")
+                error = report.get("error") or {}
+                message = (error.get("message") or "")[:300]
                 key = None if ok else ("%d %s" % (status, kind) if answer.get("exitStatus") in (None, 0) or status != 200 else "%d exit %s %s" % (status, answer.get("exitStatus"), kind)).strip()
             except (OSError, http.client.HTTPException, ValueError) as error:
-                ok, key = False, "connection: %s" % type(error).__name__
-            elapsed = (time.monotonic() - began) * 1000
+                ok, key, message = False, "connection: %s" % type(error).__name__, str(error)[:300]
+            elapsed = (time.monotonic() - started) * 1000
             with lock:
                 latencies.append(elapsed)
+                timeline.append([round(wall, 3), round(wall + elapsed / 1000, 3), ok])
                 if ok:
                     acknowledged += 1
                 else:
                     failed[key] = failed.get(key, 0) + 1
+                    examples.setdefault(key, message)
 
     began = time.monotonic()
     threads = [threading.Thread(target=client) for _ in range(int(clients))]
@@ -100,10 +110,13 @@ def main():
     print(json.dumps({
         "acknowledged": acknowledged,
         "failed": failed,
+        "failureMessages": examples,
         "value": value,
         "readStatus": status,
         "latencyMs": {"p50": percentile(0.5), "p99": percentile(0.99), "max": round(latencies[-1], 1) if latencies else None},
         "seconds": round(seconds, 2),
+        "perSecond": round(acknowledged / seconds, 1) if seconds > 0 else None,
+        "calls": sorted(timeline),
     }))
 
 

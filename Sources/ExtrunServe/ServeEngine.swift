@@ -188,7 +188,8 @@ final class ServeEngine: Sendable {
         options.caller = callerIdentity(caller, grants: policy.grants)  // who may run which owners (ServeGrants)
         var callOptions = RunOptions()
         var interactive: InteractiveRun?
-        let runID = RandomIdentifier.uuid()
+        // In a fleet the id names this host (serve.json hostName): HOST.UUID, which the balancer routes answers on.
+        let runID = policy.hostName.map { "\($0).\(RandomIdentifier.uuid())" } ?? RandomIdentifier.uuid()
         switch call {
         case .handle(_, let o), .options(_, _, _, let o), .continueActivity(_, let o), .phrase(_, let o): callOptions = o
         default: break

@@ -71,8 +71,18 @@ public struct ServePolicy: Sendable, Equatable {
     public var audit: AuditSettings?
     /// The MCP endpoint at `/mcp` (`mcp`; ServeMCP.swift): on, its request-state key under the home.
     public var mcp = MCPSettings()
+    /// This host's name in a fleet (`hostName`, [a-z0-9-]{1,32}): an interactive run's id is
+    /// then `NAME.UUID`, so that a balancer can send the run's answers to the host running it
+    /// (docs/serve.md, "Interactive runs"). nil: ids are bare UUIDs.
+    public var hostName: String?
 
     public init() {}
+
+    /// Whether `name` is a valid `hostName`: 1 to 32 of a-z, 0-9 and '-'.
+    public static func isValidHostName(_ name: String) -> Bool {
+        let utf8 = name.utf8
+        return (1...32).contains(utf8.count) && utf8.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
+    }
 
     public var warmLimits: PluginPool.WarmLimits {
         PluginPool.WarmLimits(
@@ -148,7 +158,7 @@ public struct ServePolicy: Sendable, Equatable {
             "crashLimit", "crashWindowSeconds", "crashBackoffSeconds", "promptTimeoutSeconds", "requestTimeoutSeconds", "writeTimeoutSeconds",
             "shutdownGraceSeconds", "maxRequestBytes", "maxBufferedRequestBytes", "maxConnections", "maxPendingResponseBytes",
             "grants", "authentication", "access", "rateLimits", "audit", "mcp",
-            "maxConnectionsPerCaller", "requestHeadTimeoutSeconds",
+            "maxConnectionsPerCaller", "requestHeadTimeoutSeconds", "hostName",
         ]
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
             throw fail(unknown, "unknown field (the fields: \(known.sorted().joined(separator: ", ")); docs/serve.md)")
@@ -206,6 +216,12 @@ public struct ServePolicy: Sendable, Equatable {
         if let limits = object["rateLimits"] { policy.rateLimits = try RateLimitSettings.parse(limits, source: source) }
         if let audit = object["audit"] { policy.audit = try AuditSettings.parse(audit, source: source) }
         if let mcp = object["mcp"] { policy.mcp = try MCPSettings.parse(mcp, source: source) }
+        if let field = object["hostName"] {
+            guard let name = field.stringValue, isValidHostName(name) else {
+                throw fail("hostName", "expected 1 to 32 of a-z, 0-9 and '-' (this host's name in a fleet; run ids become NAME.UUID); got \(field)")
+            }
+            policy.hostName = name
+        }
         if let authentication = object["authentication"] {
             // The issuers' key sets are read here: one that does not load fails the start (or SIGHUP).
             let settings = try AuthenticationSettings.parse(authentication, source: source)
