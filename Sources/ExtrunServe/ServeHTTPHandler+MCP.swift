@@ -120,7 +120,7 @@ extension ServeHTTPHandler {
         for (name, value) in reply.headers { headers.add(name: name, value: value) }
         guard let message = reply.message else {
             // 202: a notification or a client's response, taken; no body.
-            respond(context: context, status: reply.status, bytes: [], contentType: "application/json", close: !keepAlive, extraHeaders: headers)
+            respond(context: context, status: reply.status, bytes: [], contentType: "", close: !keepAlive, extraHeaders: headers)
             return
         }
         respond(context: context, status: reply.status, body: message, close: !keepAlive, extraHeaders: headers)

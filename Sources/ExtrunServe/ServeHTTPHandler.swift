@@ -506,14 +506,15 @@ final class ServeHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             engine.metrics.breach("responseBudget")
             engine.refusals.refused(
                 caller.tcp ? "TCP callers" : "uid \(caller.uid)", reason: "responseBudget", message: "answer dropped: \(error.message)")
-            status = 503
+            status = 500  // not 503: the run happened (a balancer retries 503, which must mean nothing ran)
             bytes = JSONWriter.bytes(ServeResponse.envelope(ServeResponse.refusal(error), text: false))
             bytes.append(0x0A)
             contentType = "application/json"
             reservedAnswer = 0
         }
         var headers = extraHeaders
-        headers.add(name: "content-type", value: contentType)
+        // An answer with no body (202) names no content type.
+        if !contentType.isEmpty { headers.add(name: "content-type", value: contentType) }
         headers.add(name: "content-length", value: String(bytes.count))
         if close || lingering { headers.add(name: "connection", value: "close") }
         let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers)

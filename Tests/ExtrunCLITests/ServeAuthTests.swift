@@ -232,7 +232,20 @@ struct ServeAuthTests {
 
         let server = Process()
         server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        server.arguments = ["-m", "http.server", String(webPort), "--bind", "127.0.0.1", "--directory", web.path]
+        // python3 -m http.server, ending itself when this process goes (its parent changes):
+        // a test runner killed mid-test leaves no web server behind.
+        let serveUntilOrphaned = """
+            import os, runpy, sys, threading, time
+            parent = os.getppid()
+            def watch():
+                while os.getppid() == parent:
+                    time.sleep(0.2)
+                os._exit(0)
+            threading.Thread(target=watch, daemon=True).start()
+            sys.argv = ["http.server"] + sys.argv[1:]
+            runpy.run_module("http.server", run_name="__main__")
+            """
+        server.arguments = ["-c", serveUntilOrphaned, String(webPort), "--bind", "127.0.0.1", "--directory", web.path]
         server.standardOutput = FileHandle.nullDevice
         server.standardError = FileHandle.nullDevice
         try server.run()

@@ -463,6 +463,18 @@ struct ServeMCPTests {
         let metadata = try Self.curl(
             ["--max-time", "30", "--unix-socket", service.socket, "-X", "POST", "http://localhost/.well-known/oauth-protected-resource"], directory: directory)
         #expect(metadata.status == 405 && metadata.headers["allow"] == "GET", "\(metadata.headers) \(metadata.text)")
+        // A notification is taken with 202 and no body: no content type is named for it.
+        let notification: JSONValue = [
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": ["requestId": 99, "_meta": ["io.modelcontextprotocol/protocolVersion": "2026-07-28"]],
+        ]
+        let taken = try Self.curl(
+            [
+                "--max-time", "30", "--unix-socket", service.socket, "-X", "POST", "http://localhost/mcp", "-H", "content-type: application/json",
+                "-H", "accept: application/json, text/event-stream", "-H", "MCP-Protocol-Version: 2026-07-28", "-H", "Mcp-Method: notifications/cancelled",
+                "--data-binary", String(decoding: JSONWriter.bytes(notification), as: UTF8.self),
+            ], directory: directory)
+        #expect(taken.status == 202 && taken.headers["content-type"] == nil && taken.headers["content-length"] == "0", "\(taken.headers) \(taken.text)")
         // Nothing ran for any of them.
         #expect(service.descendants.isEmpty)
         service.stop()
