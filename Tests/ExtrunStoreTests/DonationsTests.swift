@@ -178,6 +178,164 @@ import Testing
         #expect(try store.quota(of: "TEAM").usage.donations == 3)
     }
 
+    /// Queues `ids` as donations of `log` from one thread each while a first batch holds the
+    /// group commit, then lets them go: they are written as one batch. Each one's outcome
+    /// (nil: donated). `deadline` (ns from now) binds each donating thread to a run's deadline.
+    func donateAsOneGroup(_ ids: [String], to log: Donations, store: Store, deadline: UInt64? = nil) -> [String: StoreError?] {
+        let firstWriteStarted = DispatchSemaphore(value: 0)
+        let releaseFirstWrite = DispatchSemaphore(value: 0)
+        let leaderDone = DispatchSemaphore(value: 0)
+        // The first batch writes nothing: it only holds the group commit while the others queue.
+        let leader = DonationGroupCommit.Entry(donation: donation("leader"), sealed: Data("x".utf8), durable: false, deadline: nil)
+        Thread.detachNewThread {
+            try? store.donationCommits.commit(leader) { batch in
+                firstWriteStarted.signal()
+                releaseFirstWrite.wait()
+                return batch.map { _ in .success(()) }
+            }
+            leaderDone.signal()
+        }
+        firstWriteStarted.wait()
+        let outcomes = Mutex<[String: StoreError?]>([:])
+        let group = DispatchGroup()
+        let bound = deadline.map { StoreDeadline.now() + $0 }
+        for id in ids {
+            group.enter()
+            Thread.detachNewThread {
+                do {
+                    try StoreDeadline.$current.withValue(bound) { try log.donate(donation(id), durable: false) }
+                    outcomes.withLock { $0[id] = .some(nil) }
+                } catch let error as StoreError {
+                    outcomes.withLock { $0[id] = .some(error) }
+                } catch {
+                    outcomes.withLock { $0[id] = .some(StoreError(.databaseError, "\(error)")) }
+                }
+                group.leave()
+            }
+        }
+        let waitUntil = Date().addingTimeInterval(10)
+        while store.donationCommits.pendingCount < ids.count, Date() < waitUntil { usleep(1000) }
+        let queued = store.donationCommits.pendingCount
+        #expect(queued == ids.count)
+        releaseFirstWrite.signal()
+        group.wait()
+        leaderDone.wait()
+        return outcomes.withLock { $0 }
+    }
+
+    /// A failure that ends a batch's transaction (here the write lock, held by another
+    /// connection past the runs' deadline) reaches every donation of the batch, each with
+    /// the store's typed error, and nothing of the batch is written.
+    @Test func aFailedBatchFailsEveryDonationInItWithItsKind() throws {
+        let test = try TestStore()
+        let log = try test.store.donations(of: "TEAM")
+        try log.donate(donation("before"))
+        let other = try DatabaseQueue(path: test.databasePath)
+        let locked = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let holderDone = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? other.writeWithoutTransaction { db in
+                try db.execute(sql: "BEGIN IMMEDIATE")
+                locked.signal()
+                release.wait()
+                try db.execute(sql: "ROLLBACK")
+            }
+            holderDone.signal()
+        }
+        locked.wait()
+        let ids = ["a", "b", "c", "d"]
+        let outcomes = donateAsOneGroup(ids, to: log, store: test.store, deadline: 2_000_000_000)
+        release.signal()
+        holderDone.wait()
+        #expect(test.store.donationBatchCounts == (batches: 3, donations: 6))
+        let kinds = ids.map { outcomes[$0]??.kind }
+        #expect(kinds == Array(repeating: .storeBusy, count: ids.count), "\(outcomes)")
+        let held = try test.store.donations(of: "TEAM").list().map(\.identifier)
+        #expect(held == ["before"])
+    }
+
+    /// A read-only connection (SQLite's query_only: every write refused with
+    /// SQLITE_READONLY) fails each donation of a batch with ioError; none is written, and
+    /// the connection writes again once it may.
+    @Test func aReadOnlyStoreFailsEveryDonationOfABatch() throws {
+        let test = try TestStore()
+        let log = try test.store.donations(of: "TEAM")
+        try log.donate(donation("before"))
+        try test.store.database.withoutTransaction { db in try db.execute(sql: "PRAGMA query_only = ON") }
+        let ids = ["a", "b", "c"]
+        let outcomes = donateAsOneGroup(ids, to: log, store: test.store)
+        #expect(test.store.donationBatchCounts == (batches: 3, donations: 5))
+        let kinds = ids.map { outcomes[$0]??.kind }
+        #expect(kinds == Array(repeating: .ioError, count: ids.count), "\(outcomes)")
+        try test.store.database.withoutTransaction { db in try db.execute(sql: "PRAGMA query_only = OFF") }
+        try log.donate(donation("after"))
+        let held = try test.reopen().donations(of: "TEAM").list().map(\.identifier)
+        #expect(held == ["before", "after"])
+    }
+
+    /// What `donate` returning means: the row is committed. A process donating from 8
+    /// threads (as a host's, at synchronous = NORMAL, without a checkpoint at close) is
+    /// killed with SIGKILL in the middle; every donation it saw return is in the store.
+    @Test func everyDonationThatReturnedSurvivesAKillOfTheProcess() throws {
+        let test = try TestStore()
+        let acknowledged = test.directory.sub("acknowledged")
+        _ = FileManager.default.createFile(atPath: acknowledged, contents: Data())
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        process.arguments = ["--testing-library", "swift-testing", "--filter", "DonationsTests/childDonor"]
+        var environment = ProcessInfo.processInfo.environment
+        environment[childDonorHome] = test.home
+        environment[childDonorLog] = acknowledged
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        func lines() -> [String] {
+            let text = (try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? ""
+            // Only whole lines: the last may be cut by the kill.
+            return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        }
+        let deadline = Date().addingTimeInterval(60)
+        while lines().count < 300, process.isRunning, Date() < deadline { usleep(2000) }
+        let running = process.isRunning
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        #expect(running, "the donor ended before it was killed")
+        #expect(process.terminationReason == .uncaughtSignal)
+        let returned = Set(lines())
+        #expect(returned.count >= 300)
+        let held = Set(try test.reopen().donations(of: "TEAM").list().map(\.identifier))
+        let missing = returned.subtracting(held)
+        #expect(missing.isEmpty, "returned but not in the store: \(missing.sorted().prefix(10))")
+    }
+
+    /// The donor of `everyDonationThatReturnedSurvivesAKillOfTheProcess`; runs only in its
+    /// child process. 8 threads donate until the process is killed, appending each
+    /// identifier to the log once its donation returned.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[childDonorHome] != nil))
+    func childDonor() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let home = try #require(environment[childDonorHome])
+        let logPath = try #require(environment[childDonorLog])
+        let descriptor = open(logPath, O_WRONLY | O_APPEND | O_CLOEXEC)
+        try #require(descriptor >= 0)
+        let store = try Store(home: URL(fileURLWithPath: home), checkpointOnClose: false, logLimitBytes: StoreLimits.maxLogBytesLongLived)
+        let log = try store.donations(of: "TEAM")
+        for thread in 0..<8 {
+            Thread.detachNewThread {
+                for index in 0... {
+                    let id = "t\(thread)-\(index)"
+                    guard (try? log.donate(donation(id), durable: false)) != nil else { continue }
+                    let line = Array((id + "\n").utf8)
+                    _ = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+                }
+            }
+        }
+        // Until the parent's SIGKILL (or a minute, if it never comes).
+        sleep(60)
+    }
+
     /// Folding the log keeps the connection's busy handler: a write after a fold still
     /// gives up at the run's deadline when another process holds the store (the fold's
     /// busy timeout used to replace the handler, and every later wait took 10 s).
@@ -513,6 +671,9 @@ import Testing
         }
     }
 }
+
+private let childDonorHome = "EXTRUN_DONATIONS_TEST_CHILD_HOME"
+private let childDonorLog = "EXTRUN_DONATIONS_TEST_CHILD_LOG"
 
 /// The size of a test store's write-ahead log (0 when there is none).
 private func logBytes(_ test: TestStore) -> Int {
