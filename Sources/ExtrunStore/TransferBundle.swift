@@ -216,7 +216,7 @@ extension Store {
         if lstat(output, &info) == 0 {
             throw StoreError(.alreadyExists, "\(output) already exists; the bundle is never written over a file", details: details)
         }
-        try database.verifyBeforeBulkWork("exporting '\(from)'")
+        if case .sqlite(let database) = backend { try database.verifyBeforeBulkWork("exporting '\(from)'") }
         let folder = (output as NSString).deletingLastPathComponent.isEmpty ? "." : (output as NSString).deletingLastPathComponent
         let name = (output as NSString).lastPathComponent
         let dirfd: Int32
@@ -269,34 +269,22 @@ extension Store {
         var counts: [SealKind: Int] = [:]
         var failures: [TransferFailure] = []
         var failed = 0
-        let totals = try database.read { db in
-            try scope.kinds.map { kind in
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(kind.rawValue) WHERE owner = ?", arguments: [from]) ?? 0
-            }.reduce(0, +)
-        }
+        var totals = 0
         var done = 0
-        // One read transaction: a consistent snapshot of the owner, read in key order.
-        try database.read { db in
-            for kind in scope.kinds {
-                let rows = try Row.fetchCursor(
-                    db, sql: "SELECT name, sealed FROM \(kind.rawValue) WHERE owner = ? ORDER BY name", arguments: [from])
-                while let row = try rows.next() {
-                    let name: String = row[0]
-                    do {
-                        let plaintext = try Sealing.open(
-                            row[1], with: oldKey, context: SealContext(owner: from, kind: kind, name: name), file: databasePath)
-                        try writer.add(kind, name, plaintext)
-                        counts[kind, default: 0] += 1
-                    } catch let error as StoreError where error.kind == .sealBroken {
-                        failed += 1
-                        if failures.count < MigrationSummary.itemLimit {
-                            failures.append(TransferFailure(kind: kind.rawValue, name: name, error: error.kind.rawValue, message: error.message))
-                        }
-                    }
-                    done += 1
-                    if done % 10_000 == 0 { progress?(MigrationProgress(phase: "export", done: done, total: totals)) }
+        // One snapshot of the owner, read in key order.
+        try forEachSealedRow(owner: from, kinds: scope.kinds, total: { totals = $0 }) { kind, name, sealed in
+            do {
+                let plaintext = try Sealing.open(sealed, with: oldKey, context: SealContext(owner: from, kind: kind, name: name), file: databasePath)
+                try writer.add(kind, name, plaintext)
+                counts[kind, default: 0] += 1
+            } catch let error as StoreError where error.kind == .sealBroken {
+                failed += 1
+                if failures.count < MigrationSummary.itemLimit {
+                    failures.append(TransferFailure(kind: kind.rawValue, name: name, error: error.kind.rawValue, message: error.message))
                 }
             }
+            done += 1
+            if done % 10_000 == 0 { progress?(MigrationProgress(phase: "export", done: done, total: totals)) }
         }
         try writer.finish(TransferEnd(
             globals: counts[.global] ?? 0, bookmarks: counts[.bookmark] ?? 0, chunks: 0, failed: failed, failedItems: failures))
@@ -319,6 +307,35 @@ extension Store {
                 MigrationItemReport(kind: $0.kind, name: $0.name, outcome: "failed", errorKind: $0.error, message: $0.message)
             },
             bytes: writer.bytes, seconds: Date().timeIntervalSince(started))
+    }
+}
+
+extension Store {
+    /// Calls `total` with the number of `owner`'s rows of `kinds`, then `row` for each of
+    /// them, kind by kind and each in byte order of the names, all from one snapshot (one
+    /// read transaction), on either backend.
+    func forEachSealedRow(
+        owner: String, kinds: [SealKind], total: (Int) throws -> Void, row: (SealKind, String, Data) throws -> Void
+    ) throws {
+        switch backend {
+        case .postgres(let server):
+            try server.forEachSealedRow(owner: owner, kinds: kinds, total: total, row: row)
+        case .sqlite(let database):
+            try database.read { db in
+                var count = 0
+                for kind in kinds {
+                    count += try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(kind.rawValue) WHERE owner = ?", arguments: [owner]) ?? 0
+                }
+                try total(count)
+                for kind in kinds {
+                    let rows = try Row.fetchCursor(
+                        db, sql: "SELECT name, sealed FROM \(kind.rawValue) WHERE owner = ? ORDER BY name", arguments: [owner])
+                    while let found = try rows.next() {
+                        try row(kind, found[0], found[1])
+                    }
+                }
+            }
+        }
     }
 }
 

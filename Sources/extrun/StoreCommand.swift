@@ -8,9 +8,10 @@ import Foundation
 struct StoreCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "store",
-        abstract: "Check the store file, and copy what is readable out of a damaged one.",
+        abstract: "Check the store, copy what is readable out of a damaged store file, copy a store to a server.",
         discussion: """
-            Neither command writes to $EXTRUN_HOME/store.sqlite or its -wal and -shm files. \
+            check and recover write nothing to the store ($EXTRUN_HOME/store.sqlite with its -wal \
+            and -shm files, or the PostgreSQL server; recover reads a store file only). \
             When extrun reports the store damaged: keep a copy of those files first (while no \
             extrun runs), then `extrun store check`, then `extrun store recover NEW-FILE`.
             """,
@@ -21,16 +22,21 @@ struct StoreCommand: ParsableCommand {
 struct StoreCheck: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "check",
-        abstract: "Ask SQLite whether the store is intact (exit status 0 if it is, 16 if not).",
+        abstract: "Check the store: its file or server, its schema, and each owner's key and rows (exit status 0 if intact, 16 if not).",
         discussion: """
-            Opens the store read-only, with its write-ahead log, and runs SQLite's quick_check \
-            (every page read and its structure checked) or, with --full, integrity_check (also \
-            every index against its table: slower). Prints a JSON report: SQLite's findings, \
-            problems found before SQLite could judge (a missing write-ahead log), and the rows \
-            of each table. Seals are not opened: `extrun owners list` and the lists of globals \
-            and bookmarks name rows whose seal is broken.
+            Reads only. On store.sqlite: the file's header and write-ahead log, SQLite's \
+            quick_check (every page read and its structure checked) or, with --full, \
+            integrity_check (also every index against its table: slower). On a PostgreSQL \
+            server (EXTRUN_STORE or policy.json's store): the server (version, a standby, page \
+            checksums and the failures it counted), the advisory locks held, and with --full \
+            amcheck's page and index checks when the database has the extension; SQLite's file \
+            checks are listed as not applying. On both: the permissions of the home and keys, \
+            the schema's migrations, the rows of each table, and each owner: its key file \
+            against the fingerprint the store recorded, every sealed global, bookmark and \
+            donation opened with it, its usage counters against its rows. Prints a JSON report \
+            (steps, problems, owners, notes). One snapshot: run it while extrun writes, if need be.
             """)
-    @Flag(help: "Run integrity_check instead of quick_check (also checks every index; slower).") var full = false
+    @Flag(help: "SQLite: integrity_check instead of quick_check. PostgreSQL: amcheck on every table and index, when installed.") var full = false
 
     func run() throws {
         let report: StoreMaintenance.CheckReport
@@ -42,8 +48,13 @@ struct StoreCheck: ParsableCommand {
         }
         Output.printJSON(report.json)
         guard report.intact else {
-            Output.printError(
-                "extrun: \(report.file) is not intact (see the report above). Keep a copy of it with its -wal and -shm files; `extrun store recover NEW-FILE` copies every readable row into a new file.")
+            if report.backend == "sqlite" {
+                Output.printError(
+                    "extrun: \(report.file) is not intact (see the report above). Keep a copy of it with its -wal and -shm files; `extrun store recover NEW-FILE` copies every readable row into a new file.")
+            } else {
+                Output.printError(
+                    "extrun: the store on \(report.file) is not intact: \(report.problems.count) problem(s) in the report above. Keep the key files as they are; rows that do not open are named by owner, kind and name.")
+            }
             throw ExitCode(StoreExit.code(for: .corruptStore))
         }
     }
@@ -64,6 +75,10 @@ struct StoreRecover: ParsableCommand {
             To use the recovered file, with no extrun running: move store.sqlite and its -wal and \
             -shm files together into a folder of their own (keep them), then move NEW-FILE to \
             $EXTRUN_HOME/store.sqlite. docs/store.md, "When the store is damaged".
+
+            A store on a PostgreSQL server has no file to read past its damage: recover refuses \
+            it (exit 14, wrongType). The server repairs its own files from its write-ahead log; \
+            `extrun store copy --to sqlite` copies its rows into a store file.
             """)
     @Argument(help: ArgumentHelp("The new store file to write (must not exist).", valueName: "new-file")) var destination: String
 

@@ -151,4 +151,188 @@ private func openRecovered(_ file: String, keysFrom home: String, in directory: 
             }
         }
     }
+
+    // MARK: - Either backend: owners, keys, seals, usage
+
+    /// TEAM: 5 globals, a bookmark and a donation; OTHER: 2 globals.
+    private func populated(_ backend: StoreBackendKind) throws -> BackendStore {
+        let test = try BackendStore(backend)
+        let globals = try test.store.globals(of: "TEAM")
+        for name in ["a", "b", "c", "d", "é"] { try globals.set(name, to: .string("value of \(name)")) }
+        let folder = try test.directory.makeFolder("docs")
+        try test.store.bookmarks(of: "TEAM").add("docs", path: folder, readOnly: true)
+        try test.store.donations(of: "TEAM").donate(
+            Donation(identifier: "d1", owner: "TEAM", plugin: "p", intent: "I", source: "plugin", parameters: ["x": 1], response: nil))
+        try test.store.globals(of: "OTHER").set("x", to: 1)
+        try test.store.globals(of: "OTHER").set("y", to: 2)
+        return test
+    }
+
+    /// Runs `sql` on the test's rows, on either backend.
+    private func execute(_ test: BackendStore, _ sql: String) throws {
+        switch test.store.backend {
+        case .sqlite(let database): try database.write { db in try db.execute(sql: sql) }
+        case .postgres(let server): try server.run(sql)
+        }
+    }
+
+    /// Flips one bit of a sealed value in the rows themselves, as damage or an edit outside extrun would.
+    private func flipBit(_ test: BackendStore, owner: String, global: String) throws {
+        switch test.store.backend {
+        case .sqlite(let database):
+            try database.write { db in
+                var blob = try #require(
+                    try Data.fetchOne(db, sql: "SELECT sealed FROM global WHERE owner = ? AND name = ?", arguments: [owner, global]))
+                blob[blob.startIndex + 20] ^= 1
+                try db.execute(sql: "UPDATE global SET sealed = ? WHERE owner = ? AND name = ?", arguments: [blob, owner, global])
+            }
+        case .postgres(let server):
+            try server.run("UPDATE global SET sealed = set_byte(sealed, 20, get_byte(sealed, 20) # 1) WHERE owner = '\(owner)' AND name = '\(global)'")
+        }
+    }
+
+    private func check(_ test: BackendStore, full: Bool = false) throws -> StoreMaintenance.CheckReport {
+        try StoreMaintenance.check(home: test.homeURL, full: full, location: test.location)
+    }
+
+    private func owner(_ report: StoreMaintenance.CheckReport, _ name: String) -> StoreMaintenance.OwnerCheck? {
+        report.owners.first { $0.owner == name }
+    }
+
+    private func outcome(_ report: StoreMaintenance.CheckReport, _ step: String) -> StoreMaintenance.CheckStep.Outcome? {
+        report.steps.first { $0.name == step }?.outcome
+    }
+
+    @Test(arguments: StoreBackendKind.all)
+    func anIntactStoreOpensEveryOwnersRows(backend: StoreBackendKind) throws {
+        let test = try populated(backend)
+        let report = try check(test)
+        #expect(report.intact && report.problems.isEmpty, "\(report.json)")
+        #expect(report.backend == (backend == .sqlite ? "sqlite" : "postgresql"))
+        #expect(report.owners.map(\.owner) == ["OTHER", "TEAM"])
+        let team = try #require(owner(report, "TEAM"))
+        #expect(team.key == "ok" && team.opened == 7 && team.broken == 0 && team.usageAgrees, "\(team.json)")
+        #expect(team.rows == ["global": 5, "bookmark": 1, "donation": 1])
+        #expect(team.countedUsage.globals == 5 && team.countedUsage.bytes > 0)
+        #expect(owner(report, "OTHER")?.opened == 2)
+        #expect(report.rows["global"] == 7 && report.rows["owner"] == 2, "\(report.rows)")
+        for step in ["permissions", "schema", "tables", "owners"] {
+            #expect(outcome(report, step) == .ok, "\(step): \(report.json)")
+        }
+        switch backend {
+        case .sqlite:
+            #expect(report.sqlite == ["ok"] && outcome(report, "quick_check") == .ok && outcome(report, "header and log") == .ok)
+            #expect(outcome(report, "server") == .notApplicable && outcome(report, "advisory locks") == .notApplicable)
+        case .postgres:
+            // SQLite's file checks say they do not apply, rather than failing.
+            #expect(outcome(report, "quick_check") == .notApplicable && outcome(report, "header and log") == .notApplicable)
+            #expect(outcome(report, "server") == .ok && outcome(report, "advisory locks") == .ok)
+            #expect(outcome(report, "amcheck") == .skipped)
+            // checksumFailures is null unless the server has page checksums (initdb --data-checksums).
+            let version = report.server["version"]
+            let checksums = report.server["dataChecksums"]
+            #expect(version != nil && checksums != nil && report.server["database"] != nil, "\(report.server)")
+        }
+    }
+
+    /// A sealed value changed in the rows themselves (an UPDATE outside extrun) is found, named,
+    /// and counted against its owner; the other rows still open.
+    @Test(arguments: StoreBackendKind.all)
+    func aCorruptedSealedRowIsFound(backend: StoreBackendKind) throws {
+        let test = try populated(backend)
+        try flipBit(test, owner: "TEAM", global: "b")
+        let report = try check(test)
+        #expect(!report.intact, "\(report.json)")
+        let broken = report.problems.filter { $0.kind == .sealBroken }
+        #expect(broken.count == 1 && broken.first?.details["name"] == .string("b"), "\(report.json)")
+        #expect(broken.first?.message.contains("global 'b' of owner 'TEAM'") == true)
+        let team = try #require(owner(report, "TEAM"))
+        #expect(team.opened == 6 && team.broken == 1 && team.usageAgrees, "\(team.json)")
+        #expect(owner(report, "OTHER")?.broken == 0)
+        #expect(outcome(report, "owners") == .problems)
+
+        // Usage counters that disagree with the rows.
+        try execute(test, "UPDATE ownerUsage SET globals = globals + 3 WHERE owner = 'OTHER'")
+        let counters = try check(test)
+        let other = try #require(owner(counters, "OTHER"))
+        #expect(!other.usageAgrees && other.recordedUsage.globals == other.countedUsage.globals + 3)
+        let usage = counters.problems.filter { $0.kind == .corruptStore && $0.message.contains("usage counters of owner 'OTHER'") }
+        #expect(usage.count == 1, "\(counters.json)")
+    }
+
+    @Test(arguments: StoreBackendKind.all)
+    func aMissingOrReplacedKeyIsFound(backend: StoreBackendKind) throws {
+        let test = try populated(backend)
+        let keyFile = test.home + "/keys/TEAM.key"
+        let kept = test.directory.sub("TEAM.key.kept")
+        #expect(rename(keyFile, kept) == 0)
+        let missing = try check(test)
+        #expect(owner(missing, "TEAM")?.key == "keyMissing" && owner(missing, "TEAM")?.opened == nil, "\(missing.json)")
+        #expect(missing.problems.map(\.kind) == [.keyMissing], "\(missing.json)")
+        #expect(owner(missing, "OTHER")?.opened == 2)
+
+        // Another TEAM key, made in another home.
+        let elsewhere = try TempDirectory()
+        try Store(home: URL(fileURLWithPath: elsewhere.sub("home")), location: .sqlite).createOwner("TEAM")
+        try FileManager.default.copyItem(atPath: elsewhere.sub("home") + "/keys/TEAM.key", toPath: keyFile)
+        let replaced = try check(test)
+        #expect(replaced.problems.map(\.kind) == [.wrongKey] && owner(replaced, "TEAM")?.key == "wrongKey", "\(replaced.json)")
+        #expect(unlink(keyFile) == 0 && rename(kept, keyFile) == 0)
+        #expect(try check(test).intact)
+    }
+
+    // MARK: - PostgreSQL: the server's own checks
+
+    @Test(arguments: StoreBackendKind.postgresOnly)
+    func onPostgreSQLTheServerLocksAndPagesAreChecked(backend: StoreBackendKind) throws {
+        let test = try populated(backend)
+        guard case .postgres(let server) = test.location, case .postgres(let rows) = test.store.backend else { return }
+        // A host migrating the schema holds the advisory lock: a note, not a problem.
+        let other = try PostgresStore(location: server, migrating: false)
+        try other.run("SELECT pg_advisory_lock(\(PostgresStore.schemaLockKey))")
+        let locked = try check(test)
+        #expect(locked.intact, "\(locked.json)")
+        #expect(locked.notes.contains { $0.contains("advisory lock schema migrations is held by server process") }, "\(locked.notes)")
+        guard case .array(let locks) = locked.server["advisoryLocks"] ?? .null else {
+            Issue.record("no advisoryLocks in \(locked.server)")
+            return
+        }
+        #expect(locks.count == 1)
+        try other.run("SELECT pg_advisory_unlock(\(PostgresStore.schemaLockKey))")
+        #expect(try check(test).notes.allSatisfy { !$0.contains("advisory lock") })
+
+        // --full: amcheck when the database has it (the tests' server user is a superuser).
+        let without = try check(test, full: true)
+        #expect(outcome(without, "amcheck") == .skipped && without.intact, "\(without.json)")
+        try rows.run("CREATE EXTENSION amcheck")
+        let full = try check(test, full: true)
+        #expect(outcome(full, "amcheck") == .ok && full.intact, "\(full.json)")
+
+        // A table of a recorded migration dropped outside extrun.
+        try rows.run("DROP TABLE ownerMigrationWrite")
+        let dropped = try check(test)
+        #expect(!dropped.intact && dropped.problems.contains { $0.message.contains("no table ownerMigrationWrite") }, "\(dropped.json)")
+
+        // store recover has no file to read: a typed refusal naming why, nothing written.
+        let destination = test.directory.sub("recovered.sqlite")
+        let refused = expectStoreError(.wrongType) { try StoreMaintenance.recover(home: test.homeURL, into: destination, location: test.location) }
+        #expect(refused?.message.contains("PostgreSQL server") == true && refused?.message.contains("store copy --to sqlite") == true)
+        #expect(!FileManager.default.fileExists(atPath: destination))
+    }
+
+    /// A database no extrun has used holds no store: `storeMissing`, and the check creates no schema.
+    @Test(arguments: StoreBackendKind.postgresOnly)
+    func aDatabaseWithoutTheSchemaHoldsNoStore(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        guard case .postgres(let server) = test.location else { return }
+        let name = "extrun_check_empty_\(getpid())_\(UInt32.random(in: 0...UInt32.max))"
+        try PostgresStore(location: server, migrating: false).run("CREATE DATABASE \(name)")
+        defer { try? PostgresStore(location: server, migrating: false).run("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+        let empty = StoreLocation.postgres(server.with(database: name))
+        expectStoreError(.storeMissing) { try StoreMaintenance.check(home: test.homeURL, full: false, location: empty) }
+        let tables = try PostgresStore(location: server.with(database: name), migrating: false).number(
+            "SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> $1", "")
+        #expect(tables == 0)
+    }
 }
+
