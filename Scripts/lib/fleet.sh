@@ -846,7 +846,7 @@ PY
   # 2. One host SIGKILLed under load: 8 clients incrementing one counter through the balancer
   # (Scripts/lib/fleet_load.py), the host killed 2 s in.
   local victim_name victim_pid
-  read -r _ victim_name victim_pid _ < <(grep '^host ' "$dir/processes" | sed -n 2p)
+  read -r _ victim_name victim_pid _ < <(grep '^host ' "$dir/processes" | sed -n "${EXTRUN_FLEET_VICTIM:-2}p")
   local i
   for i in $(seq 1 $((2 * count))); do
     fleet_curl "$dir" "$url/v1/handle" -o /dev/null -f --data '{"intent": "MakeUppercase", "parameters": {"text": "warm"}}' ||

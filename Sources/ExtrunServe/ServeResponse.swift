@@ -17,7 +17,9 @@ enum ServeResponse {
         case .overloaded: return 503
         case .notPermitted: return 403
         case .configurationError, .signatureInvalid, .internalError: return 500
-        case .cancelled: return 503
+        // 503 is only ever a refusal before anything ran (`overloaded`), which a balancer may retry
+        // on another host; a run stopped part-way may have done some of its work.
+        case .cancelled: return 500
         }
     }
 

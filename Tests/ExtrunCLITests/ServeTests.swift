@@ -668,7 +668,7 @@ private let floodManifest = #"""
     """#
 
 extension ServeTests {
-    @Test("Answers callers never read are bounded together (maxPendingResponseBytes): the ones over it are 503 overloaded with the numbers")
+    @Test("Answers callers never read are bounded together (maxPendingResponseBytes): the ones over it are 500 overloaded with the numbers (not 503: their runs ran)")
     func unreadAnswers() throws {
         let budget = 6 << 20
         let service = try RunningService(cli: cli, policy: #"{"maxPendingResponseBytes": \#(budget), "writeTimeoutSeconds": 60}"#)
