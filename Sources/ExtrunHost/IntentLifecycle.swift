@@ -418,10 +418,14 @@ extension IntentLifecycle {
                 rpcError.code == RPCError.unknownIntent || rpcError.code == RPCError.methodNotFound
                     || rpcError.code == RPCError.invalidParams
                 ? .protocolError : .pluginError
-            throw .host(
-                HostError(
-                    kind, "\(id) answered \(method) with an error: \(rpcError.message) (code \(rpcError.code))",
-                    details: ["phase": .string(phase.rawValue), "code": .int(Int64(rpcError.code))]))
+            var details: [String: JSONValue] = ["phase": .string(phase.rawValue), "code": .int(Int64(rpcError.code))]
+            var cause = ""
+            if kind == .pluginError, let failure = services?.storeFailure {
+                // The plugin failed after the store failed it: the report says so, typed.
+                details["store"] = ["kind": .string(failure.kind.rawValue), "message": .string(failure.message)]
+                if !rpcError.message.contains(failure.message) { cause = "; the store failed it first: \(failure.message) (\(failure.kind.rawValue))" }
+            }
+            throw .host(HostError(kind, "\(id) answered \(method) with an error: \(rpcError.message) (code \(rpcError.code))\(cause)", details: details))
         case .failure(let failure):
             throw .call(failure)
         }

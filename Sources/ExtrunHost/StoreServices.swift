@@ -21,6 +21,10 @@ final class StoreServices {
     /// Set once the owner's trust in the signer was found (per run).
     private var authorized = false
     private var store: Store?
+    /// The last store failure of this run that was the store's, not the plugin's (a server
+    /// that cannot be reached, a store busy past its retries): a plugin that fails after it
+    /// is reported with it (`IntentLifecycle.call`, details `store`).
+    private(set) var storeFailure: StoreError?
     /// Lines for `--verbose`.
     let log: (@Sendable (String) -> Void)?
     /// The largest answer the connection sends (its `maxMessageBytes`): a file read is refused
@@ -51,6 +55,7 @@ final class StoreServices {
             return .failure(error)
         } catch let error as StoreError {
             log?("[extrun] \(method) refused: \(error.message)")
+            if [.storeUnavailable, .storeBusy, .ioError, .databaseError].contains(error.kind) { storeFailure = error }
             var data: [String: JSONValue] = ["kind": .string(error.kind.rawValue)]
             if error.kind == .quotaExceeded {
                 // The numbers, so that a plugin can say how far over it is (no paths: those are the host's).

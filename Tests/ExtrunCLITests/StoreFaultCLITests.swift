@@ -81,3 +81,25 @@ private func tamper(_ database: String, _ sql: String) throws {
         #expect(FileManager.default.contents(atPath: database) == before, "check and recover wrote nothing to the store")
     }
 }
+
+@Suite struct StoreUnreachableCLITests {
+    /// issue 34/35: a plugin whose store call failed because the store's server cannot be
+    /// reached ends as pluginError (the plugin's own answer), and the report names the
+    /// store's failure, typed: `error.store.kind` storeUnavailable, with what to check.
+    @Test("A plugin failed by an unreachable PostgreSQL store: the report's error carries store.kind storeUnavailable and the socket to check")
+    func pluginFailedByTheStoreSaysSo() throws {
+        var cli = try CLI()
+        let nowhere = try TempDirectory("no-server")
+        cli.environment["EXTRUN_STORE"] = "postgresql:///extrun?host=\(nowhere.url.path)&port=5999"
+        let result = try cli.run(["handle", "Examples/intents/increment-global-variable.json"])
+        #expect(result.status == 12, "\(result)")
+        let error = try result.json()["error"]
+        #expect(error?["kind"] == "pluginError", "\(result)")
+        #expect(error?["store"]?["kind"] == "storeUnavailable", "\(result)")
+        let message = error?["store"]?["message"]?.stringValue ?? ""
+        #expect(message.contains("\(nowhere.url.path)/.s.PGSQL.5999") && message.contains("the next call tries again"), "\(message)")
+        // A plugin that failed on its own says nothing of the store.
+        let own = try cli.run(["handle", "Examples/intents/make-uppercase.json"])
+        #expect(own.status == 0, "\(own)")
+    }
+}
