@@ -4,7 +4,12 @@
 #                             (listen_addresses='': no TCP), a database "extrun"; prints the URL
 #                             postgresql:///extrun?host=DIR&port=N&user=USER
 #   postgres_run DIR          starts the server of DIR again (after a stop or a kill)
-#   postgres_stop DIR         stops the server in DIR (fast shutdown) and removes DIR
+#   postgres_stop DIR         stops the server in DIR (fast shutdown), unmounts DIR/data if it is a
+#                             mount (the tmpfs below), and removes DIR
+# For the disk-full tests (root only), postgres_start reads:
+#   POSTGRES_DATA_TMPFS_MB=N  the data directory DIR/data on a tmpfs of N MiB of its own
+#                             (mounted before initdb, owned by USER; the socket and log stay in DIR)
+#   POSTGRES_WAL_OUTSIDE=1    the write-ahead log in DIR/wal (initdb --waldir), off that tmpfs
 # Debian's postgresql is installed when missing (ensure_packages, as for the build's packages).
 
 # The directory of the server's programs (initdb, pg_ctl, postgres), newest major version first.
@@ -48,8 +53,15 @@ postgres_start() {
   # The socket's directory must be reachable by the clients (root's run, its plugins' host).
   chmod 711 "$dir"
   port="$(postgres_port "$dir")"
-  postgres_as "$user" "$bin/initdb" -D "$dir/data" -U "$user" --auth=trust --encoding=UTF8 --locale=C.UTF-8 --no-sync >"$dir/initdb.log" 2>&1 ||
-    { cat "$dir/initdb.log" >&2; return 1; }
+  if [ -n "${POSTGRES_DATA_TMPFS_MB:-}" ]; then
+    mkdir -p "$dir/data"
+    mount -t tmpfs -o "size=${POSTGRES_DATA_TMPFS_MB}m,mode=0700,uid=$(id -u "$user"),gid=$(id -g "$user")" extrun-pg-data "$dir/data" ||
+      { log "cannot mount a tmpfs on $dir/data (root only)"; return 1; }
+  fi
+  local waldir=()
+  [ "${POSTGRES_WAL_OUTSIDE:-0}" = 1 ] && waldir=(--waldir="$dir/wal")
+  postgres_as "$user" "$bin/initdb" -D "$dir/data" "${waldir[@]}" -U "$user" --auth=trust --encoding=UTF8 --locale=C.UTF-8 --no-sync \
+    >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
   echo "$port" >"$dir/port"
   echo "$user" >"$dir/user"
   postgres_run "$dir" || return 1
@@ -84,6 +96,9 @@ postgres_stop() {
     user="$(cat "$dir/user" 2>/dev/null || id -un)"
     postgres_as "$user" "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null 2>&1 ||
       postgres_as "$user" "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  if mountpoint -q "$dir/data" 2>/dev/null; then
+    umount "$dir/data" || { log "cannot unmount $dir/data"; return 1; }
   fi
   rm -rf "$dir"
 }

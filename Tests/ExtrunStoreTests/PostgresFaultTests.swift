@@ -20,7 +20,8 @@ import Glibc
         let directory: String
         let location: StoreLocation
 
-        init(in directory: String) throws {
+        /// - Parameter environment: for Scripts/lib/postgres.sh (`POSTGRES_DATA_TMPFS_MB`, `POSTGRES_WAL_OUTSIDE`).
+        init(in directory: String, environment: [String: String] = [:]) throws {
             self.directory = directory
             let user: String
             if geteuid() == 0 {
@@ -28,7 +29,7 @@ import Glibc
             } else {
                 user = getpwuid(geteuid()).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "extrun-test"
             }
-            let line = try PostgresFaultTests.script(["start", directory, user])
+            let line = try PostgresFaultTests.script(["start", directory, user], environment: environment)
             guard let start = line.firstIndex(of: "'"), let end = line.lastIndex(of: "'"), start < end else {
                 throw StoreError(.invalidDocument, "Scripts/postgres start printed no URL: \(line)")
             }
@@ -52,10 +53,13 @@ import Glibc
         func stop() { _ = try? PostgresFaultTests.script(["stop", directory]) }
     }
 
-    static func script(_ arguments: [String]) throws -> String {
+    static func script(_ arguments: [String], environment: [String: String] = [:]) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: root + "/Scripts/postgres")
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         // A file, not a pipe: the server the script starts would keep a pipe's end open.
         let outputFile = TempFile()
         let output = try FileHandle(forWritingTo: outputFile.url)
@@ -69,6 +73,16 @@ import Glibc
             throw StoreError(.ioError, "Scripts/postgres \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
         }
         return String(decoding: data, as: UTF8.self)
+    }
+
+    /// The processes whose command line names `path` (a server's data directory under it).
+    static func processes(mentioning path: String) -> [String] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry -> String? in
+            guard Int32(entry) != nil, let data = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { return nil }
+            let line = String(decoding: data.map { $0 == 0 ? 32 : $0 }, as: UTF8.self)
+            return line.contains(path) ? "\(entry): \(line)" : nil
+        }
     }
 
     /// The server SIGKILLed while one Store writes: every write it acknowledged is there after
@@ -118,6 +132,8 @@ import Glibc
             #expect(try reopened.get(name)?.value == .int(value), "\(name)")
         }
         #expect(try store.quota(of: "TEAM").usage.globals == Int64(try reopened.list().count))
+        server.stop()
+        server.expectGone()
     }
 
     /// The connection dropped by the server in the middle of a transaction (pg_terminate_backend
@@ -154,6 +170,165 @@ import Glibc
         try globals.set("after", to: 3)
         #expect(try globals.get("after")?.value == 3)
         #expect(try globals.get("before")?.value == 1)
+    }
+}
+
+/// Statement timeouts kept inside the caller's deadline (issue 34, item 6): another connection
+/// holds the locks a store call needs; the call ends `storeBusy` with its numbers at its deadline
+/// (plus `PostgresSession.deadlineGraceNanoseconds`), writes nothing, and the next call works.
+@Suite struct PostgresDeadlineTests {
+    /// How late after its deadline a call may end here: the store's grace (100 ms) plus a
+    /// loaded 2-core machine's scheduling.
+    static let marginMs: Int64 = 400
+
+    /// The owner's row locked by another connection: a write waits for it inside its
+    /// transaction, and the server's statement timeout (the deadline's) ends the wait.
+    @Test(.enabled(if: StoreBackendKind.serverURL != nil))
+    func aWriteWaitingForALockEndsAtItsDeadline() throws {
+        let test = try BackendStore(.postgres)
+        guard case .postgres(let location) = test.location else { return }
+        let globals = try test.store.globals(of: "TEAM")
+        try globals.set("before", to: 1)
+        let holder = try LockHolder(location) { session in
+            try session.execute("SELECT lastVersion FROM owner WHERE name = 'TEAM' FOR UPDATE")
+        }
+        let (error, elapsedMs) = PostgresDeadlineTests.underDeadline(ms: 400) { _ = try globals.set("during", to: 2) }
+        holder.release()
+        PostgresDeadlineTests.expectDeadlineError(error, elapsedMs: elapsedMs, deadlineMs: 400)
+        let during = try globals.get("during")
+        #expect(during == nil, "nothing of the timed-out write is there")
+        let (next, _) = PostgresDeadlineTests.underDeadline(ms: 5_000) { _ = try globals.set("after", to: 3) }
+        #expect(next == nil, "the next call works: \(String(describing: next))")
+        let usage = try test.store.quota(of: "TEAM").usage.globals
+        #expect(usage == 2, "the usage counts the two acknowledged globals")
+        #expect(holder.failure == nil, "\(String(describing: holder.failure))")
+    }
+
+    /// Each statement has a timeout of its own on the server: a write whose first statement
+    /// waited most of the deadline, and whose later statement waits again (the usage row,
+    /// locked by a second connection), still ends at the deadline, not at twice it.
+    @Test(.enabled(if: StoreBackendKind.serverURL != nil))
+    func aWriteWaitingTwiceStillEndsAtItsDeadline() throws {
+        let test = try BackendStore(.postgres)
+        guard case .postgres(let location) = test.location else { return }
+        let globals = try test.store.globals(of: "TEAM")
+        try globals.set("before", to: 1)
+        let ownerRow = try LockHolder(location) { session in
+            try session.execute("SELECT lastVersion FROM owner WHERE name = 'TEAM' FOR UPDATE")
+        }
+        let usageRow = try LockHolder(location) { session in
+            try session.execute("SELECT globals FROM ownerUsage WHERE owner = 'TEAM' FOR UPDATE")
+        }
+        // The owner's row comes free at 70% of the deadline; the usage row stays locked.
+        let freeing = Thread {
+            usleep(560_000)
+            ownerRow.release()
+        }
+        freeing.start()
+        let (error, elapsedMs) = PostgresDeadlineTests.underDeadline(ms: 800) { _ = try globals.set("during", to: 2) }
+        usageRow.release()
+        ownerRow.waitReleased()
+        PostgresDeadlineTests.expectDeadlineError(error, elapsedMs: elapsedMs, deadlineMs: 800)
+        let during = try globals.get("during")
+        #expect(during == nil, "nothing of the timed-out write is there")
+        let (next, _) = PostgresDeadlineTests.underDeadline(ms: 5_000) { _ = try globals.set("after", to: 3) }
+        #expect(next == nil, "the next call works: \(String(describing: next))")
+        let usage = try test.store.quota(of: "TEAM").usage.globals
+        #expect(usage == 2)
+    }
+
+    /// A read outside any transaction, waiting for a table another connection locked whole (as
+    /// a schema change does): it ends at the deadline too, and the next read works.
+    @Test(.enabled(if: StoreBackendKind.serverURL != nil))
+    func aReadWaitingForALockedTableEndsAtItsDeadline() throws {
+        let test = try BackendStore(.postgres)
+        guard case .postgres(let location) = test.location else { return }
+        let globals = try test.store.globals(of: "TEAM")
+        try globals.set("before", to: 1)
+        let holder = try LockHolder(location) { session in
+            try session.execute("LOCK TABLE global IN ACCESS EXCLUSIVE MODE")
+        }
+        let (error, elapsedMs) = PostgresDeadlineTests.underDeadline(ms: 400) { _ = try globals.get("before") }
+        holder.release()
+        PostgresDeadlineTests.expectDeadlineError(error, elapsedMs: elapsedMs, deadlineMs: 400)
+        var value: JSONValue?
+        let (next, _) = PostgresDeadlineTests.underDeadline(ms: 5_000) { value = try globals.get("before")?.value }
+        #expect(next == nil, "the next call works: \(String(describing: next))")
+        #expect(value == 1)
+    }
+
+    /// Runs `body` with a deadline `ms` from now: its error (nil when it succeeded) and how long it took.
+    static func underDeadline(ms: Int64, _ body: () throws -> Void) -> (StoreError?, Int64) {
+        let started = StoreDeadline.now()
+        let error = StoreDeadline.$current.withValue(started + UInt64(ms) * 1_000_000) { () -> StoreError? in
+            do {
+                try body()
+                return nil
+            } catch let error as StoreError {
+                return error
+            } catch {
+                return StoreError(.databaseError, "not a StoreError: \(error)")
+            }
+        }
+        return (error, Int64((StoreDeadline.now() - started) / 1_000_000))
+    }
+
+    /// `storeBusy` at the deadline (not long before it, and at most `marginMs` after), naming how
+    /// long the call waited and what it had, in its message and its details.
+    static func expectDeadlineError(_ error: StoreError?, elapsedMs: Int64, deadlineMs: Int64) {
+        #expect(error?.kind == .storeBusy, "\(String(describing: error))")
+        #expect(elapsedMs >= deadlineMs - 100, "ended \(elapsedMs) ms into a \(deadlineMs) ms deadline: too early")
+        #expect(elapsedMs <= deadlineMs + marginMs, "ended \(elapsedMs) ms into a \(deadlineMs) ms deadline: too late")
+        guard let error else { return }
+        let waited = error.details["waitedMs"].flatMap { value -> Int64? in if case .int(let n) = value { return n } else { return nil } }
+        let had = error.details["deadlineMs"].flatMap { value -> Int64? in if case .int(let n) = value { return n } else { return nil } }
+        #expect(waited.map { $0 >= deadlineMs - 100 && $0 <= elapsedMs } == true, "waitedMs: \(error.details)")
+        #expect(had.map { $0 <= deadlineMs && $0 >= deadlineMs - 100 } == true, "deadlineMs: \(error.details)")
+        if let waited, let had {
+            #expect(error.message.contains("\(waited) ms") && error.message.contains("\(had) ms"), "\(error.message)")
+        }
+        #expect(error.message.contains("nothing was changed"), "\(error.message)")
+    }
+}
+
+/// A transaction of its own on another connection, holding what `statements` lock until `release()`.
+final class LockHolder: @unchecked Sendable {
+    private let go = DispatchSemaphore(value: 0)
+    private let held = DispatchSemaphore(value: 0)
+    private let finished = DispatchSemaphore(value: 0)
+    private(set) var failure: (any Error)?
+
+    init(_ location: PostgresLocation, _ statements: @escaping @Sendable (PostgresSession) throws -> Void) throws {
+        let store = try PostgresStore(location: location, migrating: false)
+        let thread = Thread { [self] in
+            do {
+                try store.transaction { session in
+                    try statements(session)
+                    self.held.signal()
+                    self.go.wait()
+                }
+            } catch {
+                self.failure = error
+                self.held.signal()
+            }
+            self.finished.signal()
+        }
+        thread.start()
+        held.wait()
+        if let failure { throw failure }
+    }
+
+    /// Ends the transaction (a commit: it wrote nothing) and waits for it.
+    func release() {
+        go.signal()
+        finished.wait()
+        finished.signal()
+    }
+
+    /// Waits until another thread's `release()` has ended the transaction.
+    func waitReleased() {
+        finished.wait()
+        finished.signal()
     }
 }
 

@@ -68,17 +68,20 @@ package final class PostgresStore: @unchecked Sendable {
     /// serialization failure or a deadlock, at most `maxAttempts` times.
     package func transaction<T>(_ body: (PostgresSession) throws -> T) throws -> T {
         try lock.withLock {
+            let clock = CallClock()
             var attempt = 0
             while true {
                 attempt += 1
                 let session = try PostgresSession(connection: connected(), store: self)
+                var committing = false
                 do {
                     try session.execute("BEGIN")
-                    if let deadline = StoreDeadline.current {
+                    if let deadline = clock.deadline {
                         try session.boundStatements(by: deadline)
                     }
                     let result = try body(session)
-                    try session.execute("COMMIT")
+                    committing = true
+                    try session.commit()
                     return result
                 } catch {
                     let retry = PostgresStore.isRetryable(error) && attempt < PostgresStore.maxAttempts
@@ -86,7 +89,7 @@ package final class PostgresStore: @unchecked Sendable {
                     // on it as it closes was seen never to be answered): the server rolled back.
                     if PostgresStore.connectionLost(error) { dropConnection() } else { rollBack(session) }
                     if retry { continue }
-                    throw storeError(error)
+                    throw storeError(error, clock: clock, committing: committing)
                 }
             }
         }
@@ -95,12 +98,13 @@ package final class PostgresStore: @unchecked Sendable {
     /// One statement (or a few) outside any explicit transaction: reads.
     package func read<T>(_ body: (PostgresSession) throws -> T) throws -> T {
         try lock.withLock {
+            let clock = CallClock()
             let session = try PostgresSession(connection: connected(), store: self)
             do {
                 return try body(session)
             } catch {
                 if PostgresStore.connectionLost(error) { dropConnection() }
-                throw storeError(error)
+                throw storeError(error, clock: clock)
             }
         }
     }
@@ -177,7 +181,8 @@ package final class PostgresStore: @unchecked Sendable {
         }
     }
 
-    func unavailable(_ error: any Error) -> StoreError {
+    /// - Parameter committing: the connection was lost during the transaction's `COMMIT`.
+    func unavailable(_ error: any Error, committing: Bool = false) -> StoreError {
         let cause: String
         if let psql = error as? PSQLError {
             if let message = psql.serverInfo?[.message] {
@@ -190,6 +195,10 @@ package final class PostgresStore: @unchecked Sendable {
         } else {
             cause = "\(error)"
         }
+        let outcome =
+            committing
+            ? "the connection was lost while the transaction committed: whether it was kept is unknown, read it back"
+            : "nothing was changed"
         let check: String
         if let socket = location.socketPath {
             check = "Check that the server runs and listens on the socket \(socket) (its directory and port in the URL), that this user may reach it, and that user '\(location.user)' and database '\(location.database)' exist"
@@ -198,23 +207,54 @@ package final class PostgresStore: @unchecked Sendable {
         }
         return StoreError(
             .storeUnavailable,
-            "the store's PostgreSQL server \(location.display) cannot be reached (\(cause)); nothing was changed. \(check); the next call tries again.",
+            "the store's PostgreSQL server \(location.display) cannot be reached (\(cause)); \(outcome). \(check); the next call tries again.",
             details: ["store": .string(location.display), "cause": .string(cause)])
     }
 
-    /// A `StoreError` for anything thrown while using the server.
-    func storeError(_ error: any Error) -> StoreError {
+    /// When a call (`transaction` or `read`) started, and the deadline it had (`StoreDeadline`).
+    struct CallClock {
+        let started = StoreDeadline.now()
+        let deadline = StoreDeadline.current
+
+        /// Milliseconds since the call started.
+        var waitedMs: Int64 { Int64((StoreDeadline.now() - started) / 1_000_000) }
+        /// Milliseconds the call had when it started (nil: no deadline).
+        var deadlineMs: Int64? { deadline.map { $0 > started ? Int64(($0 - started) / 1_000_000) : 0 } }
+    }
+
+    /// A `StoreError` for anything thrown while using the server. `committing`: it came from the
+    /// transaction's `COMMIT`, whose outcome is then unknown when the connection went away.
+    func storeError(_ error: any Error, clock: CallClock? = nil, committing: Bool = false) -> StoreError {
         if let error = error as? StoreError { return error }
+        var details: [String: JSONValue] = ["store": .string(location.display)]
+        let psql = error as? PSQLError
+        let state = psql?.serverInfo?[.sqlState] ?? ""
+        let message = psql?.serverInfo?[.message] ?? psql.map { "\($0.code)" } ?? "\(error)"
+        // The store's own wait ended at the deadline (the server did not answer by then), or the
+        // server cancelled the statement at the timeout the deadline set (57014).
+        let expired = error is PostgresDeadlineExpired
+        if expired || (state == "57014" && clock?.deadline != nil), let clock, let had = clock.deadlineMs {
+            let waited = clock.waitedMs
+            details["waitedMs"] = .int(waited)
+            details["deadlineMs"] = .int(had)
+            let cause = expired ? "no answer from the server by then; the connection is closed" : "PostgreSQL 57014: \(message)"
+            let outcome =
+                committing
+                ? "the transaction was committing: whether it was kept is unknown, read it back"
+                : "nothing was changed, try again"
+            return StoreError(
+                .storeBusy,
+                "\(location.display): the run's deadline came after \(waited) ms (the call had \(had) ms) while the store waited for other connections' locks or the server (\(cause)); \(outcome)",
+                details: details)
+        }
         if PostgresStore.connectionLost(error) {
             // The connection went away mid-call: the next call opens a new one.
-            return unavailable(error)
+            if state == "53100" { return diskFull(message, state: state, details: details, serverStopped: true, committing: committing) }
+            return unavailable(error, committing: committing)
         }
-        let details: [String: JSONValue] = ["store": .string(location.display)]
-        guard let psql = error as? PSQLError else {
+        guard psql != nil else {
             return StoreError(.databaseError, "\(location.display): \(error)", details: details)
         }
-        let state = psql.serverInfo?[.sqlState] ?? ""
-        let message = psql.serverInfo?[.message] ?? "\(psql.code)"
         switch state {
         case "40001", "40P01", "55P03":
             return StoreError(
@@ -222,16 +262,39 @@ package final class PostgresStore: @unchecked Sendable {
                 details: details)
         case "57014":
             return StoreError(
-                .storeBusy, "\(location.display): the statement ran out of the run's time (PostgreSQL: \(message)); nothing was changed",
+                .storeBusy, "\(location.display): the server cancelled the statement (PostgreSQL 57014: \(message)); nothing was changed, try again",
                 details: details)
-        case "53100", "53200":
-            return StoreError(.ioError, "\(location.display): the server is out of space (PostgreSQL \(state): \(message)); nothing was changed", details: details)
+        case "53100":
+            // A PANIC (the write-ahead log could not grow) stops the server: the connection is gone.
+            let stopped = psql?.serverInfo?[.localizedSeverity] == "PANIC" || psql?.serverInfo?[.severity] == "PANIC"
+            return diskFull(message, state: state, details: details, serverStopped: stopped, committing: committing)
+        case "53200":
+            return StoreError(.ioError, "\(location.display): the server is out of memory (PostgreSQL \(state): \(message)); nothing was changed", details: details)
         case "28000", "28P01", "3D000", "42501":
             return unavailable(error)
         default:
             return StoreError(.databaseError, "\(location.display): PostgreSQL error \(state): \(message)", details: details)
         }
     }
+
+    /// The server's disk is full (SQLSTATE 53100 disk_full): `ioError`, as SQLite's full disk is.
+    private func diskFull(_ message: String, state: String, details: [String: JSONValue], serverStopped: Bool, committing: Bool) -> StoreError {
+        var details = details
+        details["cause"] = .string("diskFull")
+        let outcome =
+            serverStopped
+            ? (committing
+                ? "the server stopped (PANIC) while the transaction committed: whether it was kept is unknown, read it back once the server runs again"
+                : "the server stopped (PANIC: its write-ahead log could not grow) and rolled the transaction back; it runs again only once it has room, and until then calls end storeUnavailable")
+            : "nothing was changed; writes work again once the server has room"
+        return StoreError(
+            .ioError, "\(location.display): the server's disk is full (PostgreSQL \(state): \(message)); \(outcome)", details: details)
+    }
+}
+
+/// A statement's answer not waited for past the caller's deadline: the store closed the connection.
+struct PostgresDeadlineExpired: Error {
+    let underlying: any Error
 }
 
 /// One connection's statements, inside `PostgresStore.transaction` or `read`.
@@ -256,27 +319,50 @@ package struct PostgresSession {
         try answer(query).metadata.rows ?? 0
     }
 
+    /// The transaction's `COMMIT`: waited for a second past the deadline (not `deadlineGraceNanoseconds`),
+    /// since a commit cut short leaves its outcome unknown.
+    func commit() throws {
+        _ = try answer("COMMIT", grace: 1_000_000_000)
+    }
+
     /// The longest a statement's answer is waited for without a deadline bound (`StoreDeadline`).
     static let maxWaitNanoseconds: Int64 = 60_000_000_000
+    /// How long after the caller's deadline a statement's answer is still waited for: the server's
+    /// own `statement_timeout` (the deadline's, `boundStatements`) usually answers first.
+    static let deadlineGraceNanoseconds: Int64 = 100_000_000
 
-    /// Sends the statement and waits for its answer, never past the caller's deadline (plus a
-    /// second for the server's own `statement_timeout` to answer first) or `maxWaitNanoseconds`:
-    /// then the connection is closed, which ends the wait with an error (`storeUnavailable`)
-    /// and the next call connects again. A wait without an end held the store's lock, and
-    /// every later run of the process waited behind it past its deadline.
-    private func answer(_ query: PostgresQuery) throws -> PostgresQueryResult {
+    /// Sends the statement and waits for its answer, never past the caller's deadline (plus
+    /// `grace`) or `maxWaitNanoseconds`: then the connection is closed, which ends the wait
+    /// (`PostgresDeadlineExpired` at the deadline: `storeBusy`; else `storeUnavailable`), the server
+    /// rolls the transaction back, and the next call connects again. The server's
+    /// `statement_timeout` bounds each statement alone, so a transaction's second wait for a
+    /// lock would outlast the deadline without this; and a wait without an end held the
+    /// store's lock, and every later run of the process waited behind it past its deadline.
+    private func answer(_ query: PostgresQuery, grace: Int64 = PostgresSession.deadlineGraceNanoseconds) throws -> PostgresQueryResult {
         var limit = PostgresSession.maxWaitNanoseconds
+        var byDeadline = false
         if let deadline = StoreDeadline.current {
             let now = StoreDeadline.now()
-            limit = min(limit, deadline > now ? Int64(deadline - now) + 1_000_000_000 : 1_000_000_000)
+            let left = (deadline > now ? Int64(deadline - now) : 0) + grace
+            if left < limit {
+                limit = left
+                byDeadline = true
+            }
         }
         let connection = connection
+        let fired = NIOLockedValueBox(false)
         let timer = connection.eventLoop.scheduleTask(in: .nanoseconds(limit)) {
+            fired.withLockedValue { $0 = true }
             let closed: EventLoopFuture<Void> = connection.close()
             closed.whenComplete { _ in withExtendedLifetime(connection) {} }
         }
         defer { timer.cancel() }
-        return try connection.query(query, logger: connection.logger).wait()
+        do {
+            return try connection.query(query, logger: connection.logger).wait()
+        } catch {
+            if byDeadline, fired.withLockedValue({ $0 }) { throw PostgresDeadlineExpired(underlying: error) }
+            throw error
+        }
     }
 
     /// Keeps every statement of this transaction, its lock waits included, inside the
