@@ -33,8 +33,9 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
 
 @Suite struct MigrationFaultTests {
     /// Two migrations of one pair at once (issue 17, item 3): the second says so and writes nothing.
-    @Test func aSecondMigrationOfThePairSaysOneIsRunningAndWritesNothing() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func aSecondMigrationOfThePairSaysOneIsRunningAndWritesNothing(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let running = try MigrationLock.acquire(home: fixture.test.home, from: "OLD", to: "NEW")
         let error = expectStoreError(.storeBusy) { try fixture.store.migrate(from: "OLD", to: "NEW") }
         #expect(error?.message.contains("already running") == true && error?.message.contains("\(getpid())") == true, "\(error?.message ?? "")")
@@ -58,10 +59,38 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
         }
     }
 
+    /// On a shared PostgreSQL store, one migration of a pair at a time among every host (whose
+    /// homes, and so flocks, differ): the second says so and writes nothing.
+    @Test(arguments: StoreBackendKind.postgresOnly)
+    func aMigrationOnAnotherHostOfTheSharedStoreHoldsThePair(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
+        guard case .postgres(let otherHost) = try fixture.test.reopen().backend else { return }
+        var running: PostgresStore? = try otherHost.migrationLock(from: "OLD", to: "NEW")
+        let error = expectStoreError(.storeBusy) { try fixture.store.migrate(from: "OLD", to: "NEW") }
+        #expect(error?.message.contains("already running on the store's server") == true, "\(error?.message ?? "")")
+        #expect(try fixture.store.globals(of: "NEW").list().isEmpty)
+        let records = try fixture.test.migrationRecords()
+        #expect(records == 0)
+        #expect(try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(dryRun: true)).isClean)
+        #expect(try fixture.store.migrate(from: "OLD", to: "OTHER").isClean)
+        #expect(running != nil)
+        running = nil  // Its connection closes: the server releases the lock.
+        let start = Date()
+        while true {
+            do {
+                #expect(try fixture.store.migrate(from: "OLD", to: "NEW").isClean)
+                break
+            } catch let error as StoreError where error.kind == .storeBusy && Date().timeIntervalSince(start) < 10 {
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+        }
+    }
+
     /// A migration removes the temporaries of killed runs in the folders it copies into, and
     /// leaves those of a run still going (issue 17, item 3).
-    @Test func onlyTheTemporariesOfKilledRunsAreRemoved() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func onlyTheTemporariesOfKilledRunsAreRemoved(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let docs = fixture.store.containerDirectory(of: "NEW") + "/docs"
         try FileManager.default.createDirectory(atPath: docs, withIntermediateDirectories: true)
         let names = try plantTemporaries(docs, prefix: "extrun-migrate")
@@ -88,7 +117,7 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
     @Test func damageAnywhereStopsMigrateAndExportBeforeTheyWrite() throws {
         let fixture = try MigrationFixture()
         try fixture.store.populateForBenchmark(owner: "BULK", BulkFill(globals: 400, valueBytes: 1_000))
-        let database = fixture.test.databasePath
+        let database = fixture.store.databasePath
         _ = try fixture.test.reopen()  // a checkpoint: everything in store.sqlite
         let size = try #require(fileBytes(database)).count
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: database))
@@ -110,12 +139,13 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
     /// A global changed in OLD during a --remove-source migration is kept there; running the
     /// same command again carries it, under the default `fail`, as long as NEW's value is still
     /// the migration's copy, and never over a write NEW made since (issue 17, item 4).
-    @Test func rerunningRemoveSourceCarriesChangesButNotOverNewWrites() throws {
+    @Test(arguments: StoreBackendKind.all)
+    func rerunningRemoveSourceCarriesChangesButNotOverNewWrites(backend: StoreBackendKind) throws {
         // NEW's own write: none, after the first run, or while the first run was still copying
         // (after its copy of "text", before its copying ended: a version below the last one it wrote).
         for newWrites in ["never", "after", "during the copy"] {
             let newWritesMeanwhile = newWrites != "never"
-            let fixture = try MigrationFixture()
+            let fixture = try MigrationFixture(backend)
             let changed = ChangeOnce {
                 _ = try? fixture.test.reopen().globals(of: "OLD").set("text", to: "changed during the migration")
             }
@@ -150,8 +180,9 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
 extension MigrationFaultTests {
     /// Files a killed run copied before its batch committed are counted by the run that
     /// finishes the migration (issue 17, item 8).
-    @Test func filesAKilledRunCopiedAreCounted() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func filesAKilledRunCopiedAreCounted(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let old = fixture.store.containerDirectory(of: "OLD")
         let new = fixture.store.containerDirectory(of: "NEW")
         try FileManager.default.createDirectory(atPath: new + "/docs/sub", withIntermediateDirectories: true)

@@ -1,7 +1,6 @@
 import ExtrunProtocol
 import ExtrunStoreFill
 import Foundation
-import GRDB
 import Testing
 
 @testable import ExtrunStore
@@ -10,10 +9,61 @@ import Testing
 import Glibc
 #endif
 
+/// What the migration tests read and change under the store's API, on either backend.
+extension BackendStore {
+    /// The sealed value of an item, as the store holds it.
+    func sealedBlob(kind: String, owner: String, name: String) throws -> Data? {
+        let kind = try #require(SealKind(rawValue: kind))
+        return try store.migrationRead { rows in try rows.rows(kind, owner: owner, names: [name])[name]?.sealed }
+    }
+
+    /// Replaces an item's sealed value (its version kept), as a tamperer with access to the rows would.
+    func replaceSealed(kind: String, owner: String, name: String, with sealed: Data) throws {
+        let kind = try #require(SealKind(rawValue: kind))
+        try store.migrationWrite { rows in
+            let version = try rows.rows(kind, owner: owner, names: [name])[name]?.version
+            try rows.write(kind, owner: owner, inserts: [], updates: [MigrationRowWrite(name: name, version: version, sealed: sealed)])
+        }
+    }
+
+    /// Runs SQL (the same text on both backends, no parameters) on the rows, through a connection of its own.
+    func tamper(_ sql: String) throws {
+        switch try reopen().backend {
+        case .sqlite(let database): try database.write { db in try db.execute(sql: sql) }
+        case .postgres(let server): try server.run(sql)
+        }
+    }
+
+    /// The store's records of owner migrations.
+    func migrationRecords() throws -> Int64 {
+        try number("SELECT COUNT(*) FROM ownerMigration WHERE $1 <> ''", owner: "-")
+    }
+
+    /// Fills `owner` with `count` globals named and valued as `BulkFill`'s, in batches of 1,000 (either backend).
+    func fill(owner: String, globals count: Int, valueBytes: Int) throws {
+        let key = try store.writeKey(owner)
+        for start in stride(from: 0, to: count, by: 1_000) {
+            let indices = start..<min(count, start + 1_000)
+            try store.migrationWrite { rows in
+                let last = try #require(try rows.reserveVersions(owner: owner, count: indices.count))
+                let first = last - Int64(indices.count)
+                let writes = try indices.map { index in
+                    let name = BulkFill.globalName(index)
+                    let plaintext = try Globals.serialize(.string(BulkFill.value(index, bytes: valueBytes)), name: name, owner: owner)
+                    return MigrationRowWrite(
+                        name: name, version: first + 1 + Int64(index - start),
+                        sealed: try Sealing.seal(plaintext, with: key, context: SealContext(owner: owner, kind: .global, name: name)))
+                }
+                try rows.write(.global, owner: owner, inserts: writes, updates: [])
+            }
+        }
+    }
+}
+
 /// A store with an old owner that has globals of every kind and bookmarks
 /// inside and outside its container.
 struct MigrationFixture {
-    let test: TestStore
+    let test: BackendStore
     var store: Store { test.store }
     let values: [String: JSONValue] = [
         "text": "clam chowder", "count": 42, "ratio": 0.5, "flag": true, "none": .null,
@@ -22,8 +72,8 @@ struct MigrationFixture {
     ]
     let outside: String
 
-    init() throws {
-        test = try TestStore()
+    init(_ backend: StoreBackendKind = .sqlite) throws {
+        test = try BackendStore(backend)
         outside = try test.directory.makeFolder("outside")
         try test.directory.write("outside/o.txt", "outside file")
         let globals = try test.store.globals(of: "OLD")
@@ -41,8 +91,9 @@ struct MigrationFixture {
 }
 
 @Suite struct MigrationTests {
-    @Test func everythingMovesAndTheNewOwnerSeesIt() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func everythingMovesAndTheNewOwnerSeesIt(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let summary = try fixture.store.migrate(from: "OLD", to: "NEW")
         #expect(summary.isClean, "\(summary.json)")
         #expect(summary.globals.migrated == fixture.values.count)
@@ -69,8 +120,9 @@ struct MigrationFixture {
         #expect(FileManager.default.fileExists(atPath: host.containerDirectory(of: "OLD") + "/docs/a.txt"))
     }
 
-    @Test func removeSourceLeavesTheOldOwnerEmptyAndTheNewOneWhole() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func removeSourceLeavesTheOldOwnerEmptyAndTheNewOneWhole(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let summary = try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(removeSource: true))
         #expect(summary.isClean && summary.complete, "\(summary.json)")
         #expect(summary.globals.removed == fixture.values.count && summary.bookmarks.removed == 3)
@@ -85,8 +137,9 @@ struct MigrationFixture {
         #expect(again.globals.total == 0 && again.isClean)
     }
 
-    @Test func rowsAreSealedForTheNewOwner() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func rowsAreSealedForTheNewOwner(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         _ = try fixture.store.migrate(from: "OLD", to: "NEW")
         let old = try #require(try fixture.test.sealedBlob(kind: "global", owner: "OLD", name: "text"))
         let new = try #require(try fixture.test.sealedBlob(kind: "global", owner: "NEW", name: "text"))
@@ -104,11 +157,12 @@ struct MigrationFixture {
         #expect(FileManager.default.fileExists(atPath: fixture.store.keystore.path(for: "NEW")))
     }
 
-    @Test func aTamperedItemIsReportedAndTheRestMigrates() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func aTamperedItemIsReportedAndTheRestMigrates(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         var blob = try #require(try fixture.test.sealedBlob(kind: "global", owner: "OLD", name: "count"))
         blob[blob.startIndex + 20] ^= 0x01
-        try fixture.test.tamper("UPDATE global SET sealed = ? WHERE owner = 'OLD' AND name = 'count'", [blob])
+        try fixture.test.replaceSealed(kind: "global", owner: "OLD", name: "count", with: blob)
         let summary = try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(removeSource: true))
         #expect(!summary.isClean)
         #expect(summary.globals.failed == 1 && summary.globals.migrated == fixture.values.count - 1)
@@ -122,9 +176,10 @@ struct MigrationFixture {
         #expect(summary.globals.kept == 1 && summary.globals.removed == fixture.values.count - 1)
     }
 
-    @Test func conflictPolicies() throws {
+    @Test(arguments: StoreBackendKind.all)
+    func conflictPolicies(backend: StoreBackendKind) throws {
         for policy in ConflictPolicy.allCases {
-            let fixture = try MigrationFixture()
+            let fixture = try MigrationFixture(backend)
             let new = try fixture.store.globals(of: "NEW")
             try new.set("text", to: "NEW's own")
             try new.set("count", to: 42)  // The same value: not a conflict.
@@ -165,8 +220,9 @@ struct MigrationFixture {
         }
     }
 
-    @Test func aDryRunWritesNothing() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func aDryRunWritesNothing(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         try fixture.store.globals(of: "NEW").set("text", to: "other")
         let summary = try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(onConflict: .rename, dryRun: true))
         #expect(summary.globals.migrated == fixture.values.count && summary.globals.renamed == 1)
@@ -175,15 +231,16 @@ struct MigrationFixture {
         #expect(try fixture.store.globals(of: "NEW").list().map(\.name) == ["text"])
         #expect(try fixture.store.bookmarks(of: "NEW").list().isEmpty)
         #expect(!FileManager.default.fileExists(atPath: fixture.store.containerDirectory(of: "NEW")))
-        let records = try fixture.store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ownerMigration") ?? -1 }
+        let records = try fixture.test.migrationRecords()
         #expect(records == 0)
         // A dry run for an owner without a key creates none.
         _ = try fixture.store.migrate(from: "OLD", to: "FRESH", options: MigrationOptions(dryRun: true))
         #expect(!FileManager.default.fileExists(atPath: fixture.store.keystore.path(for: "FRESH")))
     }
 
-    @Test func onlyOneKind() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func onlyOneKind(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let summary = try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(scope: .bookmarks, removeSource: true))
         #expect(summary.isClean && summary.globals.total == 0 && summary.bookmarks.migrated == 3)
         #expect(try fixture.store.globals(of: "NEW").list().isEmpty)
@@ -191,8 +248,9 @@ struct MigrationFixture {
         #expect(try fixture.store.bookmarks(of: "OLD").list().isEmpty)
     }
 
-    @Test func aStaleBookmarkMigratesAsItIs() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func aStaleBookmarkMigratesAsItIs(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let gone = try fixture.test.directory.makeFolder("gone")
         try fixture.store.bookmarks(of: "OLD").add("gone", path: gone, readOnly: false)
         try FileManager.default.removeItem(atPath: gone)
@@ -202,8 +260,9 @@ struct MigrationFixture {
         #expect(entry.status == .stale(.missing) && entry.bookmark.lastKnownPath == gone)
     }
 
-    @Test func aDifferentFileInTheNewContainerIsNotReplaced() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func aDifferentFileInTheNewContainerIsNotReplaced(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         let target = fixture.store.containerDirectory(of: "NEW")
         try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
         try Data("NEW's note".utf8).write(to: URL(fileURLWithPath: target + "/note.txt"))
@@ -214,16 +273,18 @@ struct MigrationFixture {
         #expect(try fixture.store.bookmarks(of: "OLD").list().map(\.bookmark.name) == ["note"], "kept in the old owner")
     }
 
-    @Test func badRequestsWriteNothing() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func badRequestsWriteNothing(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         expectStoreError(.invalidName) { try fixture.store.migrate(from: "OLD", to: "OLD") }
         expectStoreError(.notFound) { try fixture.store.migrate(from: "NOBODY", to: "NEW") }
         expectStoreError(.invalidName) { try fixture.store.migrate(from: "OLD", to: "a/b") }
         #expect(!FileManager.default.fileExists(atPath: fixture.store.keystore.path(for: "NEW")))
     }
 
-    @Test func anUnfinishedMigrationIsResumedWithItsOwnOptionsOnly() throws {
-        let fixture = try MigrationFixture()
+    @Test(arguments: StoreBackendKind.all)
+    func anUnfinishedMigrationIsResumedWithItsOwnOptionsOnly(backend: StoreBackendKind) throws {
+        let fixture = try MigrationFixture(backend)
         // An interrupted migration, as a killed run leaves it: the record and the first batch.
         _ = try fixture.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(batchSize: 3))
         try fixture.test.tamper("UPDATE ownerMigration SET finished = NULL, phase = 'copy-globals', cursor = 'date'")
@@ -244,9 +305,10 @@ struct MigrationFixture {
         #expect(candidate?.hasSuffix(" (from OLD 2)") == true)
     }
 
-    @Test func manyItemsInSmallBatches() throws {
-        let test = try TestStore()
-        try test.store.populateForBenchmark(owner: "OLD", BulkFill(globals: 2_500, valueBytes: 40))
+    @Test(arguments: StoreBackendKind.all)
+    func manyItemsInSmallBatches(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        try test.fill(owner: "OLD", globals: 2_500, valueBytes: 40)
         let summary = try test.store.migrate(from: "OLD", to: "NEW", options: MigrationOptions(removeSource: true, batchSize: 97))
         #expect(summary.isClean && summary.globals.migrated == 2_500 && summary.globals.removed == 2_500)
         let globals = try test.reopen().globals(of: "NEW")

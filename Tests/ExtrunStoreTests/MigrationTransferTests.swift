@@ -180,7 +180,7 @@ struct TwoMachines {
         let machines = try TwoMachines()
         var blob = try #require(try machines.old.test.sealedBlob(kind: "global", owner: "OLD", name: "flag"))
         blob[blob.startIndex + 15] ^= 1
-        try machines.old.test.tamper("UPDATE global SET sealed = ? WHERE owner = 'OLD' AND name = 'flag'", [blob])
+        try machines.old.test.replaceSealed(kind: "global", owner: "OLD", name: "flag", with: blob)
         let path = machines.old.test.directory.sub("second.bundle")
         let export = try machines.old.store.exportTransfer(from: "OLD", recipient: machines.recipient, to: path)
         #expect(export.failed == 1 && export.items.first?.name == "flag")

@@ -1,6 +1,5 @@
 import ExtrunProtocol
 import Foundation
-import GRDB
 
 #if canImport(Glibc)
 import Glibc
@@ -87,8 +86,8 @@ final class MigrationRun {
 
     /// Finds the unfinished migration to resume (refusing other options), or nil.
     func findUnfinished() throws -> MigrationRecord.Row? {
-        let found = try store.database.read { db in
-            try MigrationRecord.unfinished(db, source: from, target: to, origin: origin, file: file)
+        let found = try store.migrationRead { rows in
+            try MigrationRecord.unfinished(rows, source: from, target: to, origin: origin, file: file)
         }
         if let found, found.options != storedOptions {
             let recorded = found.options
@@ -105,30 +104,29 @@ final class MigrationRun {
     }
 
     /// Makes sure the new owner's key exists on disk (fsynced) before anything is sealed with it,
-    /// switches the connection to synchronous=FULL, and creates or resumes the record.
+    /// switches SQLite's connection to synchronous=FULL (a PostgreSQL server's commits are
+    /// durable unless its configuration says otherwise), and creates or resumes the record.
     func begin(sourceStartVersion: Int64) throws {
         targetKey = try store.writeKey(to)
-        do {
-            try store.database.queue.writeWithoutTransaction { db in
-                try db.execute(sql: "PRAGMA synchronous = FULL")
+        if case .sqlite(let database) = store.backend {
+            do {
+                try database.queue.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA synchronous = FULL")
+                }
+            } catch {
+                throw StoreDatabase.storeError(error, path: file)
             }
-        } catch {
-            throw StoreDatabase.storeError(error, path: file)
         }
         if let existing = try findUnfinished() {
             record = existing
             resumed = true
             return
         }
-        record = try store.database.write { db in
-            if let raced = try MigrationRecord.unfinished(db, source: from, target: to, origin: origin, file: file) { return raced }
+        record = try store.migrationWrite { rows in
+            if let raced = try MigrationRecord.unfinished(rows, source: from, target: to, origin: origin, file: file) { return raced }
             return try MigrationRecord.create(
-                db, source: from, target: to, origin: origin, options: storedOptions, sourceStartVersion: sourceStartVersion, file: file)
+                rows, source: from, target: to, origin: origin, options: storedOptions, sourceStartVersion: sourceStartVersion, file: file)
         }
-    }
-
-    static func lastVersion(_ db: Database, owner: String) throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT lastVersion FROM owner WHERE name = ?", arguments: [owner]) ?? 0
     }
 
     // MARK: - Preparing items
@@ -221,15 +219,15 @@ final class MigrationRun {
         var reports: [MigrationItemReport] = []
     }
 
-    /// The new owner's value under `name`: opened, or a failure.
-    private func existing(_ db: Database, kind: SealKind, name: String) throws -> Result<Data, StoreError>? {
+    /// The new owner's value `row`: opened, or a failure.
+    private func opened(_ row: MigrationRowRead, kind: SealKind) -> Result<Data, StoreError>? {
         guard let key = targetKey else { return nil }
-        guard let sealed = try Data.fetchOne(db, sql: "SELECT sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?", arguments: [to, name])
-        else { return nil }
         do {
-            return .success(try Sealing.open(sealed, with: key, context: SealContext(owner: to, kind: kind, name: name), file: file))
+            return .success(try Sealing.open(row.sealed, with: key, context: SealContext(owner: to, kind: kind, name: row.name), file: file))
         } catch let error as StoreError {
             return .failure(error)
+        } catch {
+            return .failure(StoreError(.sealBroken, "\(error)"))
         }
     }
 
@@ -243,23 +241,28 @@ final class MigrationRun {
     /// Decides what to do with each item against the new owner's current
     /// state (inside the caller's transaction). `simulate`: a dry run, whose
     /// earlier renames live in `simulated`.
-    func plan(_ db: Database, _ items: [PreparedItem], kind: SealKind, simulate: Bool) throws -> Plan {
+    func plan(_ rows: any MigrationRows, _ items: [PreparedItem], kind: SealKind, simulate: Bool) throws -> Plan {
         var plan = Plan()
         let names = items.map(\.name)
-        guard let first = names.first, let last = names.last else { return plan }
-        var taken = Set(
-            targetKey == nil
-                ? []
-                : try String.fetchAll(
-                    db, sql: "SELECT name FROM \(kind.rawValue) WHERE owner = ? AND name >= ? AND name <= ?", arguments: [to, first, last]))
+        guard !names.isEmpty else { return plan }
+        // The new owner's rows under the batch's names, read at once; other names (renames) one by one.
+        let batchNames = Set(names)
+        var targets = targetKey == nil ? [:] : try rows.rows(kind, owner: to, names: names)
         /// Items this batch (or, simulating, the dry run) writes: name -> item.
         var written = simulate ? (simulated[kind] ?? [:]) : [:]
+        func target(_ name: String) throws -> MigrationRowRead? {
+            if targetKey == nil { return nil }
+            if let found = targets[name] { return found }
+            guard !batchNames.contains(name) else { return nil }
+            let found = try rows.rows(kind, owner: to, names: [name])[name]
+            targets[name] = found
+            return found
+        }
         func lookup(_ name: String) throws -> Result<Data, StoreError>? {
             if let item = written[name] {
                 return .success(kind == .global ? item.plaintext : (try? JSONCoding.encoder().encode(item.record)) ?? Data())
             }
-            guard taken.contains(name) || !(name >= first && name <= last) else { return nil }
-            return try existing(db, kind: kind, name: name)
+            return try target(name).flatMap { opened($0, kind: kind) }
         }
         for item in items {
             plan.counts.total += 1
@@ -277,7 +280,6 @@ final class MigrationRun {
                 plan.counts.migrated += 1
                 plan.actions.append(.insert(targetName: item.name))
                 written[item.name] = item
-                taken.insert(item.name)
                 continue
             }
             switch current {
@@ -299,9 +301,7 @@ final class MigrationRun {
                 break
             }
             if kind == .global, origin == "local",
-                try MigrationRecord.carriedChange(
-                    db, source: from, target: to, name: item.name,
-                    targetVersion: try Int64.fetchOne(db, sql: "SELECT version FROM global WHERE owner = ? AND name = ?", arguments: [to, item.name]))
+                try MigrationRecord.carriedChange(rows, source: from, target: to, name: item.name, targetVersion: try target(item.name)?.version)
             {
                 // Changed in the old owner during an earlier --remove-source run; the new owner's
                 // value is still the copy that run wrote: carry the change, whatever the policy.
@@ -387,29 +387,23 @@ final class MigrationRun {
     /// Writes the plan's items; returns the global versions it gave them (one range: the
     /// batch's transaction alone takes versions of the new owner while it runs).
     @discardableResult
-    func execute(_ db: Database, _ items: [PreparedItem], _ plan: Plan, kind: SealKind) throws -> ClosedRange<Int64>? {
+    func execute(_ rows: any MigrationRows, _ items: [PreparedItem], _ plan: Plan, kind: SealKind) throws -> ClosedRange<Int64>? {
         guard let key = targetKey else { throw StoreError(.databaseError, "no key for the new owner '\(to)'") }
+        guard kind != .donation else {
+            // Migration moves globals and bookmarks; donations stay with the old owner (docs/migration.md).
+            throw StoreError(.databaseError, "donations reached the migration of items, which moves only globals and bookmarks")
+        }
         let writes = plan.actions.filter { if case .none = $0 { return false } else { return true } }.count
         guard writes > 0 else { return nil }
         var version: Int64 = 0
         var written: ClosedRange<Int64>?
         if kind == .global {
-            guard let last = try Int64.fetchOne(
-                db, sql: "UPDATE owner SET lastVersion = lastVersion + ? WHERE name = ? RETURNING lastVersion", arguments: [writes, to])
-            else {
+            guard let last = try rows.reserveVersions(owner: to, count: writes) else {
                 throw StoreError(.databaseError, "owner '\(to)' has no row in the store's owner table", details: ["owner": .string(to)])
             }
             version = last - Int64(writes)
             written = (version + 1)...last
         }
-        let insert = try db.cachedStatement(
-            sql: kind == .global
-                ? "INSERT INTO global (owner, name, version, sealed) VALUES (?, ?, ?, ?)"
-                : "INSERT INTO bookmark (owner, name, sealed) VALUES (?, ?, ?)")
-        let update = try db.cachedStatement(
-            sql: kind == .global
-                ? "UPDATE global SET version = ?, sealed = ? WHERE owner = ? AND name = ?"
-                : "UPDATE bookmark SET sealed = ? WHERE owner = ? AND name = ?")
         // Seal on every core, then write in order.
         let sealing = BatchSealing(key: key, kind: kind)
         let nonces = BatchSealing.nonces(items.count)
@@ -431,36 +425,19 @@ final class MigrationRun {
                 return .failure(StoreError(.invalidValue, "cannot encode \(kind.rawValue) '\(item.name)': \(error)"))
             }
         }
+        var inserts: [MigrationRowWrite] = []
+        var updates: [MigrationRowWrite] = []
         for (index, (item, action)) in zip(items, plan.actions).enumerated() {
-            let targetName: String
-            switch action {
-            case .none: continue
-            case .insert(let name): targetName = name
-            case .update: targetName = item.name
-            }
             guard let result = sealedItems[index] else { continue }
             let sealed = try result.get()
-            // The arguments match the statements above: no validation needed.
-            switch (kind, action) {
-            case (.global, .insert):
-                version += 1
-                insert.setUncheckedArguments([to, targetName, version, sealed])
-                try insert.execute()
-            case (.global, _):
-                version += 1
-                update.setUncheckedArguments([version, sealed, to, targetName])
-                try update.execute()
-            case (.bookmark, .insert):
-                insert.setUncheckedArguments([to, targetName, sealed])
-                try insert.execute()
-            case (.bookmark, _):
-                update.setUncheckedArguments([sealed, to, targetName])
-                try update.execute()
-            case (.donation, _):
-                // Migration moves globals and bookmarks; donations stay with the old owner (docs/migration.md).
-                throw StoreError(.databaseError, "donation '\(item.name)' reached the migration of items, which moves only globals and bookmarks")
+            if kind == .global { version += 1 }
+            switch action {
+            case .none: continue
+            case .insert(let name): inserts.append(MigrationRowWrite(name: name, version: kind == .global ? version : nil, sealed: sealed))
+            case .update: updates.append(MigrationRowWrite(name: item.name, version: kind == .global ? version : nil, sealed: sealed))
             }
         }
+        try rows.write(kind, owner: to, inserts: inserts, updates: updates)
         return written
     }
 
@@ -474,20 +451,22 @@ final class MigrationRun {
         if kind == .bookmark, copiesFiles {
             // Copies outside the write lock for what the plan would write now; the
             // transaction copies any other item it ends up writing (idempotent).
-            let tentative = try store.database.read { db in try plan(db, items, kind: kind, simulate: false) }
+            let tentative = try store.migrationRead { rows in try plan(rows, items, kind: kind, simulate: false) }
             for index in items.indices {
                 if case .none = tentative.actions[index] { continue }
                 try materialize(&items[index], copier: &copier)
             }
             try copier.syncFolders()
         }
-        return try store.database.write { db in
-            var current = try MigrationRecord.load(db, id: id, source: from, target: to, origin: origin, file: file)
+        return try store.migrationWrite { rows in
+            var current = try MigrationRecord.load(rows, id: id, source: from, target: to, origin: origin, file: file)
             guard current.phase == phase, current.cursor == expectedCursor else {
                 record = current
                 return false
             }
-            var batchPlan = try plan(db, items, kind: kind, simulate: false)
+            // The new owner's writers wait for this batch: the plan holds until it commits.
+            try rows.lockOwner(to)
+            var batchPlan = try plan(rows, items, kind: kind, simulate: false)
             if kind == .bookmark {
                 var replan = false
                 for index in items.indices where !items[index].copied {
@@ -496,20 +475,20 @@ final class MigrationRun {
                     replan = true
                 }
                 try copier.syncFolders()
-                if replan { batchPlan = try plan(db, items, kind: kind, simulate: false) }
+                if replan { batchPlan = try plan(rows, items, kind: kind, simulate: false) }
                 // Count what was copied for this batch (files of items skipped later are counted too: they are on disk).
                 batchPlan.counts.filesCopied += copier.files
                 batchPlan.counts.bytesCopied += copier.bytes
             }
-            if let written = try execute(db, items, batchPlan, kind: kind), kind == .global {
-                try MigrationRecord.recordWritten(db, migration: id, versions: written)
+            if let written = try execute(rows, items, batchPlan, kind: kind), kind == .global {
+                try rows.recordWritten(migration: id, versions: written)
             }
             for item in batchPlan.reports {
-                try MigrationRecord.recordItem(db, migration: id, kind: kind, item)
+                try rows.recordItem(migration: id, kind: kind, item)
             }
             current.cursor = last
             current.counts[kind].add(batchPlan.counts)
-            try MigrationRecord.save(db, current)
+            try MigrationRecord.save(rows, current)
             record = current
             return true
         }
@@ -517,7 +496,7 @@ final class MigrationRun {
 
     /// Plans a batch without writing (a dry run), accumulating the plan in memory.
     func simulate(_ items: [PreparedItem], kind: SealKind) throws {
-        let batchPlan = try store.database.read { db in try plan(db, items, kind: kind, simulate: true) }
+        let batchPlan = try store.migrationRead { rows in try plan(rows, items, kind: kind, simulate: true) }
         dryCounts[kind].add(batchPlan.counts)
         dryItemCount += batchPlan.reports.count
         for item in batchPlan.reports where dryItems.count < MigrationSummary.itemLimit { dryItems.append(item) }
@@ -526,17 +505,17 @@ final class MigrationRun {
     /// Moves the record to its next phase (if it is still at `phase`).
     func advance(from phase: MigrationRecord.Phase) throws {
         guard let id = record?.id else { return }
-        record = try store.database.write { db in
-            var current = try MigrationRecord.load(db, id: id, source: from, target: to, origin: origin, file: file)
+        record = try store.migrationWrite { rows in
+            var current = try MigrationRecord.load(rows, id: id, source: from, target: to, origin: origin, file: file)
             guard current.phase == phase else { return current }
             let next = phase.next(scope: options.scope, removeSource: options.removeSource)
             let copying: Set<MigrationRecord.Phase> = [.copyGlobals, .copyBookmarks]
             if copying.contains(phase), !copying.contains(next), current.targetCopiedVersion == nil {
-                current.targetCopiedVersion = try MigrationRun.lastVersion(db, owner: to)
+                current.targetCopiedVersion = try rows.lastVersion(owner: to)
             }
             current.phase = next
             current.cursor = ""
-            try MigrationRecord.save(db, current, finished: next == .done)
+            try MigrationRecord.save(rows, current, finished: next == .done)
             return current
         }
     }
@@ -552,8 +531,8 @@ final class MigrationRun {
         var items: [MigrationItemReport] = []
         var omitted = 0
         if let id = record?.id {
-            (items, omitted) = try store.database.read { db in
-                try MigrationRecord.reportedItems(db, migration: id, limit: MigrationSummary.itemLimit)
+            (items, omitted) = try store.migrationRead { rows in
+                try MigrationRecord.reportedItems(rows, migration: id, limit: MigrationSummary.itemLimit)
             }
         }
         do {  // A dry run's plan, or the conflicts found before a `fail` migration wrote anything.

@@ -1,6 +1,5 @@
 import ExtrunProtocol
 import Foundation
-import GRDB
 
 extension Store {
     /// Migrates the globals and bookmarks of owner `from` to owner `to` in this
@@ -26,7 +25,12 @@ extension Store {
         }
         let lock = options.dryRun ? nil : try MigrationLock.acquire(home: homePath, from: from, to: to)
         defer { withExtendedLifetime(lock) {} }
-        try database.verifyBeforeBulkWork("migrating '\(from)' to '\(to)'")
+        // One migration of the pair at a time among every host sharing the server, too.
+        let serverLock = try options.dryRun ? nil : migrationServerLock(from: from, to: to)
+        defer { withExtendedLifetime(serverLock) {} }
+        if case .sqlite(let database) = backend {
+            try database.verifyBeforeBulkWork("migrating '\(from)' to '\(to)'")
+        }
         let run = MigrationRun(
             store: self, from: from, to: to, origin: "local", options: options, containers: .local(store: self, from: from, to: to),
             copiesFiles: true, progress: progress)
@@ -45,11 +49,7 @@ struct LocalMigration {
     /// Bytes of sealed values read into one batch, at most (plus one value).
     static let batchBytes = 8 << 20
 
-    struct Row {
-        var name: String
-        var version: Int64?
-        var sealed: Data
-    }
+    typealias Row = MigrationRowRead
 
     func perform() throws -> MigrationSummary {
         if options.dryRun { return try dryRun() }
@@ -66,7 +66,7 @@ struct LocalMigration {
             run.dryItems = []
             run.dryItemCount = 0
         }
-        let sourceStart = try store.database.read { db in try MigrationRun.lastVersion(db, owner: run.from) }
+        let sourceStart = try store.migrationRead { rows in try rows.lastVersion(owner: run.from) }
         try run.begin(sourceStartVersion: sourceStart)
         while let record = run.record, record.phase != .done {
             switch record.phase {
@@ -92,26 +92,9 @@ struct LocalMigration {
 
     // MARK: - Reading the old owner
 
-    static func readBatch(_ db: Database, kind: SealKind, owner: String, after cursor: String, limit: Int, conflictingWith target: String? = nil) throws -> [Row] {
-        let version = kind == .global ? "a.version" : "NULL"
-        var sql = "SELECT a.name, \(version), a.sealed FROM \(kind.rawValue) a WHERE a.owner = ? AND a.name > ?"
-        var arguments: StatementArguments = [owner, cursor]
-        if let target {
-            sql += " AND EXISTS (SELECT 1 FROM \(kind.rawValue) b WHERE b.owner = ? AND b.name = a.name)"
-            arguments += [target]
-        }
-        sql += " ORDER BY a.name LIMIT ?"
-        arguments += [limit]
-        var rows: [Row] = []
-        var bytes = 0
-        let cursor = try GRDB.Row.fetchCursor(db, sql: sql, arguments: arguments)
-        while let row = try cursor.next() {
-            let sealed: Data = row[2]
-            rows.append(Row(name: row[0], version: row[1], sealed: sealed))
-            bytes += sealed.count
-            if bytes >= batchBytes { break }
-        }
-        return rows
+    func readBatch(_ rows: any MigrationRows, kind: SealKind, after cursor: String, conflictingWith target: String? = nil) throws -> [Row] {
+        try rows.readBatch(
+            kind, owner: run.from, after: cursor, limit: options.batchSize, maxBytes: LocalMigration.batchBytes, conflictingWith: target)
     }
 
     func open(_ row: Row, kind: SealKind) -> MigrationSourceItem {
@@ -136,9 +119,7 @@ struct LocalMigration {
     }
 
     func count(_ kind: SealKind) throws -> Int {
-        try store.database.read { db in
-            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \(kind.rawValue) WHERE owner = ?", arguments: [run.from]) ?? 0
-        }
+        try store.migrationRead { rows in try rows.count(kind, owner: run.from) }
     }
 
     static func phaseName(_ phase: MigrationRecord.Phase) -> String {
@@ -166,9 +147,7 @@ struct LocalMigration {
             let total = try count(kind)
             var done = 0
             while true {
-                let rows = try store.database.read { db in
-                    try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize)
-                }
+                let rows = try store.migrationRead { rows in try readBatch(rows, kind: kind, after: cursor) }
                 guard let last = rows.last else { break }
                 try run.simulate(run.prepare(open(rows, kind: kind), kind: kind), kind: kind)
                 cursor = last.name
@@ -186,9 +165,7 @@ struct LocalMigration {
         for kind in options.scope.kinds {
             var cursor = ""
             while true {
-                let rows = try store.database.read { db in
-                    try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize, conflictingWith: run.to)
-                }
+                let rows = try store.migrationRead { rows in try readBatch(rows, kind: kind, after: cursor, conflictingWith: run.to) }
                 guard let last = rows.last else { break }
                 try run.simulate(run.prepare(open(rows, kind: kind), kind: kind), kind: kind)
                 cursor = last.name
@@ -208,9 +185,7 @@ struct LocalMigration {
         let total = try count(kind) + (run.record?.counts[kind].total ?? 0)
         while let record = run.record, record.phase == phase {
             let cursor = record.cursor
-            let rows = try store.database.read { db in
-                try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize)
-            }
+            let rows = try store.migrationRead { rows in try readBatch(rows, kind: kind, after: cursor) }
             if rows.isEmpty {
                 try run.advance(from: phase)
                 return
@@ -244,15 +219,12 @@ struct LocalMigration {
     /// The verdicts of a batch: the new owner's rows are read in order, then
     /// both sides are opened and compared on every core.
     func verdicts(
-        _ db: Database, kind: SealKind, rows: [Row], items: [String: MigrationItemReport], record: MigrationRecord.Row,
+        _ access: any MigrationRows, kind: SealKind, rows: [Row], items: [String: MigrationItemReport], record: MigrationRecord.Row,
         sealing: BatchSealing
     ) throws -> [Verdict] {
-        let lookup = try db.cachedStatement(
-            sql: "SELECT \(kind == .global ? "version" : "NULL"), sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
-        let targets: [Target?] = try rows.map { row in
-            let targetName = items[row.name]?.targetName ?? row.name
-            guard let found = try GRDB.Row.fetchOne(lookup, arguments: [run.to, targetName]) else { return nil }
-            return Target(version: found[0], sealed: found[1])
+        let found = try access.rows(kind, owner: run.to, names: rows.map { items[$0.name]?.targetName ?? $0.name })
+        let targets: [Target?] = rows.map { row in
+            found[items[row.name]?.targetName ?? row.name].map { Target(version: $0.version, sealed: $0.sealed) }
         }
         let newSealing = run.targetKey.map { BatchSealing(key: $0, kind: kind) }
         return Parallel.map(rows.count) { index in
@@ -319,12 +291,12 @@ struct LocalMigration {
             var cursor = kind == startKind && saved.count == 2 ? saved[1] : ""
             var done = 0
             while true {
-                let (rows, found) = try store.database.read { db -> ([Row], [(String, StoreError)]) in
-                    let rows = try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: cursor, limit: options.batchSize)
+                let (rows, found) = try store.migrationRead { access -> ([Row], [(String, StoreError)]) in
+                    let rows = try readBatch(access, kind: kind, after: cursor)
                     guard let first = rows.first?.name, let last = rows.last?.name else { return (rows, []) }
-                    let items = try MigrationRecord.items(db, migration: record.id, kind: kind, from: first, through: last)
+                    let items = try MigrationRecord.items(access, migration: record.id, kind: kind, from: first, through: last)
                     var found: [(String, StoreError)] = []
-                    let verdicts = try verdicts(db, kind: kind, rows: rows, items: items, record: record, sealing: sealing)
+                    let verdicts = try verdicts(access, kind: kind, rows: rows, items: items, record: record, sealing: sealing)
                     for (row, verdict) in zip(rows, verdicts) {
                         if case .broken(let error) = verdict { found.append((row.name, error)) }
                     }
@@ -340,12 +312,12 @@ struct LocalMigration {
                 done += rows.count
                 if failures == 0 {
                     let position = kind.rawValue + ":" + cursor
-                    try store.database.write { db in
+                    try store.migrationWrite { access in
                         var current = try MigrationRecord.load(
-                            db, id: record.id, source: run.from, target: run.to, origin: run.origin, file: store.databasePath)
+                            access, id: record.id, source: run.from, target: run.to, origin: run.origin, file: store.databasePath)
                         guard current.phase == .verify else { return }
                         current.cursor = position
-                        try MigrationRecord.save(db, current)
+                        try MigrationRecord.save(access, current)
                     }
                 }
                 run.report(phase: "verify", done: done, total: total)
@@ -360,32 +332,36 @@ struct LocalMigration {
         let sealing = BatchSealing(key: oldKey, kind: kind)
         var done = 0
         while true {
-            let finished = try store.database.write { db -> Bool in
-                var current = try MigrationRecord.load(db, id: id, source: run.from, target: run.to, origin: run.origin, file: store.databasePath)
+            let finished = try store.migrationWrite { access -> Bool in
+                var current = try MigrationRecord.load(
+                    access, id: id, source: run.from, target: run.to, origin: run.origin, file: store.databasePath)
                 guard current.phase == phase else { return true }
-                let rows = try LocalMigration.readBatch(db, kind: kind, owner: run.from, after: current.cursor, limit: options.batchSize)
+                // The old owner's writers wait: an item is deleted in the transaction that judged it.
+                try access.lockOwner(run.from)
+                let rows = try readBatch(access, kind: kind, after: current.cursor)
                 guard let first = rows.first?.name, let last = rows.last?.name else { return true }
-                let items = try MigrationRecord.items(db, migration: id, kind: kind, from: first, through: last)
-                let delete = try db.cachedStatement(sql: "DELETE FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
-                let verdicts = try verdicts(db, kind: kind, rows: rows, items: items, record: current, sealing: sealing)
+                let items = try MigrationRecord.items(access, migration: id, kind: kind, from: first, through: last)
+                let verdicts = try verdicts(access, kind: kind, rows: rows, items: items, record: current, sealing: sealing)
+                var verified: [String] = []
                 for (row, verdict) in zip(rows, verdicts) {
                     switch verdict {
                     case .verified:
-                        try delete.execute(arguments: [run.from, row.name])
+                        verified.append(row.name)
                         current.counts[kind].removed += 1
                     case .notMigrated:
                         current.counts[kind].kept += 1
                     case .keep(let reason):
-                        try MigrationRecord.markKept(db, migration: id, kind: kind, name: row.name, reason: reason)
+                        try access.markKept(migration: id, kind: kind, name: row.name, reason: reason)
                         current.counts[kind].kept += 1
                     case .broken(let error):
-                        try MigrationRecord.markKept(
-                            db, migration: id, kind: kind, name: row.name, reason: "it does not open under the new owner's key: \(error.message)")
+                        try access.markKept(
+                            migration: id, kind: kind, name: row.name, reason: "it does not open under the new owner's key: \(error.message)")
                         current.counts[kind].kept += 1
                     }
                 }
+                try access.delete(kind, owner: run.from, names: verified)
                 current.cursor = last
-                try MigrationRecord.save(db, current)
+                try MigrationRecord.save(access, current)
                 run.record = current
                 done += rows.count
                 return false

@@ -57,3 +57,12 @@ final class MigrationLock {
         return MigrationLock(fd: fd)
     }
 }
+
+extension Store {
+    /// On a PostgreSQL store, the pair's lock on the server (`PostgresStore.migrationLock`),
+    /// held while the value lives; nil for SQLite, whose file only this home's processes use.
+    func migrationServerLock(from: String, to: String) throws -> AnyObject? {
+        guard case .postgres(let server) = backend else { return nil }
+        return try server.migrationLock(from: from, to: to)
+    }
+}

@@ -1,6 +1,5 @@
 import ExtrunProtocol
 import Foundation
-import GRDB
 
 /// The store's record of owner-to-owner migrations (schema migration
 /// `v2-owner-migrations`, docs/store.md): one `ownerMigration` row per
@@ -52,12 +51,6 @@ enum MigrationRecord {
             PRIMARY KEY (migration, first)
         ) WITHOUT ROWID;
         """
-
-    static func recordWritten(_ db: Database, migration: Int64, versions: ClosedRange<Int64>) throws {
-        try db.execute(
-            sql: "INSERT INTO ownerMigrationWrite (migration, first, last) VALUES (?, ?, ?)",
-            arguments: [migration, versions.lowerBound, versions.upperBound])
-    }
 
     /// Phases, in order. A migration goes through the copy phases of its
     /// scope, then (with removeSource) verify and the remove phases, then done.
@@ -133,79 +126,63 @@ enum MigrationRecord {
         }
     }
 
-    /// The unfinished migration of `source` to `target` from `origin`, if any.
-    static func unfinished(_ db: Database, source: String, target: String, origin: String, file: String) throws -> Row? {
-        guard let row = try GRDB.Row.fetchOne(
-            db,
-            sql: """
-                SELECT id, options, phase, cursor, sourceStartVersion, targetCopiedVersion, counts FROM ownerMigration
-                WHERE source = ? AND target = ? AND origin = ? AND finished IS NULL
-                """,
-            arguments: [source, target, origin])
-        else { return nil }
-        return try make(row, source: source, target: target, origin: origin, file: file)
+    /// A record as the backend stores it (`MigrationRows`): options and counts as JSON text.
+    struct Stored {
+        var id: Int64
+        var options: String
+        var phase: String
+        var cursor: String
+        var sourceStartVersion: Int64
+        var targetCopiedVersion: Int64?
+        var counts: String
     }
 
-    static func load(_ db: Database, id: Int64, source: String, target: String, origin: String, file: String) throws -> Row {
-        guard let row = try GRDB.Row.fetchOne(
-            db,
-            sql: "SELECT id, options, phase, cursor, sourceStartVersion, targetCopiedVersion, counts FROM ownerMigration WHERE id = ?",
-            arguments: [id])
-        else {
+    /// The unfinished migration of `source` to `target` from `origin`, if any.
+    static func unfinished(_ rows: any MigrationRows, source: String, target: String, origin: String, file: String) throws -> Row? {
+        guard let stored = try rows.unfinishedMigration(source: source, target: target, origin: origin) else { return nil }
+        return try make(stored, source: source, target: target, origin: origin, file: file)
+    }
+
+    /// The record `id`, locked until the end of the caller's write transaction (a second run
+    /// of the same migration on another host waits here, then finds the cursor moved).
+    static func load(_ rows: any MigrationRows, id: Int64, source: String, target: String, origin: String, file: String) throws -> Row {
+        guard let stored = try rows.loadMigration(id: id, forUpdate: true) else {
             throw StoreError(.databaseError, "the record of migration \(id) vanished from \(file)", details: ["file": .string(file)])
         }
-        return try make(row, source: source, target: target, origin: origin, file: file)
+        return try make(stored, source: source, target: target, origin: origin, file: file)
     }
 
-    private static func make(_ row: GRDB.Row, source: String, target: String, origin: String, file: String) throws -> Row {
-        let phaseText: String = row["phase"]
-        guard let phase = Phase(rawValue: phaseText) else {
-            throw StoreError(.incompatibleStore, "\(file) records a migration in phase '\(phaseText)', unknown to this extrun", details: ["file": .string(file)])
+    private static func make(_ stored: Stored, source: String, target: String, origin: String, file: String) throws -> Row {
+        guard let phase = Phase(rawValue: stored.phase) else {
+            throw StoreError(
+                .incompatibleStore, "\(file) records a migration in phase '\(stored.phase)', unknown to this extrun", details: ["file": .string(file)])
         }
         return Row(
-            id: row["id"], source: source, target: target, origin: origin,
-            options: try decode(StoredOptions.self, row["options"], file: file), phase: phase, cursor: row["cursor"],
-            sourceStartVersion: row["sourceStartVersion"], targetCopiedVersion: row["targetCopiedVersion"],
-            counts: try decode(Counts.self, row["counts"], file: file))
+            id: stored.id, source: source, target: target, origin: origin,
+            options: try decode(StoredOptions.self, stored.options, file: file), phase: phase, cursor: stored.cursor,
+            sourceStartVersion: stored.sourceStartVersion, targetCopiedVersion: stored.targetCopiedVersion,
+            counts: try decode(Counts.self, stored.counts, file: file))
     }
 
     static func create(
-        _ db: Database, source: String, target: String, origin: String, options: StoredOptions, sourceStartVersion: Int64, file: String
+        _ rows: any MigrationRows, source: String, target: String, origin: String, options: StoredOptions, sourceStartVersion: Int64,
+        file: String
     ) throws -> Row {
-        let now = ISODate.format(Date())
         let phase = Phase.first(scope: options.scope)
-        try db.execute(
-            sql: """
-                INSERT INTO ownerMigration (source, target, origin, options, phase, cursor, sourceStartVersion, counts, started, updated)
-                VALUES (?, ?, ?, ?, ?, '', ?, ?, ?, ?)
-                """,
-            arguments: [source, target, origin, try encode(options), phase.rawValue, sourceStartVersion, try encode(Counts()), now, now])
+        let id = try rows.createMigration(
+            source: source, target: target, origin: origin, options: try encode(options), phase: phase.rawValue,
+            sourceStartVersion: sourceStartVersion, counts: try encode(Counts()), now: ISODate.format(Date()))
         return Row(
-            id: db.lastInsertedRowID, source: source, target: target, origin: origin, options: options, phase: phase, cursor: "",
+            id: id, source: source, target: target, origin: origin, options: options, phase: phase, cursor: "",
             sourceStartVersion: sourceStartVersion, targetCopiedVersion: nil, counts: Counts())
     }
 
     /// Saves the phase, cursor and counts of `row` (inside the caller's transaction).
-    static func save(_ db: Database, _ row: Row, finished: Bool = false) throws {
+    static func save(_ rows: any MigrationRows, _ row: Row, finished: Bool = false) throws {
         let now = ISODate.format(Date())
-        try db.execute(
-            sql: """
-                UPDATE ownerMigration SET phase = ?, cursor = ?, counts = ?, targetCopiedVersion = ?, updated = ?, finished = ?
-                WHERE id = ?
-                """,
-            arguments: [row.phase.rawValue, row.cursor, try encode(row.counts), row.targetCopiedVersion, now, finished ? now : nil, row.id])
-    }
-
-    static func recordItem(_ db: Database, migration: Int64, kind: SealKind, _ item: MigrationItemReport) throws {
-        try db.execute(
-            sql: """
-                INSERT INTO ownerMigrationItem (migration, kind, name, outcome, targetName, errorKind, message, kept)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (migration, kind, name) DO UPDATE SET
-                    outcome = excluded.outcome, targetName = excluded.targetName, errorKind = excluded.errorKind,
-                    message = excluded.message, kept = excluded.kept
-                """,
-            arguments: [migration, kind.rawValue, item.name, item.outcome, item.targetName, item.errorKind, item.message, item.kept])
+        try rows.saveMigration(
+            id: row.id, phase: row.phase.rawValue, cursor: row.cursor, counts: try encode(row.counts),
+            targetCopiedVersion: row.targetCopiedVersion, now: now, finished: finished ? now : nil)
     }
 
     /// Why a global changed in the old owner during a `--remove-source` migration was kept.
@@ -213,6 +190,8 @@ enum MigrationRecord {
     /// recognizes the wording of earlier extruns: the same first clause).
     static let changedDuringMigration =
         "it changed in the old owner during the migration; run the same command again to carry the change (the new owner's value is replaced only while it is still the copy this migration wrote)"
+    /// The first clause of `changedDuringMigration`, what `carriedChange` looks for.
+    static let changedDuringMigrationPrefix = "it changed in the old owner during the migration;"
 
     /// Whether the new owner's global `name` is still the copy that an earlier finished
     /// migration of this pair wrote, in a migration that kept the old owner's global because
@@ -222,70 +201,26 @@ enum MigrationRecord {
     /// replace it without losing any write of the new owner (issue 17, item 4). A migration
     /// recorded by an extrun older than `v5-migration-writes` has no ranges: its copy is
     /// recognized by a version not above what it had written when its copying ended.
-    static func carriedChange(_ db: Database, source: String, target: String, name: String, targetVersion: Int64?) throws -> Bool {
-        guard let targetVersion else { return false }
-        guard let row = try GRDB.Row.fetchOne(
-            db,
-            sql: """
-                SELECT m.id AS id, m.targetCopiedVersion AS copied,
-                       EXISTS (SELECT 1 FROM ownerMigrationWrite w WHERE w.migration = m.id) AS hasRanges,
-                       EXISTS (SELECT 1 FROM ownerMigrationWrite w WHERE w.migration = m.id AND ? BETWEEN w.first AND w.last) AS inRange
-                FROM ownerMigrationItem i JOIN ownerMigration m ON m.id = i.migration
-                WHERE m.source = ? AND m.target = ? AND m.origin = 'local' AND m.finished IS NOT NULL
-                  AND i.kind = 'global' AND i.name = ? AND i.targetName IS NULL
-                  AND i.kept LIKE 'it changed in the old owner during the migration;%'
-                ORDER BY m.id DESC LIMIT 1
-                """,
-            arguments: [targetVersion, source, target, name])
+    static func carriedChange(_ rows: any MigrationRows, source: String, target: String, name: String, targetVersion: Int64?) throws -> Bool {
+        guard let targetVersion, let found = try rows.keptChange(source: source, target: target, name: name, targetVersion: targetVersion)
         else { return false }
-        if row["hasRanges"] as Bool? == true { return row["inRange"] as Bool? == true }
-        guard let copied = row["copied"] as Int64? else { return false }
+        if found.hasRanges { return found.inRange }
+        guard let copied = found.copied else { return false }
         return targetVersion <= copied
     }
 
-    static func markKept(_ db: Database, migration: Int64, kind: SealKind, name: String, reason: String) throws {
-        try db.execute(
-            sql: """
-                INSERT INTO ownerMigrationItem (migration, kind, name, outcome, kept) VALUES (?, ?, ?, 'migrated', ?)
-                ON CONFLICT (migration, kind, name) DO UPDATE SET kept = excluded.kept
-                """,
-            arguments: [migration, kind.rawValue, name, reason])
-    }
-
     /// The recorded items of a migration with names in `first...last` (one batch), by name.
-    static func items(_ db: Database, migration: Int64, kind: SealKind, from first: String, through last: String) throws -> [String: MigrationItemReport] {
+    static func items(_ rows: any MigrationRows, migration: Int64, kind: SealKind, from first: String, through last: String) throws
+        -> [String: MigrationItemReport]
+    {
         var items: [String: MigrationItemReport] = [:]
-        let rows = try GRDB.Row.fetchCursor(
-            db,
-            sql: """
-                SELECT name, outcome, targetName, errorKind, message, kept FROM ownerMigrationItem
-                WHERE migration = ? AND kind = ? AND name >= ? AND name <= ?
-                """,
-            arguments: [migration, kind.rawValue, first, last])
-        while let row = try rows.next() {
-            let item = report(row, kind: kind)
-            items[item.name] = item
-        }
+        for item in try rows.items(migration: migration, kind: kind, from: first, through: last) { items[item.name] = item }
         return items
     }
 
     /// The first `limit` reported items of a migration (globals, then bookmarks, by name) and how many there are.
-    static func reportedItems(_ db: Database, migration: Int64, limit: Int) throws -> ([MigrationItemReport], Int) {
-        let total = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ownerMigrationItem WHERE migration = ?", arguments: [migration]) ?? 0
-        let rows = try GRDB.Row.fetchAll(
-            db,
-            sql: """
-                SELECT kind, name, outcome, targetName, errorKind, message, kept FROM ownerMigrationItem
-                WHERE migration = ? ORDER BY kind DESC, name LIMIT ?
-                """,
-            arguments: [migration, limit])
-        let items = rows.map { row in report(row, kind: SealKind(rawValue: row["kind"]) ?? .global) }
+    static func reportedItems(_ rows: any MigrationRows, migration: Int64, limit: Int) throws -> ([MigrationItemReport], Int) {
+        let (items, total) = try rows.reportedItems(migration: migration, limit: limit)
         return (items, max(0, total - items.count))
-    }
-
-    private static func report(_ row: GRDB.Row, kind: SealKind) -> MigrationItemReport {
-        MigrationItemReport(
-            kind: kind.rawValue, name: row["name"], outcome: row["outcome"], targetName: row["targetName"],
-            errorKind: row["errorKind"], message: row["message"], kept: row["kept"])
     }
 }
