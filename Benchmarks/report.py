@@ -5,8 +5,9 @@ RESULTS_DIR/summary.json.
 Usage: Benchmarks/report.py RESULTS_DIR
 
 RESULTS_DIR holds commands.tsv and serve-commands.tsv (Benchmarks/harness/benchrun.c),
-dispatch.json, warm.json, parallel-*.json, serve-pool*.json, store.json and
-exchange.json (ExtrunBench), mcp.json (Benchmarks/mcp/roundtrip.py),
+dispatch.json, warm.json, parallel-*.json, serve-pool*.json, store-*.json, donate-*.json and
+exchange.json (ExtrunBench), store-migration-*.txt and pgbench.txt (the store on SQLite and
+PostgreSQL, and pgbench on the same server), mcp.json (Benchmarks/mcp/roundtrip.py),
 serve-*.txt (Benchmarks/harness/serveload.c), migration.txt (GNU time of extrun
 migrate), memory/*.json (extrun handle's output), flood/*.time and meta.txt.
 Times are wall-clock milliseconds unless a column says cpu.
@@ -284,6 +285,84 @@ def judge(run, target):
     return out
 
 
+def key_values(path):
+    """A key=value file (migration.txt, pgbench.txt) as a dict; None when it is not there."""
+    if not os.path.exists(path):
+        return None
+    return {k: v for k, _, v in (line.rstrip("\n").partition("=") for line in open(path)) if k}
+
+
+def store_rows(d):
+    """Issue 34's rows: the store's operations on SQLite and on PostgreSQL side by side, and
+    pgbench's simple-update rate on the same server (the floor). Each row keeps its raw numbers
+    (for summary.json) and their text (for the report and docs/benchmarks.md)."""
+    def load(name):
+        path = os.path.join(d, name)
+        return json.load(open(path)) if os.path.exists(path) else None
+
+    def latency(summary):
+        if not summary:
+            return None, "not measured"
+        raw = {k: summary[k] for k in ("count", "perSecond", "p50Us", "p90Us", "p99Us") if k in summary}
+        return raw, f"{summary['p50Us']:,.0f} µs p50, {summary['p99Us']:,.0f} p99 ({summary['perSecond']:,.0f}/s)"
+
+    rows = []
+    stores = {b: load(f"store-{b}.json") for b in ("sqlite", "pg")}
+    donations = {b: load(f"donate-{b}.json") for b in ("sqlite", "pg")}
+    for op, name in (("set", "globals set"), ("get", "globals get")):
+        row = {"id": f"store.{op}", "name": f"{name}, one at a time"}
+        for backend, key in (("sqlite", "sqlite"), ("pg", "postgres")):
+            row[key], row[key + "Text"] = latency((stores[backend] or {}).get(op))
+        rows.append(row)
+    row = {"id": "store.donation", "name": "a donation (one caller)"}
+    for backend, key in (("sqlite", "sqlite"), ("pg", "postgres")):
+        row[key], row[key + "Text"] = latency((donations[backend] or {}).get("summary"))
+    rows.append(row)
+    count = None
+    row = {"id": "store.migrate", "name": "extrun migrate of N globals"}
+    for backend, key in (("sqlite", "sqlite"), ("pg", "postgres")):
+        m = key_values(os.path.join(d, f"store-migration-{backend}.txt"))
+        if m is None:
+            row[key], row[key + "Text"] = None, "not measured"
+            continue
+        count = int(m.get("globals", "0"))
+        if m.get("built") != "1":
+            row[key] = {"globals": count, "built": False, "probeError": m.get("probeError", "")}
+            row[key + "Text"] = "not built yet (`extrun migrate` on one global failed)"
+            continue
+        seconds = float(m["seconds"])
+        row[key] = {"globals": count, "built": True, "seconds": seconds, "cpuSeconds": float(m["user"]) + float(m["system"]),
+                    "maxrssKB": int(m["maxrss_kb"]), "perSecond": count / seconds if seconds > 0 else None}
+        row[key + "Text"] = f"{seconds:.1f} s ({count / seconds:,.0f} globals/s), {int(m['maxrss_kb']) / 1000:.0f} MB peak" if seconds > 0 else f"{seconds} s"
+    if count:
+        row["name"] = f"extrun migrate of {count:,} globals"
+    rows.append(row)
+    for r in rows:
+        a, b = r.get("sqlite"), r.get("postgres")
+        if a and b and "p50Us" in a and a["p50Us"] > 0:
+            r["ratio"] = round(b["p50Us"] / a["p50Us"], 2)
+            r["ratioText"] = f"{r['ratio']:.1f}× (p50)"
+        elif a and b and a.get("seconds") and b.get("seconds"):
+            r["ratio"] = round(b["seconds"] / a["seconds"], 2)
+            r["ratioText"] = f"{r['ratio']:.1f}× (time)"
+        else:
+            r["ratioText"] = ""
+    floor = key_values(os.path.join(d, "pgbench.txt"))
+    if floor and floor.get("tps"):
+        tps, lat = float(floor["tps"]), float(floor.get("latencyMs", "nan"))
+        rows.append({"id": "store.pgbench", "name": "floor: pgbench -N (simple-update), 1 client",
+                     "sqlite": None, "postgres": {"tps": tps, "latencyMs": lat, "seconds": float(floor.get("seconds", "nan")),
+                                                  "transactions": int(floor.get("transactions", "0")), "protocol": floor.get("protocol")},
+                     "sqliteText": "", "postgresText": f"{lat * 1000:,.0f} µs mean ({tps:,.0f} transactions/s)", "ratioText": ""})
+    elif os.path.exists(os.path.join(d, "store-postgres.txt")):
+        rows.append({"id": "store.pgbench", "name": "floor: pgbench -N (simple-update), 1 client", "sqlite": None, "postgres": None,
+                     "sqliteText": "", "postgresText": "not measured", "ratioText": ""})
+    if not any(r.get("sqlite") or r.get("postgres") for r in rows):
+        rows = []
+    server = key_values(os.path.join(d, "store-postgres.txt")) or {}
+    return {"server": server.get("server"), "rows": rows}
+
+
 def main():
     d = sys.argv[1]
     meta = {}
@@ -476,17 +555,14 @@ def main():
     print()
 
     print("4. Store")
-    store_path = os.path.join(d, "store.json")
-    if os.path.exists(store_path):
-        store = json.load(open(store_path))
-        rows = []
-        for name in ("set", "get"):
-            st = store[name]
-            rows.append([f"globals {name}", st["count"], fmt(st["perSecond"], 0), fmt(st["p50Us"], 1), fmt(st["p99Us"], 1)])
-        print("  Globals through the store library (SQLite via GRDB, AES-GCM per owner), 32-byte values, one at a time:")
-        print(table(["", "count", "per second", "p50 µs", "p99 µs"], rows))
+    store = store_rows(d)
+    if store["rows"]:
+        print(f"  The store library on SQLite (GRDB, the file) and on PostgreSQL ({store.get('server', '?')}, a Unix socket, fsync on),")
+        print("  one caller, 32-byte values; the floor: pgbench's simple-update on the same server:")
+        print(table(["", "SQLite", "PostgreSQL", "PostgreSQL / SQLite"], [
+            [r["name"], r["sqliteText"], r["postgresText"], r["ratioText"]] for r in store["rows"]]))
     else:
-        print("  globals get/set: not measured in this run")
+        print("  globals get/set, donation, migration on SQLite and PostgreSQL: not measured in this run")
     migration_path = os.path.join(d, "migration.txt")
     if os.path.exists(migration_path):
         m = dict(line.rstrip("\n").split("=", 1) for line in open(migration_path) if "=" in line)
@@ -619,6 +695,8 @@ def main():
         "nproc": meta.get("nproc"), "cpu": meta.get("cpu"), "kernel": meta.get("kernel"),
         "swift": meta.get("swift"), "bwrap": meta.get("bwrap"), "seconds": meta.get("seconds"),
         "targets": [{k: v for k, v in t.items() if k != "text"} for t in judged],
+        "store": {k: v for k, v in store.items() if k != "rows"} | {
+            "rows": [{k: v for k, v in r.items() if not k.endswith("Text")} for r in store["rows"]]},
     }
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1, ensure_ascii=False)

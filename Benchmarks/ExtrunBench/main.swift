@@ -135,11 +135,18 @@ encoder.outputFormatting = [.sortedKeys]
 /// Fills an owner of `$EXTRUN_HOME` with generated globals and bookmarks, fast, for the
 /// migration benchmark (Scripts/bench, docs/migration.md): `ExtrunBench populate --owner OLD
 /// --globals N [--value-bytes 32] [--bookmarks N --bookmark-target PATH] [--container-files N]`.
-/// The fill is ExtrunStoreFill (Benchmarks/StoreFill), outside every product.
+/// The fill is ExtrunStoreFill (Benchmarks/StoreFill), outside every product; with EXTRUN_STORE
+/// naming a PostgreSQL server, PostgresFill.swift (globals only).
 @MainActor func populate() {
     guard let owner = options["owner"] else { fail("populate needs --owner OWNER (and --globals N, --bookmarks N, ...)") }
     do {
         let store = try Store(home: HostPaths.fromEnvironment().home)
+        if case .postgres(let server) = store.backend {
+            // EXTRUN_STORE names a server (PostgresFill.swift): globals only.
+            guard option("bookmarks", 0) == 0, option("container-files", 0) == 0 else { fail("populate on PostgreSQL fills globals only") }
+            try populatePostgres(store, server, owner: owner, globals: option("globals", 0), valueBytes: option("value-bytes", 32))
+            return
+        }
         try store.populateForBenchmark(
             owner: owner,
             BulkFill(
