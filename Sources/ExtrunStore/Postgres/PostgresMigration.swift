@@ -299,13 +299,19 @@ extension PostgresSession: MigrationRows {
 }
 
 extension PostgresStore {
+    /// The advisory lock's key of the pair (`migrationLock`): the first 8 bytes of
+    /// SHA-256("extrun-migrate\n" ‖ from ‖ "\n" ‖ to), big-endian (`store check` names it).
+    static func migrationLockKey(from: String, to: String) -> Int64 {
+        let digest = Array(SHA256.hash(data: Data(("extrun-migrate\n" + from + "\n" + to).utf8)))
+        return digest.prefix(8).reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+    }
+
     /// One migration of the pair (`from`, `to`) at a time among every process and host using
     /// this server: a session advisory lock on a connection of its own, held while the value
     /// lives and released by the server when that connection ends, however it ends. (The
     /// flock of MigrationLock.swift covers one home; this covers the shared store.)
     func migrationLock(from: String, to: String) throws -> PostgresStore {
-        let digest = Array(SHA256.hash(data: Data(("extrun-migrate\n" + from + "\n" + to).utf8)))
-        let key = digest.prefix(8).reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+        let key = PostgresStore.migrationLockKey(from: from, to: to)
         let holder = try PostgresStore(location: location, migrating: false)
         let locked = try holder.read { session in
             try session.query("SELECT pg_try_advisory_lock(\(key))").first?.decode(Bool.self) ?? false
