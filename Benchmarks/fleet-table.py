@@ -70,9 +70,25 @@ def recovery(check):
             f"the server down {seconds(result.get('downSeconds'))})")
 
 
+def verdict(check):
+    timing = f" ({'--short, ' if check.get('short') else ''}{check.get('seconds')} s)"
+    if check.get("passed"):
+        return "passed" + timing
+    failures = check.get("failures", [])
+    shown = "; ".join(failure if len(failure) <= 160 else failure[:157] + "..." for failure in failures[:3])
+    more = f"; and {len(failures) - 3} more" if len(failures) > 3 else ""
+    return f"**FAILED**{timing}: {shown}{more}"
+
+
+def messages(check, step):
+    found = get(check, "results", step, "failureMessages")
+    if found is None:
+        return "not recorded"
+    return "; ".join(f"`{kind}`: {text[:160]}" for kind, text in sorted(found.items())) or "none"
+
+
 ROWS = [
-    ("the check", lambda c: ("passed" if c.get("passed") else "**FAILED**: " + "; ".join(c.get("failures", []))[:300])
-     + f" ({'--short, ' if c.get('short') else ''}{c.get('seconds')} s)"),
+    ("the check", verdict),
     ("one host in the fleet: HAProxy + PostgreSQL, 8 clients (the others in maintenance)", lambda c: rate(c, "oneHostInFleet")),
     ("the same host alone: straight, its own SQLite, 8 clients", lambda c: rate(c, "aloneSQLite")),
     ("one host in the fleet / alone on SQLite", ratio),
@@ -82,6 +98,7 @@ ROWS = [
     ("PostgreSQL stopped at once under 8 clients: recovered after its start", recovery),
     ("PostgreSQL stopped at once: calls", lambda c: calls(c, "pgRestart")),
     ("PostgreSQL stopped at once: latency", lambda c: latency(c, "pgRestart")),
+    ("PostgreSQL stopped at once: what a failed call said (the first of each kind)", lambda c: messages(c, "pgRestart")),
     ("a rolling restart under 8 clients: calls", lambda c: calls(c, "rolling")),
     ("a rolling restart: latency", lambda c: latency(c, "rolling")),
 ]
