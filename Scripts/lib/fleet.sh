@@ -830,7 +830,9 @@ print("  PostgreSQL down %.1f s; back at +0: first acknowledged call at +%s s, l
 problems = []
 if recovered is None:
     problems.append("no call was acknowledged after the last failure: not recovered within the load")
-untyped = {k: v for k, v in out["failed"].items() if "balancer" in k or k.startswith("connection")}
+# Typed: the store's own error, or a plugin's failure that names it (error.store.kind); not the
+# balancer's page, a broken or timed-out connection, or a plugin error without the store's reason.
+untyped = {k: v for k, v in out["failed"].items() if "balancer" in k or k.startswith("connection") or ("pluginError" in k and "(store: " not in k)}
 if untyped:
     problems.append("calls failed without the store's typed error: %s" % json.dumps(untyped))
 failures = sum(out["failed"].values())

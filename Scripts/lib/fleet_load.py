@@ -77,6 +77,10 @@ def main():
                 kind = (report.get("error") or {}).get("kind") or ((report.get("response") or {}).get("failure") or {}).get("code", "")
                 error = report.get("error") or {}
                 message = (error.get("message") or "")[:300]
+                # A plugin's failure after a store failure names the store's (error.store.kind).
+                store_kind = (error.get("store") or {}).get("kind") if isinstance(error.get("store"), dict) else None
+                if store_kind:
+                    kind = "%s (store: %s)" % (kind, store_kind)
                 key = None if ok else ("%d %s" % (status, kind) if answer.get("exitStatus") in (None, 0) or status != 200 else "%d exit %s %s" % (status, answer.get("exitStatus"), kind)).strip()
             except (OSError, http.client.HTTPException, ValueError) as error:
                 ok, key, message = False, "connection: %s" % type(error).__name__, str(error)[:300]
