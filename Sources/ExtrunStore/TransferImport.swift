@@ -29,7 +29,9 @@ extension Store {
             sourceLiteral: header.sourceContainer, sourceRoots: [header.sourceContainer, header.sourceContainerCanonical], sourceReadRoot: nil,
             targetRoot: containerDirectory(of: to), targetCanonicalRoot: ContainerMap.canonicalContainer(home: homePath, owner: to))
         let lock = options.dryRun ? nil : try MigrationLock.acquire(home: homePath, from: header.source, to: to)
-        defer { withExtendedLifetime(lock) {} }
+        // On PostgreSQL, also the pair's lock on the server: other hosts import into the same rows.
+        let serverLock = options.dryRun ? nil : try migrationServerLock(from: header.source, to: to)
+        defer { withExtendedLifetime((lock, serverLock)) {} }
         let run = MigrationRun(
             store: self, from: header.source, to: to, origin: "bundle \(header.bundle)", options: options, containers: containers,
             copiesFiles: false, progress: progress)

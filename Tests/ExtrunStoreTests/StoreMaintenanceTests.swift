@@ -300,6 +300,15 @@ private func openRecovered(_ file: String, keysFrom home: String, in directory: 
         #expect(locks.count == 1)
         try other.run("SELECT pg_advisory_unlock(\(PostgresStore.schemaLockKey))")
         #expect(try check(test).notes.allSatisfy { !$0.contains("advisory lock") })
+        // A migration's lock is named by the pair its record names; what it wrote checks intact.
+        let moved = try test.store.migrate(from: "OTHER", to: "MOVED")
+        #expect(moved.isClean, "\(moved.json)")
+        let key = PostgresStore.migrationLockKey(from: "OTHER", to: "MOVED")
+        try other.run("SELECT pg_advisory_lock(\(key))")
+        let migrating = try check(test)
+        #expect(migrating.intact && migrating.owners.first { $0.owner == "MOVED" }?.opened == 2, "\(migrating.json)")
+        #expect(migrating.notes.contains { $0.contains("advisory lock migration 'OTHER' -> 'MOVED' is held") }, "\(migrating.notes)")
+        try other.run("SELECT pg_advisory_unlock(\(key))")
 
         // --full: amcheck when the database has it (the tests' server user is a superuser).
         let without = try check(test, full: true)

@@ -145,6 +145,13 @@ extension PostgresStore {
     }
 
     private func checkLocks(_ session: PostgresSession, _ report: inout StoreMaintenance.CheckReport) throws {
+        // A migration's lock is named by its pair, for the pairs the migration records know.
+        var names = PostgresStore.advisoryLockNames
+        let records = try session.query("SELECT to_regclass('ownerMigration') IS NOT NULL").first?.decode(Bool.self) ?? false
+        for row in try records ? session.query("SELECT DISTINCT source, target FROM ownerMigration") : [] {
+            let (source, target) = try row.decode((String, String).self)
+            names[PostgresStore.migrationLockKey(from: source, to: target)] = "migration '\(source)' -> '\(target)'"
+        }
         let rows = try session.query(
             """
             SELECT l.pid, l.granted, l.classid::bigint, l.objid::bigint, l.objsubid::bigint, COALESCE(a.application_name, ''),
@@ -159,7 +166,7 @@ extension PostgresStore {
                 (Int32, Bool, Int64, Int64, Int64, String, String, Double).self)
             // A bigint key is (classid, objid) as its high and low halves (objsubid 1); two int keys are objsubid 2.
             let key = objsubid == 1 ? (classid << 32) | objid : nil
-            let name = key.flatMap { PostgresStore.advisoryLockNames[$0] } ?? "key \(key.map(String.init) ?? "(\(classid), \(objid))")"
+            let name = key.flatMap { names[$0] } ?? "key \(key.map(String.init) ?? "(\(classid), \(objid))")"
             locks.append(
                 .object([
                     "pid": .int(Int64(pid)), "granted": .bool(granted), "key": key.map(JSONValue.int) ?? .null, "name": .string(name),
