@@ -13,12 +13,15 @@ import Glibc
 
 /// Runs `extrun` with `arguments` on `home`; returns (status, killed by a signal, stdout).
 @discardableResult
-func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = nil) throws -> (status: Int32, killed: Bool, stdout: Data) {
+func runExtrun(
+    _ arguments: [String], home: String, killAfter delay: Double? = nil, environment extra: [String: String] = [:]
+) throws -> (status: Int32, killed: Bool, stdout: Data) {
     let process = Process()
     process.executableURL = try ExtrunBinary.url()
     process.arguments = arguments
     var environment = ProcessInfo.processInfo.environment
     environment["EXTRUN_HOME"] = home
+    environment.merge(extra) { _, new in new }
     process.environment = environment
     let output = Pipe()
     process.standardOutput = output
@@ -225,6 +228,86 @@ func runExtrun(_ arguments: [String], home: String, killAfter delay: Double? = n
         }
         try Self.checkInvariants(test.home, final: true, full: true)
         print("kill points (\(killed) of \(phases.count) cut a run short):\n" + phases.joined(separator: "\n"))
+    }
+}
+
+/// The same on a store on PostgreSQL (globals only, fewer): `extrun migrate` killed at points
+/// spread over a run, then run to the end; after each kill every global is in OLD or in NEW
+/// (renamed where NEW had the name) with its value, none twice, and the end moves everything.
+@Suite(.serialized) struct MigrationKillPostgresTests {
+    static let globals = 6_000
+    static let valueBytes = 40
+    static let conflicting = Array(stride(from: 5, to: globals, by: 300))
+
+    /// Names of OLD and NEW, and NEW's values, through a store of its own.
+    static func check(_ test: BackendStore, final: Bool, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let store = try test.reopen()
+        let document = try JSONCoding.decode(JSONValue.self, fromJSON: try store.globals(of: "NEW").export())
+        guard case .object(let root) = document, case .object(let new)? = root["globals"] else {
+            Issue.record("NEW's export is not a document", sourceLocation: sourceLocation)
+            return
+        }
+        let old = Set(try store.globals(of: "OLD").list().map(\.name))
+        let conflicting = Set(conflicting)
+        var expectedInNew = 0
+        for index in 0..<globals {
+            let name = BulkFill.globalName(index)
+            let value = JSONValue.string(BulkFill.value(index, bytes: valueBytes))
+            let target = conflicting.contains(index) ? name + " (from OLD)" : name
+            if conflicting.contains(index) {
+                #expect(new[name] == .string("NEW's own \(index)"), "\(name)", sourceLocation: sourceLocation)
+                expectedInNew += 1
+            }
+            if let migrated = new[target] {
+                #expect(migrated == value, "\(target)", sourceLocation: sourceLocation)
+                expectedInNew += 1
+            } else {
+                #expect(old.contains(name), "\(name) is neither in OLD nor in NEW", sourceLocation: sourceLocation)
+            }
+        }
+        #expect(new.count == expectedInNew, "no other names in NEW", sourceLocation: sourceLocation)
+        if final {
+            #expect(old.isEmpty, sourceLocation: sourceLocation)
+            #expect(new.count == globals + conflicting.count, sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test(arguments: StoreBackendKind.postgresOnly)
+    func killedThenRunAgainItFinishesLosingNothing(backend: StoreBackendKind) throws {
+        let test = try BackendStore(backend)
+        try test.fill(owner: "OLD", globals: Self.globals, valueBytes: Self.valueBytes)
+        let new = try test.store.globals(of: "NEW")
+        for index in Self.conflicting { try new.set(BulkFill.globalName(index), to: .string("NEW's own \(index)")) }
+        let arguments = ["migrate", "--from", "OLD", "--to", "NEW", "--on-conflict", "rename", "--remove-source", "--batch-size", "200"]
+        let environment = ["EXTRUN_STORE": test.storeVariable]
+        var generator = SplitMix(seed: 20_261_129)
+        var killed = 0
+        var log: [String] = []
+        var completed = false
+        var phases: Set<String> = []
+        for attempt in 0..<12 {
+            // Kills from 0.3 s to ~2.5 s into a run: the process's start, the copy, verify and removal.
+            let delay = 0.3 + 2.2 * Double(generator.next() % 1000) / 1000
+            let run = try runExtrun(arguments, home: test.home, killAfter: delay, environment: environment)
+            if run.killed { killed += 1 }
+            let at = try test.reopen().migrationRead { rows in try rows.unfinishedMigration(source: "OLD", target: "NEW", origin: "local") }
+            phases.insert(at?.phase ?? "start")
+            log.append("\(attempt): \(run.killed ? "killed" : "exit \(run.status)") after \(Int(delay * 1000)) ms at \(at.map { "\($0.phase) \($0.cursor)" } ?? "start or done")")
+            try Self.check(test, final: false)
+            if !run.killed {
+                #expect(run.status == 0, "\(log.joined(separator: "\n"))")
+                completed = true
+                break
+            }
+        }
+        #expect(killed >= 3 && phases.count >= 2, "kills in more than one phase: \(log.joined(separator: "\n"))")
+        let last = try runExtrun(arguments, home: test.home, environment: environment)
+        #expect(last.status == 0, "\(String(decoding: last.stdout, as: UTF8.self))")
+        try Self.check(test, final: true)
+        // The first migration did the work over every run; counts cover all of them.
+        let migrated = try test.number("SELECT COUNT(*) FROM ownerMigration WHERE source = $1 AND finished IS NOT NULL", owner: "OLD")
+        #expect(migrated >= 1)
+        print("PostgreSQL kill points (\(killed) cut a run short, completed before the last run: \(completed)):\n" + log.joined(separator: "\n"))
     }
 }
 
