@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 /// One donated interaction: an intent that was handled (or that a plugin
 /// donated), with its parameters and response, so the system can suggest it
@@ -16,14 +17,14 @@ public struct Donation: Sendable, Equatable {
     public var groupIdentifier: String?
     /// `handle` (the host donated a successful run) or `plugin` (the plugin donated it through the SDK).
     public var source: String
-    /// When it was donated (ISO 8601).
+    /// When it was donated (ISO 8601, to the second; now when not given).
     public var created: String
     public var parameters: [String: JSONValue]
     public var response: IntentResponse?
 
     public init(
         identifier: String, owner: String, plugin: String, intent: String, groupIdentifier: String? = nil, source: String,
-        created: String = ISODate.format(Date()), parameters: [String: JSONValue], response: IntentResponse?
+        created: String? = nil, parameters: [String: JSONValue], response: IntentResponse?
     ) {
         self.identifier = identifier
         self.owner = owner
@@ -31,7 +32,7 @@ public struct Donation: Sendable, Equatable {
         self.intent = intent
         self.groupIdentifier = groupIdentifier
         self.source = source
-        self.created = created
+        self.created = created ?? DonationClock.now()
         self.parameters = parameters
         self.response = response
     }
@@ -56,14 +57,24 @@ struct SealedDonation: Codable {
     /// `extrun handle` donates once per process, where JSONEncoder's first use is
     /// costly: docs/benchmarks.md, "Costs the source's comments point to"). Refuses what JSON cannot carry, as JSONEncoder does.
     func json() throws -> Data {
-        var object: [String: JSONValue] = ["parameters": .object(parameters)]
-        if let response { object["response"] = response.jsonValue }
-        let value = JSONValue.object(object)
-        if let problem = value.nonFiniteNumberPath() {
+        let parameters = JSONValue.object(parameters)
+        let response = response?.jsonValue
+        if let problem = parameters.nonFiniteNumberPath("parameters") ?? response?.nonFiniteNumberPath("response") {
             throw EncodingError.invalidValue(
                 problem, EncodingError.Context(codingPath: [], debugDescription: "Unable to encode the number at \(problem) directly in JSON."))
         }
-        return Data(JSONWriter.bytes(value))
+        // {"parameters": ..., "response": ...}: the two keys in sorted order, written around
+        // the values (no dictionary built and sorted for them).
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        out.append(contentsOf: #"{"parameters":"#.utf8)
+        JSONWriter.write(parameters, into: &out)
+        if let response {
+            out.append(contentsOf: #","response":"#.utf8)
+            JSONWriter.write(response, into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return Data(out)
     }
 }
 
@@ -84,6 +95,21 @@ extension JSONValue {
             return nil
         default: return nil
         }
+    }
+}
+
+/// The time of a donation made now, as `Donation.created` records it: ISO 8601 to the
+/// second, formatted once per second rather than for every donation of a busy host.
+enum DonationClock {
+    private static let last = NIOLockedValueBox<(seconds: Int, text: String)>((.min, ""))
+
+    static func now() -> String {
+        let date = Date()
+        let seconds = Int(date.timeIntervalSince1970.rounded(.down))
+        if let text = last.withLockedValue({ $0.seconds == seconds ? $0.text : nil }) { return text }
+        let text = ISODate.format(date)
+        last.withLockedValue { $0 = (seconds, text) }
+        return text
     }
 }
 
