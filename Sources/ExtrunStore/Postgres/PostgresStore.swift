@@ -143,9 +143,12 @@ package final class PostgresStore: @unchecked Sendable {
         }
         configuration.options.connectTimeout = .milliseconds(timeout)
         do {
-            let opened = try PostgresConnection.connect(
-                on: PostgresStore.loops.next(), configuration: configuration, id: 1, logger: logger
-            ).wait()
+            // The connection's start (authentication, parameters) is bounded too, by the same
+            // wait as a statement's: a server in the middle of a restart may accept and not answer.
+            let connecting = PostgresConnection.connect(on: PostgresStore.loops.next(), configuration: configuration, id: 1, logger: logger)
+            let opened = try PostgresSession.wait(connecting, atMost: (timeout + 1_000) * 1_000_000) {
+                connecting.whenSuccess { late in PostgresStore.close(late) }
+            }
             connection = opened
             return opened
         } catch {
@@ -297,6 +300,13 @@ struct PostgresDeadlineExpired: Error {
     let underlying: any Error
 }
 
+/// No answer from the server within the longest wait (`PostgresSession.wait`): the connection is
+/// closed and counted lost (`storeUnavailable`); the next call opens a new one.
+struct PostgresNoAnswer: Error, CustomStringConvertible {
+    let waitedNanoseconds: Int64
+    var description: String { "no answer from the server in \(waitedNanoseconds / 1_000_000) ms" }
+}
+
 /// One connection's statements, inside `PostgresStore.transaction` or `read`.
 package struct PostgresSession {
     let connection: PostgresConnection
@@ -350,19 +360,40 @@ package struct PostgresSession {
             }
         }
         let connection = connection
-        let fired = NIOLockedValueBox(false)
-        let timer = connection.eventLoop.scheduleTask(in: .nanoseconds(limit)) {
-            fired.withLockedValue { $0 = true }
-            let closed: EventLoopFuture<Void> = connection.close()
-            closed.whenComplete { _ in withExtendedLifetime(connection) {} }
-        }
-        defer { timer.cancel() }
         do {
-            return try connection.query(query, logger: connection.logger).wait()
-        } catch {
-            if byDeadline, fired.withLockedValue({ $0 }) { throw PostgresDeadlineExpired(underlying: error) }
-            throw error
+            return try PostgresSession.wait(connection.query(query, logger: connection.logger), atMost: limit) {
+                let closed: EventLoopFuture<Void> = connection.close()
+                closed.whenComplete { _ in withExtendedLifetime(connection) {} }
+            }
+        } catch let expired as PostgresNoAnswer {
+            if byDeadline { throw PostgresDeadlineExpired(underlying: expired) }
+            throw expired
         }
+    }
+
+    /// The value of `future`, waited for at most `nanoseconds`: then `expire` runs (it closes
+    /// what the future waits on) and the wait ends with `PostgresNoAnswer`, whether or not
+    /// postgres-nio ever completes the future. The wait is on a promise of the store's own:
+    /// a query sent as the server dropped the connection was seen never to be completed, even
+    /// after the connection's close (the fleet's PostgreSQL restart, about 1 round in 10), and
+    /// a wait on that future held the store's lock and every later run of the process.
+    static func wait<T: Sendable>(_ future: EventLoopFuture<T>, atMost nanoseconds: Int64, expire: @escaping @Sendable () -> Void) throws -> T {
+        let loop = future.eventLoop
+        let promise = loop.makePromise(of: T.self)
+        // Whichever comes first completes the promise; the other does nothing.
+        let done = NIOLockedValueBox(false)
+        let first: @Sendable () -> Bool = { done.withLockedValue { finished in if finished { return false }; finished = true; return true } }
+        let timer = loop.scheduleTask(in: .nanoseconds(nanoseconds)) {
+            guard first() else { return }
+            promise.fail(PostgresNoAnswer(waitedNanoseconds: nanoseconds))
+            expire()
+        }
+        future.whenComplete { result in
+            guard first() else { return }
+            timer.cancel()
+            promise.completeWith(result)
+        }
+        return try promise.futureResult.wait()
     }
 
     /// Keeps every statement of this transaction, its lock waits included, inside the
