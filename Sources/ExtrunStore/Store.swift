@@ -35,8 +35,8 @@ public final class Store: Sendable {
     let keystore: Keystore
     /// Where the rows are: the backend seam (docs/store.md, "Backends").
     package let backend: StoreBackend
-    /// The SQLite file; `databaseError` naming the feature on a PostgreSQL store for what
-    /// only the SQLite backend does so far (docs/store.md, "PostgreSQL").
+    /// The SQLite file; `databaseError` on a PostgreSQL store (each operation takes its
+    /// PostgreSQL path before asking for it; docs/store.md, "PostgreSQL").
     package var database: StoreDatabase {
         get throws {
             switch backend {
@@ -44,7 +44,7 @@ public final class Store: Sendable {
             case .postgres(let server):
                 throw StoreError(
                     .databaseError,
-                    "this operation is not built for a store on PostgreSQL yet (\(server.location.display)): bookmarks, extrun migrate, transfer bundles, globals import and store check work on the SQLite store only (docs/store.md, \"PostgreSQL\")",
+                    "this operation reads the SQLite file, and the store is on PostgreSQL (\(server.location.display)); docs/store.md, \"PostgreSQL\", lists what each backend does",
                     details: ["store": .string(server.location.display)])
             }
         }
