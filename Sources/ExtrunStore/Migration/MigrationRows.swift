@@ -122,8 +122,19 @@ struct SQLiteMigrationRows: MigrationRows {
     func rows(_ kind: SealKind, owner: String, names: [String]) throws -> [String: MigrationRowRead] {
         let lookup = try db.cachedStatement(
             sql: "SELECT \(kind == .global ? "version" : "NULL"), sealed FROM \(kind.rawValue) WHERE owner = ? AND name = ?")
+        var present = names
+        if names.count > 8, let first = names.min(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }),
+            let last = names.max(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) })
+        {
+            // A batch's names (in order): the owner's names in their range first, one index
+            // range read, then only those looked up (a new owner has none to look up).
+            let wanted = Set(names)
+            present = try String.fetchAll(
+                db, sql: "SELECT name FROM \(kind.rawValue) WHERE owner = ? AND name >= ? AND name <= ?", arguments: [owner, first, last]
+            ).filter { wanted.contains($0) }
+        }
         var found: [String: MigrationRowRead] = [:]
-        for name in names {
+        for name in present {
             guard let row = try Row.fetchOne(lookup, arguments: [owner, name]) else { continue }
             found[name] = MigrationRowRead(name: name, version: row[0], sealed: row[1])
         }
