@@ -21,12 +21,14 @@ import Glibc
 
         /// - Parameter startsSessions: true answers the start of a session (authentication ok,
         ///   the parameters postgres-nio reads, ready for a query) and then nothing more.
-        init(in directory: String, startsSessions: Bool) throws {
+        /// - Parameter closes: the first statement's connection is closed 0.3 s after it came, unanswered.
+        init(in directory: String, startsSessions: Bool, closes: Bool = false) throws {
             self.directory = directory
             let script = """
                 import os, socket, struct, sys, threading, time
                 parent = os.getppid()
                 starts = sys.argv[2] == "1"
+                closes = sys.argv[3] == "1"
                 def message(kind, body):
                     return kind + struct.pack("!I", len(body) + 4) + body
                 def exactly(c, n):
@@ -47,6 +49,13 @@ import Glibc
                                 out += message(b"S", k.encode() + b"\\0" + v.encode() + b"\\0")
                             out += message(b"K", struct.pack("!II", 1234, 5678)) + message(b"Z", b"I")
                             c.sendall(out)
+                        if closes:
+                            # The first statement is taken, then the connection closed unanswered
+                            # (a server stopped at once under a waiting statement).
+                            c.recv(65536)
+                            time.sleep(0.3)
+                            c.close()
+                            return
                         while c.recv(65536):
                             pass
                     except (EOFError, OSError):
@@ -67,7 +76,7 @@ import Glibc
                 """
             let ready = Pipe()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = ["-c", script, directory + "/.s.PGSQL.5999", startsSessions ? "1" : "0"]
+            process.arguments = ["-c", script, directory + "/.s.PGSQL.5999", startsSessions ? "1" : "0", closes ? "1" : "0"]
             process.standardOutput = ready
             try process.run()
             _ = ready.fileHandleForReading.availableData
@@ -130,5 +139,32 @@ import Glibc
         #expect(kind == (startsSessions ? "storeBusy" : "storeUnavailable"), "\(message)")
         #expect(message.contains(startsSessions ? "no answer from the server by then" : ".s.PGSQL.5999"), "\(message)")
         #expect(elapsedMs < 4_000, "ended after \(elapsedMs) ms")
+    }
+
+    @Test("A connection closed under a waiting statement ends the wait at once: storeUnavailable about 0.3 s into a 10 s deadline, not at the deadline")
+    func aConnectionClosedUnderAStatementEndsItsWait() throws {
+        let tmp = try TempDirectory()
+        try FileManager.default.createDirectory(atPath: tmp.sub("socket"), withIntermediateDirectories: true)
+        let server = try SilentServer(in: tmp.sub("socket"), startsSessions: true, closes: true)
+        defer { server.stop() }
+        let location = try StoreLocation.parse("postgresql:///extrun?host=\(tmp.sub("socket"))&port=5999&user=nobody")
+        let home = URL(fileURLWithPath: tmp.sub("home"))
+        let outcome = Self.bounded(seconds: 30) { () -> (String, String, Int64) in
+            let started = StoreDeadline.now()
+            let error = StoreDeadline.$current.withValue(started + 10_000_000_000) { () -> StoreError? in
+                do {
+                    _ = try Store(home: home, location: location)
+                    return nil
+                } catch let error as StoreError {
+                    return error
+                } catch {
+                    return StoreError(.databaseError, "not a StoreError: \(error)")
+                }
+            }
+            return (error?.kind.rawValue ?? "none", error?.message ?? "", Int64((StoreDeadline.now() - started) / 1_000_000))
+        }
+        let (kind, message, elapsedMs) = try #require(outcome, "the store's call did not end in 30 s")
+        #expect(kind == "storeUnavailable", "\(message)")
+        #expect(elapsedMs < 3_000, "ended after \(elapsedMs) ms of a 10,000 ms deadline: \(message)")
     }
 }

@@ -19,6 +19,8 @@ package final class PostgresStore: @unchecked Sendable {
     /// Guards `connection`, and is held for a whole transaction.
     private let lock = NIOLock()
     private var connection: PostgresConnection?
+    /// The wait in progress on `connection`, failed as soon as its channel closes.
+    private var waits: PostgresWaitSlot?
     private let logger = Logger(label: "extrun.store.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
 
     /// The event loop every store connection of this process runs on: its own thread,
@@ -72,7 +74,7 @@ package final class PostgresStore: @unchecked Sendable {
             var attempt = 0
             while true {
                 attempt += 1
-                let session = try PostgresSession(connection: connected(), store: self)
+                let session = try PostgresSession(connection: connected(), store: self, waits: waits)
                 var committing = false
                 do {
                     try session.execute("BEGIN")
@@ -99,7 +101,7 @@ package final class PostgresStore: @unchecked Sendable {
     package func read<T>(_ body: (PostgresSession) throws -> T) throws -> T {
         try lock.withLock {
             let clock = CallClock()
-            let session = try PostgresSession(connection: connected(), store: self)
+            let session = try PostgresSession(connection: connected(), store: self, waits: waits)
             do {
                 return try body(session)
             } catch {
@@ -149,6 +151,11 @@ package final class PostgresStore: @unchecked Sendable {
             let opened = try PostgresSession.wait(connecting, atMost: (timeout + 1_000) * 1_000_000) {
                 connecting.whenSuccess { late in PostgresStore.close(late) }
             }
+            // A connection the server or the network closes ends the wait in progress on it
+            // at once (a store call gets storeUnavailable), not at the deadline.
+            let slot = PostgresWaitSlot()
+            opened.closeFuture.whenComplete { _ in slot.closed() }
+            waits = slot
             connection = opened
             return opened
         } catch {
@@ -300,6 +307,31 @@ struct PostgresDeadlineExpired: Error {
     let underlying: any Error
 }
 
+/// The connection closed (by the server, the network, a restart) while a statement waited for
+/// its answer: counted lost (`storeUnavailable`); the next call opens a new connection.
+struct PostgresConnectionClosed: Error, CustomStringConvertible {
+    var description: String { "the connection closed while waiting for the server's answer" }
+}
+
+/// The one wait in progress on a connection (`PostgresSession.wait`), ended by the connection's
+/// `closeFuture`: one callback per connection, not one per statement.
+final class PostgresWaitSlot: Sendable {
+    private let current = NIOLockedValueBox<(@Sendable (any Error) -> Void)?>(nil)
+
+    func set(_ fail: (@Sendable (any Error) -> Void)?) {
+        current.withLockedValue { $0 = fail }
+    }
+
+    /// The connection closed: the wait in progress, if any, ends now.
+    func closed() {
+        let fail = current.withLockedValue { slot -> (@Sendable (any Error) -> Void)? in
+            defer { slot = nil }
+            return slot
+        }
+        fail?(PostgresConnectionClosed())
+    }
+}
+
 /// No answer from the server within the longest wait (`PostgresSession.wait`): the connection is
 /// closed and counted lost (`storeUnavailable`); the next call opens a new one.
 struct PostgresNoAnswer: Error, CustomStringConvertible {
@@ -311,10 +343,12 @@ struct PostgresNoAnswer: Error, CustomStringConvertible {
 package struct PostgresSession {
     let connection: PostgresConnection
     let store: PostgresStore
+    let waits: PostgresWaitSlot?
 
-    init(connection: PostgresConnection, store: PostgresStore) {
+    init(connection: PostgresConnection, store: PostgresStore, waits: PostgresWaitSlot? = nil) {
         self.connection = connection
         self.store = store
+        self.waits = waits
     }
 
     /// The statement's rows (one statement: parameters are bound, never spliced in).
@@ -361,7 +395,9 @@ package struct PostgresSession {
         }
         let connection = connection
         do {
-            return try PostgresSession.wait(connection.query(query, logger: connection.logger), atMost: limit) {
+            return try PostgresSession.wait(
+                connection.query(query, logger: connection.logger), atMost: limit, slot: waits, alreadyClosed: { connection.isClosed }
+            ) {
                 let closed: EventLoopFuture<Void> = connection.close()
                 closed.whenComplete { _ in withExtendedLifetime(connection) {} }
             }
@@ -377,7 +413,13 @@ package struct PostgresSession {
     /// a query sent as the server dropped the connection was seen never to be completed, even
     /// after the connection's close (the fleet's PostgreSQL restart, about 1 round in 10), and
     /// a wait on that future held the store's lock and every later run of the process.
-    static func wait<T: Sendable>(_ future: EventLoopFuture<T>, atMost nanoseconds: Int64, expire: @escaping @Sendable () -> Void) throws -> T {
+    ///
+    /// With `slot`, the connection's closing also ends the wait, at once (`PostgresConnectionClosed`):
+    /// the fleet's PostgreSQL restart otherwise held a run until its deadline.
+    static func wait<T: Sendable>(
+        _ future: EventLoopFuture<T>, atMost nanoseconds: Int64, slot: PostgresWaitSlot? = nil, alreadyClosed: () -> Bool = { false },
+        expire: @escaping @Sendable () -> Void
+    ) throws -> T {
         let loop = future.eventLoop
         let promise = loop.makePromise(of: T.self)
         // Whichever comes first completes the promise; the other does nothing.
@@ -392,6 +434,16 @@ package struct PostgresSession {
             guard first() else { return }
             timer.cancel()
             promise.completeWith(result)
+        }
+        if let slot {
+            slot.set { error in
+                guard first() else { return }
+                timer.cancel()
+                promise.fail(error)
+            }
+            defer { slot.set(nil) }
+            if alreadyClosed() { slot.closed() }
+            return try promise.futureResult.wait()
         }
         return try promise.futureResult.wait()
     }
