@@ -109,19 +109,19 @@ import Glibc
         func get() -> T { lock.withLock { value } }
     }
 
-    @Test(
-        "A server that never answers, at the start of a session or at the first statement: opening the store under a 1 s deadline ends within about 2 s, typed, naming the server",
-        arguments: [false, true])
-    func aSilentServerEndsAtTheDeadline(startsSessions: Bool) throws {
+    /// Opens a store on a `SilentServer` (made with `startsSessions` and `closes`) under a deadline
+    /// `deadlineMs` from now, on a thread of its own: the error's kind and message, and how long it
+    /// took; nil when it did not end in 30 s.
+    static func openOnSilentServer(startsSessions: Bool, closes: Bool = false, deadlineMs: UInt64) throws -> (kind: String, message: String, elapsedMs: Int64)? {
         let tmp = try TempDirectory()
         try FileManager.default.createDirectory(atPath: tmp.sub("socket"), withIntermediateDirectories: true)
-        let server = try SilentServer(in: tmp.sub("socket"), startsSessions: startsSessions)
+        let server = try SilentServer(in: tmp.sub("socket"), startsSessions: startsSessions, closes: closes)
         defer { server.stop() }
         let location = try StoreLocation.parse("postgresql:///extrun?host=\(tmp.sub("socket"))&port=5999&user=nobody")
         let home = URL(fileURLWithPath: tmp.sub("home"))
-        let outcome = Self.bounded(seconds: 30) { () -> (String, String, Int64) in
+        return Self.bounded(seconds: 30) { () -> (kind: String, message: String, elapsedMs: Int64) in
             let started = StoreDeadline.now()
-            let error = StoreDeadline.$current.withValue(started + 1_000_000_000) { () -> StoreError? in
+            let error = StoreDeadline.$current.withValue(started + deadlineMs * 1_000_000) { () -> StoreError? in
                 do {
                     _ = try Store(home: home, location: location)
                     return nil
@@ -133,6 +133,13 @@ import Glibc
             }
             return (error?.kind.rawValue ?? "none", error?.message ?? "", Int64((StoreDeadline.now() - started) / 1_000_000))
         }
+    }
+
+    @Test(
+        "A server that never answers, at the start of a session or at the first statement: opening the store under a 1 s deadline ends within about 2 s, typed, naming the server",
+        arguments: [false, true])
+    func aSilentServerEndsAtTheDeadline(startsSessions: Bool) throws {
+        let outcome = try Self.openOnSilentServer(startsSessions: startsSessions, deadlineMs: 1_000)
         let (kind, message, elapsedMs) = try #require(outcome, "opening the store on a silent server did not end in 30 s")
         // No session: the server cannot be reached. A session whose statement is never
         // answered: the run's deadline came while the store waited for the server.
@@ -143,26 +150,7 @@ import Glibc
 
     @Test("A connection closed under a waiting statement ends the wait at once: storeUnavailable about 0.3 s into a 10 s deadline, not at the deadline")
     func aConnectionClosedUnderAStatementEndsItsWait() throws {
-        let tmp = try TempDirectory()
-        try FileManager.default.createDirectory(atPath: tmp.sub("socket"), withIntermediateDirectories: true)
-        let server = try SilentServer(in: tmp.sub("socket"), startsSessions: true, closes: true)
-        defer { server.stop() }
-        let location = try StoreLocation.parse("postgresql:///extrun?host=\(tmp.sub("socket"))&port=5999&user=nobody")
-        let home = URL(fileURLWithPath: tmp.sub("home"))
-        let outcome = Self.bounded(seconds: 30) { () -> (String, String, Int64) in
-            let started = StoreDeadline.now()
-            let error = StoreDeadline.$current.withValue(started + 10_000_000_000) { () -> StoreError? in
-                do {
-                    _ = try Store(home: home, location: location)
-                    return nil
-                } catch let error as StoreError {
-                    return error
-                } catch {
-                    return StoreError(.databaseError, "not a StoreError: \(error)")
-                }
-            }
-            return (error?.kind.rawValue ?? "none", error?.message ?? "", Int64((StoreDeadline.now() - started) / 1_000_000))
-        }
+        let outcome = try Self.openOnSilentServer(startsSessions: true, closes: true, deadlineMs: 10_000)
         let (kind, message, elapsedMs) = try #require(outcome, "the store's call did not end in 30 s")
         #expect(kind == "storeUnavailable", "\(message)")
         #expect(elapsedMs < 3_000, "ended after \(elapsedMs) ms of a 10,000 ms deadline: \(message)")
