@@ -284,9 +284,9 @@ async def main():
             began = time.monotonic()
             running = 0
             async with anyio.create_task_group() as group:
-                async def call():
+                async def sleep_for_30_s():
                     await session.call_tool("Sleep", {"seconds": 30})
-                group.start_soon(call)
+                group.start_soon(sleep_for_30_s)
                 limit = time.monotonic() + 30
                 while not running and time.monotonic() < limit:
                     running = len(children(pid))
