@@ -65,7 +65,7 @@ private func plantTemporaries(_ folder: String, prefix: String) throws -> (dead:
     func aMigrationOnAnotherHostOfTheSharedStoreHoldsThePair(backend: StoreBackendKind) throws {
         let fixture = try MigrationFixture(backend)
         guard case .postgres(let otherHost) = try fixture.test.reopen().backend else { return }
-        var running: PostgresStore? = try otherHost.migrationLock(from: "OLD", to: "NEW")
+        var running: PostgresMigrationLock? = try otherHost.migrationLock(from: "OLD", to: "NEW")
         let error = expectStoreError(.storeBusy) { try fixture.store.migrate(from: "OLD", to: "NEW") }
         #expect(error?.message.contains("already running on the store's server") == true, "\(error?.message ?? "")")
         #expect(try fixture.store.globals(of: "NEW").list().isEmpty)

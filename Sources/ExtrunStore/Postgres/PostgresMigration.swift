@@ -310,7 +310,7 @@ extension PostgresStore {
     /// this server: a session advisory lock on a connection of its own, held while the value
     /// lives and released by the server when that connection ends, however it ends. (The
     /// flock of MigrationLock.swift covers one home; this covers the shared store.)
-    func migrationLock(from: String, to: String) throws -> PostgresStore {
+    func migrationLock(from: String, to: String) throws -> PostgresMigrationLock {
         let key = PostgresStore.migrationLockKey(from: from, to: to)
         let holder = try PostgresStore(location: location, migrating: false)
         let locked = try holder.read { session in
@@ -322,6 +322,24 @@ extension PostgresStore {
                 "a migration from '\(from)' to '\(to)' is already running on the store's server \(location.display) (another process or host holds its lock); this one changed nothing. Let it finish (it prints its summary), then run this command again if anything is left to do",
                 details: ["store": .string(location.display), "from": .string(from), "to": .string(to)])
         }
-        return holder
+        return PostgresMigrationLock(holder: holder, key: key)
+    }
+}
+
+/// A migration's advisory lock, released with `pg_advisory_unlock` when the value goes, before
+/// its connection closes: a connection's close is not waited for, and a run started right after
+/// (a second run of the same command) found the lock still held (storeBusy).
+final class PostgresMigrationLock: @unchecked Sendable {
+    let holder: PostgresStore
+    let key: Int64
+
+    init(holder: PostgresStore, key: Int64) {
+        self.holder = holder
+        self.key = key
+    }
+
+    deinit {
+        // If this fails, the server releases the lock when the connection ends.
+        _ = try? holder.read { session in try session.query("SELECT pg_advisory_unlock(\(key))") }
     }
 }
