@@ -157,7 +157,11 @@ fleet_start_host() {
   read -r kind k <"$dir/network"
   store="$(cat "$dir/store")"
   if [ "$kind" = netns ]; then prefix=(ip netns exec "extrun-f$k-$name"); fi
-  local env=(env EXTRUN_HOME="$host_dir/home" EXTRUN_PLUGIN_PATH="$dir/plugins" TMPDIR="$host_dir/tmp")
+  # The plugins: DIR/plugins, or the folder DIR/plugin-path names (the check's change of owner
+  # starts each host again on the plugins signed for the new owner).
+  local plugins="$dir/plugins"
+  [ ! -f "$dir/plugin-path" ] || plugins="$(cat "$dir/plugin-path")"
+  local env=(env EXTRUN_HOME="$host_dir/home" EXTRUN_PLUGIN_PATH="$plugins" TMPDIR="$host_dir/tmp")
   if [ -n "$store" ]; then env+=(EXTRUN_STORE="$store"); fi
   FLEET_LOG="$host_dir/serve.log" fleet_spawn ${prefix[@]+"${prefix[@]}"} "${env[@]}" "$dir/bin/extrun" serve \
     --socket "$host_dir/serve.sock" --listen "$address" --token-file "$dir/token" --config "$host_dir/serve.json"
@@ -235,8 +239,8 @@ fleet_up() {
 
   # The example plugins, signed as their author would (stage-home's owner key), and a home
   # that trusts that author's key for EXAMPLETEAM, copied for every host: on a shared store
-  # the hosts must hold the same owner keys (docs/store.md, "PostgreSQL"), and the trust is
-  # a row of the store.
+  # the hosts must hold the same owner keys and trust (keys/OWNER.key and OWNER.trusted;
+  # docs/scaling.md, "The owners' keys and trust").
   mkdir -m 700 "$dir/stage-home"
   fleet_copy_binaries "$dir"
   local bin="$dir/bin"
@@ -630,6 +634,133 @@ PY
 #      its health checks take it out);
 #   3. down: no process the fleet started, no namespace, link, socket or file is left.
 # Exits non-zero saying what failed.
+# fleet_check's change of owner, while the fleet serves (with a shared store): the example
+# plugins' owner EXAMPLETEAM becomes FLEETNEW, as docs/migration.md ("Change of owner, end to
+# end") has it, on a fleet.
+#   1. 8 clients increment `fleet-migrate` through the balancer (EXAMPLETEAM's plugins), and
+#      `extrun migrate --from EXAMPLETEAM --to FLEETNEW --remove-source` runs meanwhile, from
+#      h1's home; the counter, changed while it ran, is kept in EXAMPLETEAM (exit 18, keptBecause).
+#   2. The owner's writes stop (its plugins are about to be redeployed); the same command again
+#      carries the counter's last value (0, clean), and EXAMPLETEAM is left with nothing.
+#   3. The plugins are signed for FLEETNEW in a copy (DIR/plugins-FLEETNEW), FLEETNEW trusts
+#      their signing key, its key and trust go to every host's keys/ (as the Secret does in
+#      docs/scaling.md), and each host in turn is SIGTERMed and started on it, while 8 clients call
+#      MakeUppercase through the balancer: none of those calls may fail.
+#   4. 8 clients increment the counter again (FLEETNEW's plugins); then each host, asked
+#      directly, reads it: every host sees FLEETNEW's counter, equal to every acknowledged
+#      increment of both loads (none lost, none counted twice).
+# Prints the problems, one per line; nothing when all held.
+fleet_check_migrate() {
+  local dir="$1" url="$2" store old=EXAMPLETEAM new=FLEETNEW
+  store="$(cat "$dir/store")"
+  local cli=(env EXTRUN_HOME="$dir/hosts/h1/home" EXTRUN_STORE="$store" "$dir/bin/extrun")
+  # More for the migration to carry than the counters of the earlier steps: 200 globals.
+  python3 - "$old" >"$dir/migrate-seed.json" <<'PY'
+import json, sys
+print(json.dumps({"format": "extrun-globals", "version": 1, "owner": sys.argv[1],
+                  "globals": {"fleet-seed-%03d" % i: {"n": i, "text": "x" * 100} for i in range(200)}}))
+PY
+  "${cli[@]}" globals import "$dir/migrate-seed.json" --owner "$old" >/dev/null 2>"$dir/migrate-seed.err" ||
+    { echo "globals import failed: $(tail -2 "$dir/migrate-seed.err")"; return; }
+
+  rm -f "$dir/load.stop"
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "until=$dir/load.stop" fleet-migrate >"$dir/migrate-a.json" 2>"$dir/migrate-a.err" &
+  local load_pid=$! first=0 second=0
+  sleep 2
+  "${cli[@]}" migrate --from "$old" --to "$new" --remove-source >"$dir/migrate-1.json" 2>"$dir/migrate-1.err" || first=$?
+  sleep 1
+  touch "$dir/load.stop"
+  wait "$load_pid" || echo "the load during the migration failed: $(tail -3 "$dir/migrate-a.err")"
+  "${cli[@]}" migrate --from "$old" --to "$new" --remove-source >"$dir/migrate-2.json" 2>"$dir/migrate-2.err" || second=$?
+  "${cli[@]}" owners show "$old" >"$dir/migrate-old.json" 2>"$dir/migrate-old.err" || true
+
+  # The switch: the plugins signed for FLEETNEW, its key and trust (keys/FLEETNEW.key and
+  # .trusted, files of h1's home) on every host, the hosts started again on those plugins.
+  local keys="$dir/hosts/h1/home/keys" host_dir plugins="$dir/plugins-$new" manifest
+  if [ ! -f "$keys/$new.key" ]; then echo "the migration made no key file $keys/$new.key"; return; fi
+  rm -rf "$plugins"
+  cp -a "$dir/plugins" "$plugins"
+  for manifest in "$plugins"/*/manifest.json; do
+    python3 - "$manifest" "$old" "$new" <<'PY' || continue
+import json, sys
+path, old, new = sys.argv[1:4]
+manifest = json.load(open(path))
+if manifest.get("owner") != old:
+    sys.exit(1)
+manifest["owner"] = new
+json.dump(manifest, open(path, "w"), indent=2)
+PY
+    EXTRUN_HOME="$dir/stage-home" "$dir/bin/extrun" plugins sign "$(dirname "$manifest")" --owner "$new" >/dev/null ||
+      echo "signing $(dirname "$manifest") for $new failed"
+  done
+  EXTRUN_HOME="$dir/stage-home" "$dir/bin/extrun" owners pubkey "$new" >"$plugins/$new.pub"
+  "${cli[@]}" owners trust "$new" --signing-key "$plugins/$new.pub" >/dev/null 2>"$dir/migrate-trust.err" ||
+    echo "owners trust $new failed: $(tail -2 "$dir/migrate-trust.err")"
+  for host_dir in "$dir"/hosts/*/; do
+    [ "${host_dir%/}" = "$dir/hosts/h1" ] || cp -p "$keys/$new.key" "$keys/$new.trusted" "$host_dir/home/keys/"
+  done
+  echo "$plugins" >"$dir/plugin-path"
+  rm -f "$dir/load.stop"
+  FLEET_LOAD_INTENT=MakeUppercase python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "until=$dir/load.stop" "switching owner" >"$dir/migrate-switch.json" 2>"$dir/migrate-switch.err" &
+  load_pid=$!
+  sleep 1
+  local name
+  for name in $(awk '$1 == "host" {print $2}' "$dir/processes"); do
+    fleet_restart "$dir" "$name" >/dev/null 2>"$dir/migrate-restart.err" || echo "starting $name on $new's plugins failed: $(tail -2 "$dir/migrate-restart.err")"
+  done
+  touch "$dir/load.stop"
+  wait "$load_pid" || echo "the load during the switch failed: $(tail -3 "$dir/migrate-switch.err")"
+
+  python3 "$ROOT/Scripts/lib/fleet_load.py" "$url" "$dir/token" 8 "for=${EXTRUN_FLEET_MIGRATE_AFTER:-3}" fleet-migrate >"$dir/migrate-b.json" 2>"$dir/migrate-b.err" ||
+    echo "the load after the switch failed: $(tail -3 "$dir/migrate-b.err")"
+  local role pid address reads=()
+  while read -r role name pid address; do
+    [ "$role" = host ] || continue
+    reads+=("$name=$(fleet_curl "$dir" "http://$address/v1/handle" --data '{"intent": "GetGlobalVariable", "parameters": {"name": "fleet-migrate"}}' 2>&1 | tr -d '\n')")
+  done <"$dir/processes"
+  python3 - "$dir" "$first" "$second" "$old" "$new" "${reads[@]}" <<'PY'
+import json, sys
+folder, first, second, old, new = sys.argv[1:6]
+reads = sys.argv[6:]
+def load(name):
+    try:
+        return json.load(open("%s/%s" % (folder, name)))
+    except (OSError, ValueError) as error:
+        print("%s: %s" % (name, error))
+        return {}
+a, switch, b = load("migrate-a.json"), load("migrate-switch.json"), load("migrate-b.json")
+one, two, old_owner = load("migrate-1.json"), load("migrate-2.json"), load("migrate-old.json")
+print("  change of owner %s -> %s under load: %s increments acknowledged (failed %s) while `extrun migrate --remove-source` ran (exit %s: migrated %s, removed %s, kept %s); again after the load (exit %s: overwritten %s, removed %s, clean %s)"
+      % (old, new, a.get("acknowledged"), json.dumps(a.get("failed")), first, one.get("migrated"), one.get("removed"), one.get("kept"),
+         second, (two.get("globals") or {}).get("overwritten"), two.get("removed"), two.get("clean")), file=sys.stderr)
+print("  the hosts started one by one on %s's plugins: %s MakeUppercase calls meanwhile, failed %s; then %s increments acknowledged (failed %s); each host reads the counter: %s"
+      % (new, switch.get("acknowledged"), json.dumps(switch.get("failed")), b.get("acknowledged"), json.dumps(b.get("failed")),
+         ", ".join(r.split("=", 1)[0] + " " + str(((json.loads(r.split("=", 1)[1] or "{}").get("report") or {}).get("response") or {}).get("properties", {}).get("value") if r.split("=", 1)[1].startswith("{") else r) for r in reads)), file=sys.stderr)
+if first not in ("0", "18"):
+    print("the migration under load ended with exit %s: %s" % (first, open(folder + "/migrate-1.err").read()[-300:]))
+if second != "0" or two.get("clean") is not True:
+    print("the migration run again after the load did not end clean (exit %s): %s" % (second, json.dumps(two.get("items", []))[:300]))
+if old_owner.get("globals") != 0:
+    print("%s still has %s globals after --remove-source" % (old, old_owner.get("globals")))
+for name, load_out in (("during the migration", a), ("after the switch", b)):
+    if load_out.get("failed"):
+        print("increments %s failed: %s %s" % (name, json.dumps(load_out.get("failed")), json.dumps(load_out.get("failureMessages"))[:300]))
+others = {k: v for k, v in (switch.get("failed") or {}).items() if k != "504 timeout"}
+if others:
+    print("calls during the switch failed: %s %s" % (json.dumps(others), json.dumps(switch.get("failureMessages"))[:300]))
+expected = (a.get("acknowledged") or 0) + (b.get("acknowledged") or 0)
+failures = sum((a.get("failed") or {}).values()) + sum((b.get("failed") or {}).values())
+for read in reads:
+    name, text = read.split("=", 1)
+    try:
+        value = ((json.loads(text).get("report") or {}).get("response") or {}).get("properties", {}).get("value")
+    except ValueError:
+        value = None
+    if not isinstance(value, int) or not expected <= value <= expected + failures:
+        print("host %s reads %s's counter as %s, for %d acknowledged increments (%d failed)" % (name, new, value if value is not None else text[:200], expected, failures))
+PY
+}
+
 fleet_check() {
   local dir="$1" count="$2" short="${3:-0}" json_out="${4:-}" failed=() check_began
   check_began="$(date +%s)"
@@ -843,6 +974,12 @@ print("; ".join(problems))
 PY
 )" || verdict="the load's output: $(head -c 300 "$dir/pgrestart.json")"
     if [ -n "$verdict" ]; then failed+=("PostgreSQL restart: $verdict"); fi
+  fi
+
+  # 1f. `extrun migrate` of the plugins' owner while the fleet serves it (fleet_check_migrate).
+  if [ -n "$store" ]; then
+    verdict="$(fleet_check_migrate "$dir" "$url")"
+    if [ -n "$verdict" ]; then failed+=("change of owner: $(tr '\n' ';' <<<"$verdict")"); else log "fleet check: EXAMPLETEAM's data migrated to FLEETNEW while the fleet served it, every host started on FLEETNEW's plugins, every host reads the counter with every acknowledged increment (above)"; fi
   fi
 
   # 2. One host SIGKILLed under load: 8 clients incrementing one counter through the balancer

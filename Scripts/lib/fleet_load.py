@@ -11,6 +11,8 @@ START and END are each call's wall-clock times (time.time()), OK whether it was 
 Usage: python3 fleet_load.py URL TOKEN_FILE CLIENTS CALLS NAME
 CALLS is a number per client, until=PATH: each client calls until PATH exists, or for=SECONDS;
 either way no call starts after FLEET_LOAD_MAX_SECONDS (default 120).
+FLEET_LOAD_INTENT=MakeUppercase: the clients call MakeUppercase with NAME as its text instead
+(it keeps nothing: "value" is then null).
 Standard library only (it runs on the system's python3).
 """
 
@@ -71,7 +73,7 @@ def main():
                 break
             started, wall = time.monotonic(), time.time()
             try:
-                status, answer = call(url, token, {"intent": "IncrementGlobalVariable", "parameters": {"name": name}})
+                status, answer = call(url, token, body)
                 ok = status == 200 and answer.get("exitStatus") == 0
                 report = answer.get("report") or {}
                 kind = (report.get("error") or {}).get("kind") or ((report.get("response") or {}).get("failure") or {}).get("code", "")
@@ -94,6 +96,10 @@ def main():
                     failed[key] = failed.get(key, 0) + 1
                     examples.setdefault(key, message)
 
+    if os.environ.get("FLEET_LOAD_INTENT") == "MakeUppercase":
+        body = {"intent": "MakeUppercase", "parameters": {"text": name}}
+    else:
+        body = {"intent": "IncrementGlobalVariable", "parameters": {"name": name}}
     began = time.monotonic()
     threads = [threading.Thread(target=client) for _ in range(int(clients))]
     for thread in threads:
@@ -102,7 +108,10 @@ def main():
         thread.join()
     seconds = time.monotonic() - began
     try:
-        status, answer = call(url, token, {"intent": "GetGlobalVariable", "parameters": {"name": name}})
+        if body["intent"] == "IncrementGlobalVariable":
+            status, answer = call(url, token, {"intent": "GetGlobalVariable", "parameters": {"name": name}})
+        else:
+            status, answer = None, {}
     except (OSError, http.client.HTTPException) as error:
         status, answer = "connection: %s" % type(error).__name__, {}
     value = (((answer.get("report") or {}).get("response") or {}).get("properties") or {}).get("value")
