@@ -12,8 +12,8 @@ that the figures there are the checks' own, never typed by hand.
 import json
 import sys
 
-BEGIN = "<!-- fleet-table:begin -->"
-END = "<!-- fleet-table:end -->"
+import markdown_section
+
 
 
 def get(check, *path):
@@ -120,26 +120,6 @@ def table(paths):
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    target = None
-    if argv[:1] == ["--write"]:
-        if len(argv) < 3:
-            sys.exit("usage: Benchmarks/fleet-table.py [--write FILE] CHECK.json...")
-        target, argv = argv[1], argv[2:]
-    if not argv:
-        sys.exit("usage: Benchmarks/fleet-table.py [--write FILE] CHECK.json...")
-    text = table(argv)
-    if target is None:
-        sys.stdout.write(text)
-        return
-    document = open(target).read()
-    if document.count(BEGIN) != 1 or document.count(END) != 1 or document.index(BEGIN) > document.index(END):
-        sys.exit(f"{target}: needs one line {BEGIN} before one line {END}")
-    head, rest = document.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    open(target, "w").write(head + BEGIN + "\n" + text + END + tail)
-    print(f"{target}: the fleet table rewritten from {len(argv)} check(s)")
-
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    markdown_section.main("fleet-table", table, __doc__)

@@ -13,8 +13,8 @@ does for the targets).
 import json
 import sys
 
-BEGIN = "<!-- store-table:begin -->"
-END = "<!-- store-table:end -->"
+import markdown_section
+
 
 
 def who(summary):
@@ -69,24 +69,6 @@ def render(paths):
     return "\n".join(lines)
 
 
-def main():
-    args = sys.argv[1:]
-    write = None
-    if args[:1] == ["--write"]:
-        write, args = args[1], args[2:]
-    if not args:
-        sys.exit(__doc__)
-    text = render(args)
-    if write is None:
-        sys.stdout.write(text)
-        return
-    current = open(write).read()
-    if BEGIN not in current or END not in current:
-        sys.exit(f"{write} has no {BEGIN} … {END} lines to replace")
-    head, _, rest = current.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    open(write, "w").write(head + BEGIN + "\n" + text + END + tail)
-
 
 if __name__ == "__main__":
-    main()
+    markdown_section.main("store-table", render, __doc__)

@@ -11,8 +11,8 @@ the lines `<!-- summary-table:begin -->` and `<!-- summary-table:end -->` of FIL
 import json
 import sys
 
-BEGIN = "<!-- summary-table:begin -->"
-END = "<!-- summary-table:end -->"
+import markdown_section
+
 
 
 def number(value, unit):
@@ -82,24 +82,6 @@ def render(paths):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    args = sys.argv[1:]
-    write = None
-    if args[:1] == ["--write"]:
-        write, args = args[1], args[2:]
-    if not args:
-        sys.exit(__doc__)
-    table = render(args)
-    if write is None:
-        sys.stdout.write(table)
-        return
-    text = open(write).read()
-    if BEGIN not in text or END not in text:
-        sys.exit(f"{write} has no {BEGIN} … {END} lines to replace")
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    open(write, "w").write(head + BEGIN + "\n" + table + END + tail)
-
 
 if __name__ == "__main__":
-    main()
+    markdown_section.main("summary-table", render, __doc__)
