@@ -230,24 +230,10 @@ import Testing
         let test = try TestStore()
         let log = try test.store.donations(of: "TEAM")
         try log.donate(donation("before"))
-        let other = try DatabaseQueue(path: test.databasePath)
-        let locked = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        let holderDone = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            try? other.writeWithoutTransaction { db in
-                try db.execute(sql: "BEGIN IMMEDIATE")
-                locked.signal()
-                release.wait()
-                try db.execute(sql: "ROLLBACK")
-            }
-            holderDone.signal()
-        }
-        locked.wait()
+        let holder = try WriteLockHolder(databasePath: test.databasePath)
         let ids = ["a", "b", "c", "d"]
         let outcomes = donateAsOneGroup(ids, to: log, store: test.store, deadline: 2_000_000_000)
-        release.signal()
-        holderDone.wait()
+        holder.release()
         #expect(test.store.donationBatchCounts == (batches: 3, donations: 6))
         let kinds = ids.map { outcomes[$0]??.kind }
         #expect(kinds == Array(repeating: .storeBusy, count: ids.count), "\(outcomes)")
@@ -345,25 +331,8 @@ import Testing
         let log = try store.donations(of: "TEAM")
         try log.donate(donation("before"))
         #expect(store.foldLog())
-        // Another connection holds the write lock (as another process would) until released.
-        let other = try DatabaseQueue(path: test.databasePath)
-        let locked = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        let holderDone = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            try? other.writeWithoutTransaction { db in
-                try db.execute(sql: "BEGIN IMMEDIATE")
-                locked.signal()
-                release.wait()
-                try db.execute(sql: "ROLLBACK")
-            }
-            holderDone.signal()
-        }
-        locked.wait()
-        defer {
-            release.signal()
-            holderDone.wait()
-        }
+        let holder = try WriteLockHolder(databasePath: test.databasePath)
+        defer { holder.release() }
         let started = StoreDeadline.now()
         let error = #expect(throws: StoreError.self) {
             try StoreDeadline.$current.withValue(started + 300_000_000) { try log.donate(donation("blocked")) }
@@ -679,4 +648,34 @@ private let childDonorLog = "EXTRUN_DONATIONS_TEST_CHILD_LOG"
 private func logBytes(_ test: TestStore) -> Int {
     var info = stat()
     return stat(test.databasePath + "-wal", &info) == 0 ? Int(info.st_size) : 0
+}
+
+/// Another connection holding the store's write lock (`BEGIN IMMEDIATE`), as another
+/// process would, from `init` until `release()`.
+final class WriteLockHolder: Sendable {
+    private let released = DispatchSemaphore(value: 0)
+    private let done = DispatchSemaphore(value: 0)
+
+    init(databasePath: String) throws {
+        let other = try DatabaseQueue(path: databasePath)
+        let locked = DispatchSemaphore(value: 0)
+        let released = self.released
+        let done = self.done
+        Thread.detachNewThread {
+            try? other.writeWithoutTransaction { db in
+                try db.execute(sql: "BEGIN IMMEDIATE")
+                locked.signal()
+                released.wait()
+                try db.execute(sql: "ROLLBACK")
+            }
+            done.signal()
+        }
+        locked.wait()
+    }
+
+    /// Lets the lock go and waits until the other connection has rolled back.
+    func release() {
+        released.signal()
+        done.wait()
+    }
 }

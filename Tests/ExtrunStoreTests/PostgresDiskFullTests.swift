@@ -33,30 +33,14 @@ import Glibc
         }
         let store = try Store(home: URL(fileURLWithPath: tmp.sub("home")), location: server.location)
         let globals = try store.globals(of: "TEAM")
-        var acknowledged: [String: String] = [:]
-        for index in 0..<20 {
-            let value = PostgresDiskFullTests.value(index)
-            _ = try globals.set("g\(index)", to: .string(value))
-            acknowledged["g\(index)"] = value
-        }
+        var acknowledged = try PostgresDiskFullTests.seed(globals)
         let filler = server.directory + "/data/filler"
         let filled = try PostgresDiskFullTests.fill(filler)
         #expect(filled > 0)
 
         // Writes on the full disk: the first that needs a page fails; the ones that fit are acknowledged.
-        var failures: [StoreError] = []
         var index = 20
-        while failures.count < 5, index < 2_000 {
-            let value = PostgresDiskFullTests.value(index)
-            do {
-                _ = try globals.set("g\(index)", to: .string(value))
-                acknowledged["g\(index)"] = value
-            } catch let error as StoreError {
-                failures.append(error)
-            }
-            index += 1
-        }
-        #expect(failures.count == 5, "writes on a full disk did not fail (\(index - 20) tried)")
+        let failures = PostgresDiskFullTests.writeUntilFiveFail(globals, from: &index, acknowledged: &acknowledged)
         for failure in failures {
             #expect(failure.kind == .ioError, "\(failure)")
             #expect(failure.message.contains("disk is full") && failure.message.contains("53100"), "\(failure.message)")
@@ -104,12 +88,7 @@ import Glibc
         }
         let store = try Store(home: URL(fileURLWithPath: tmp.sub("home")), location: server.location)
         let globals = try store.globals(of: "TEAM")
-        var acknowledged: [String: String] = [:]
-        for index in 0..<20 {
-            let value = PostgresDiskFullTests.value(index)
-            _ = try globals.set("g\(index)", to: .string(value))
-            acknowledged["g\(index)"] = value
-        }
+        var acknowledged = try PostgresDiskFullTests.seed(globals)
         let filler = server.directory + "/data/filler"
         _ = try PostgresDiskFullTests.fill(filler)
         // The log's next segment is needed now (another connection switches to it): the next
@@ -118,19 +97,8 @@ import Glibc
         let admin = try PostgresStore(location: location, migrating: false)
         _ = try? admin.number("SELECT 1::bigint FROM pg_switch_wal() WHERE $1 <> ''", "x")
 
-        var failures: [StoreError] = []
         var index = 20
-        while failures.count < 5, index < 2_000 {
-            let value = PostgresDiskFullTests.value(index)
-            do {
-                _ = try globals.set("g\(index)", to: .string(value))
-                acknowledged["g\(index)"] = value
-            } catch let error as StoreError {
-                failures.append(error)
-            }
-            index += 1
-        }
-        #expect(failures.count == 5, "writes on a full disk did not fail (\(index - 20) tried)")
+        let failures = PostgresDiskFullTests.writeUntilFiveFail(globals, from: &index, acknowledged: &acknowledged)
         for failure in failures {
             switch failure.kind {
             case .ioError:
@@ -178,6 +146,40 @@ import Glibc
         stopped = true
         server.stop()
         server.expectGone()
+    }
+
+    /// Globals g0 … g19, acknowledged: their values by name.
+    static func seed(_ globals: Globals) throws -> [String: String] {
+        var acknowledged: [String: String] = [:]
+        for index in 0..<20 {
+            let value = PostgresDiskFullTests.value(index)
+            _ = try globals.set("g\(index)", to: .string(value))
+            acknowledged["g\(index)"] = value
+        }
+        return acknowledged
+    }
+
+    /// Writes g`index`, g`index + 1` … on the full disk until 5 have failed (or 2,000 were
+    /// tried): the ones that fit are added to `acknowledged`; the 5 failures, which it expects.
+    static func writeUntilFiveFail(
+        _ globals: Globals, from index: inout Int, acknowledged: inout [String: String]
+    ) -> [StoreError] {
+        let first = index
+        var failures: [StoreError] = []
+        while failures.count < 5, index < 2_000 {
+            let value = PostgresDiskFullTests.value(index)
+            do {
+                _ = try globals.set("g\(index)", to: .string(value))
+                acknowledged["g\(index)"] = value
+            } catch let error as StoreError {
+                failures.append(error)
+            } catch {
+                Issue.record("not a StoreError: \(error)")
+            }
+            index += 1
+        }
+        #expect(failures.count == 5, "writes on a full disk did not fail (\(index - first) tried)")
+        return failures
     }
 
     /// A value of about 1.5 KB (a few to a page: the table needs new pages soon).
