@@ -87,6 +87,19 @@ def messages(check, step):
     return "; ".join(f"`{kind}`: {text[:160]}" for kind, text in sorted(found.items())) or "none"
 
 
+def migrate(check):
+    result = get(check, "results", "migrate")
+    if not result:
+        return "n/a"
+    during, after, switch = result["during"], result["after"], result["switch"]
+    failed = sum((during.get("failed") or {}).values()) + sum((after.get("failed") or {}).values())
+    reads = ", ".join(f"{host} {value}" for host, value in sorted(result["reads"].items()))
+    return (f"{during['acknowledged']:,} increments while `migrate --remove-source` ran (exit {result['firstRun']['exit']}, "
+            f"kept {result['firstRun']['kept']}), again after (exit {result['secondRun']['exit']}, overwritten {result['secondRun']['overwritten']}); "
+            f"{switch['acknowledged']:,} calls during the switch, failed {sum((switch.get('failed') or {}).values())}; "
+            f"{after['acknowledged']:,} increments after, {failed} failed; each host reads **{reads}**")
+
+
 ROWS = [
     ("the check", verdict),
     ("one host in the fleet: HAProxy + PostgreSQL, 8 clients (the others in maintenance)", lambda c: rate(c, "oneHostInFleet")),
@@ -101,6 +114,7 @@ ROWS = [
     ("PostgreSQL stopped at once: what a failed call said (the first of each kind)", lambda c: messages(c, "pgRestart")),
     ("a rolling restart under 8 clients: calls", lambda c: calls(c, "rolling")),
     ("a rolling restart: latency", lambda c: latency(c, "rolling")),
+    ("a change of owner under 8 clients (EXAMPLETEAM to FLEETNEW)", migrate),
 ]
 
 

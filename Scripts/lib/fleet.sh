@@ -750,14 +750,25 @@ if others:
     print("calls during the switch failed: %s %s" % (json.dumps(others), json.dumps(switch.get("failureMessages"))[:300]))
 expected = (a.get("acknowledged") or 0) + (b.get("acknowledged") or 0)
 failures = sum((a.get("failed") or {}).values()) + sum((b.get("failed") or {}).values())
+values = {}
 for read in reads:
     name, text = read.split("=", 1)
     try:
         value = ((json.loads(text).get("report") or {}).get("response") or {}).get("properties", {}).get("value")
     except ValueError:
         value = None
+    values[name] = value
     if not isinstance(value, int) or not expected <= value <= expected + failures:
         print("host %s reads %s's counter as %s, for %d acknowledged increments (%d failed)" % (name, new, value if value is not None else text[:200], expected, failures))
+# For the check's JSON (Benchmarks/fleet-table.py).
+json.dump({
+    "during": {k: a.get(k) for k in ("acknowledged", "failed")},
+    "firstRun": {"exit": int(first), "migrated": one.get("migrated"), "removed": one.get("removed"), "kept": one.get("kept")},
+    "secondRun": {"exit": int(second), "overwritten": (two.get("globals") or {}).get("overwritten"), "removed": two.get("removed"), "clean": two.get("clean")},
+    "switch": {k: switch.get(k) for k in ("acknowledged", "failed")},
+    "after": {k: b.get(k) for k in ("acknowledged", "failed")},
+    "reads": values,
+}, open(folder + "/results/migrate.json", "w"), indent=1)
 PY
 }
 
@@ -1096,7 +1107,7 @@ PY
 import datetime, json, os, sys, time
 logs, count, short, network, store, began, bin_dir, commit = sys.argv[1:9]
 results = {}
-for name in ("throughput", "rolling", "pgRestart", "kill"):
+for name in ("throughput", "rolling", "pgRestart", "migrate", "kill"):
     try:
         results[name] = json.load(open(os.path.join(logs, "results", name + ".json")))
     except (OSError, ValueError):
