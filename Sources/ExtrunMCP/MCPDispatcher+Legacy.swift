@@ -105,7 +105,7 @@ extension MCPDispatcher {
             baseDirectory: baseDirectory)
         let callOptions = options
         let done = running(call.control)
-        _ = service.submit(.handle(invocation), options: callOptions, uid: context.uid, control: call.control) { [self] handled in
+        submit(.handle(invocation), options: callOptions, uid: context.uid, control: call.control, peer: peer) { [self] handled in
             defer { done() }
             var report = handled
             var missing: [OptionItem]?
@@ -163,6 +163,9 @@ final class Peer: Sendable {
     let principal: String
     /// Sends a message outside any request (stdio: the connection's stream); nil over HTTP.
     let notify: (@Sendable (JSONValue) -> Void)?
+    /// Runs a call's job on the thread that read it, once another thread reads on (stdio:
+    /// MCPServer); nil: the service's workers run it (`MCPDispatcher.submit`).
+    let runner: (@Sendable (@escaping @Sendable () -> Void) -> Void)?
     private let state = NIOLockedValueBox(PeerState())
 
     struct PeerState {
@@ -176,10 +179,14 @@ final class Peer: Sendable {
         var lastUsed = MonotonicClock.now()
     }
 
-    init(sessionID: String?, principal: String, notify: (@Sendable (JSONValue) -> Void)?) {
+    init(
+        sessionID: String?, principal: String, notify: (@Sendable (JSONValue) -> Void)?,
+        runner: (@Sendable (@escaping @Sendable () -> Void) -> Void)? = nil
+    ) {
         self.sessionID = sessionID
         self.principal = principal
         self.notify = notify
+        self.runner = runner
     }
 
     func negotiated(version: String, elicitation: Bool) {

@@ -172,7 +172,7 @@ extension MCPDispatcher {
         let principal = context.principal
         let round = recorded.count + 1
         let done = running(call.control)
-        _ = service.submit(.handle(invocation), options: callOptions, uid: context.uid, control: call.control) { [self] report in
+        submit(.handle(invocation), options: callOptions, uid: context.uid, control: call.control, peer: peer) { [self] report in
             defer {
                 peer?.unregister(call)
                 done()

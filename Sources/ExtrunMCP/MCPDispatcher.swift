@@ -20,9 +20,9 @@ import Glibc
 ///   `elicitation/create` (MCPDispatcher+Legacy.swift).
 ///
 /// Threads: `receive` answers what is quick on the caller's thread; each `tools/call`
-/// runs on one of the service's worker threads, which blocks in the intent (and, in the
-/// legacy era, in an elicitation) and sends the final output from there; one more thread
-/// polls the plugin path for tools that changed.
+/// runs on one of the service's worker threads (stdio: on the thread that read it, see
+/// `submit`), which blocks in the intent (and, in the legacy era, in an elicitation) and
+/// sends the final output from there; one more thread polls the plugin path for tools that changed.
 public final class MCPDispatcher: Sendable {
     public struct Configuration: Sendable {
         /// The most `tools/call`s in flight; one more is answered with an error result saying so.
@@ -99,6 +99,8 @@ public final class MCPDispatcher: Sendable {
         var baseline: JSONValue?
         /// The calls running, for `shutDown` (a given service is not this dispatcher's to end).
         var running: [ObjectIdentifier: RunControl] = [:]
+        /// The calls running on their peer's threads (`Peer.runner`: stdio), which this admission counts.
+        var runningHere = 0
         var ended = false
     }
 
@@ -358,6 +360,12 @@ public final class MCPDispatcher: Sendable {
         for peer in peers { peer.end(reason: reason) }
         for subscription in subscriptions { subscription.close() }
         if ownsService {
+            if state.withLockedValue({ $0.runningHere > 0 }) {
+                // Calls on their peer's threads (stdio): cancelled now (one admitted but not started yet
+                // too: cancelAll's reason cancels it as it starts), answered, and waited for, as the service's own.
+                service.cancelAll(reason)
+                while state.withLockedValue({ $0.runningHere > 0 }) { usleep(5_000) }
+            }
             // No grace: the calls are cancelled now (each plugin's cancel grace), answered, and waited for.
             service.shutDown(grace: 0, reason: reason, cancelWaitSeconds: 3600)
         } else {
@@ -399,6 +407,47 @@ public final class MCPDispatcher: Sendable {
                 responseCode: report?.response?.code, succeeded: report?.error == nil && report?.responseIsSuccess == true,
                 errorKind: errorKind ?? report?.error?.kind.rawValue, inputRequired: inputRequired, round: round,
                 durationMs: Int(MonotonicClock.milliseconds(from: started)), runID: report?.id))
+    }
+
+    /// Runs a call's request and gives `completion` its report: on the service's worker
+    /// threads; or, for a peer that runs its calls itself (`Peer.runner`: stdio, whose reader
+    /// hands its reading to another thread and runs the call where it was read, without
+    /// waking a worker: ~a wake-up of a warm call's round trip), on the peer's thread, at
+    /// most `maxConcurrentCalls` at once and none waiting, as the service's own admission.
+    func submit(
+        _ request: IntentRequest, options: HandleOptions, uid: UInt32, control: RunControl, peer: Peer?,
+        completion: @escaping @Sendable (HandleReport) -> Void
+    ) {
+        guard ownsService, let runner = peer?.runner else {
+            _ = service.submit(request, options: options, uid: uid, control: control, completion: completion)
+            return
+        }
+        let limit = configuration.maxConcurrentCalls
+        let refused = state.withLockedValue { state -> HostError? in
+            if state.ended { return Admission.shuttingDown }
+            guard state.runningHere < limit else {
+                let running = Int64(state.runningHere)
+                return HostError(
+                    .overloaded,
+                    "the service is busy: \(running) intents running (maxConcurrent \(limit)) and 0 waiting (maxQueued 0); try again shortly",
+                    details: [
+                        "reason": "queueFull", "running": .int(running), "queued": 0, "maxConcurrent": .int(Int64(limit)), "maxQueued": 0,
+                        "callerRunning": .int(running), "callerLimit": .int(Int64(Int.max)), "uid": .int(Int64(uid)),
+                    ])
+            }
+            state.runningHere += 1
+            return nil
+        }
+        if let refused {
+            var report = HandleReport(intent: request.intentName)
+            report.error = refused
+            completion(report)
+            return
+        }
+        runner { [self] in
+            completion(service.perform(request, options: options, control: control))
+            state.withLockedValue { $0.runningHere -= 1 }
+        }
     }
 
     /// Keeps `control` among the calls running until `done`.
