@@ -28,6 +28,14 @@ public final class Store: Sendable {
     }
     /// `<home>/keys`.
     public var keysDirectory: String { keystore.directory }
+    /// Whether the rows are on a PostgreSQL server, which other hosts may share.
+    public var isOnServer: Bool {
+        if case .postgres = backend { return true }
+        return false
+    }
+    /// The file of `keys/` that lists the authors' signing keys `owner` trusts
+    /// (`<home>/keys/<escaped owner>.trusted`): a file of this home, not a row of the store.
+    public func trustFilePath(of owner: String) -> String { keystore.trustPath(for: owner) }
     /// `<home>/trash`.
     public var trashDirectory: String { homePath + "/trash" }
 

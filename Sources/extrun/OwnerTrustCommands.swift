@@ -37,6 +37,10 @@ struct OwnersTrust: ParsableCommand {
             gets OWNER's globals, bookmarks and donations here. `extrun owners show OWNER` lists \
             the keys trusted; `extrun owners untrust` revokes one.
 
+            The trust is a file of this home, keys/OWNER.trusted, like the owner's key: hosts \
+            that share a PostgreSQL store each read their own, so copy the file to every host (as \
+            the owners' keys are; docs/scaling.md, "Per host, and shared").
+
             Example:
               extrun owners trust BANKTEAM --signing-key alice.pub
             """)
@@ -61,6 +65,10 @@ struct OwnersTrust: ParsableCommand {
             }
             let trusted = try store.trust(owner, author: file.owner, signingKey: key)
             Output.printLine("\(owner) trusts \(trusted.author)'s signing key \(trusted.fingerprint).")
+            if store.isOnServer {
+                Output.printError(
+                    "Only this home trusts it (\(store.trustFilePath(of: owner))): the other hosts of the store \(store.databasePath) need the same file.")
+            }
         }
     }
 }
@@ -72,7 +80,9 @@ struct OwnersUntrust: ParsableCommand {
         discussion: """
             Plugins signed with that key get none of the owner's data from their next store \
             request on (a process already running keeps what it was given). The key is named \
-            by its fingerprint (at least 8 leading hex digits), as `extrun owners show` lists it.
+            by its fingerprint (at least 8 leading hex digits), as `extrun owners show` lists it. \
+            It is revoked in this home's keys/OWNER.trusted only: on hosts that share a PostgreSQL \
+            store, revoke it on every host (or copy this file to each).
 
             Example:
               extrun owners untrust BANKTEAM --signing-key 3f2a9c01
@@ -85,6 +95,10 @@ struct OwnersUntrust: ParsableCommand {
         try StoreExit.run { store in
             let key = try store.untrust(owner, fingerprint: signingKey)
             Output.printLine("\(owner) no longer trusts \(key.author)'s signing key \(key.fingerprint).")
+            if store.isOnServer {
+                Output.printError(
+                    "Revoked in this home only (\(store.trustFilePath(of: owner))): the other hosts of the store \(store.databasePath) still trust it until their file is the same.")
+            }
         }
     }
 }
