@@ -341,13 +341,19 @@ struct ServeAuthTests {
             stream.waitUntilExit()
         }
         var prompt: JSONValue?
-        let deadline = Date().addingTimeInterval(20)
+        var text = ""
+        // As long as curl's --max-time: a loaded machine may take long to start the plugin.
+        let deadline = Date().addingTimeInterval(60)
         while prompt == nil, Date() < deadline {
-            let text = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
+            let running = stream.isRunning
+            text = (try? String(contentsOf: events, encoding: .utf8)) ?? ""
             prompt = text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }.first { $0["event"] == "prompt" }
-            if prompt == nil { usleep(50_000) }
+            if prompt == nil {
+                if !running { break }  // curl has ended: what it wrote is all there is.
+                usleep(50_000)
+            }
         }
-        let event = try #require(prompt, "no prompt event")
+        let event = try #require(prompt, "no prompt event; the stream said: \(text.prefix(2000)); the service's log: \(service.logText.suffix(2000))")
         let run = try #require(event["run"]?.stringValue)
         let body = JSONWriter.bytes(["prompt": event["prompt"] ?? .null, "answer": "mine"])
         func answer(_ bearer: String) throws -> Answer {
