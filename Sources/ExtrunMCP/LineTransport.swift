@@ -38,6 +38,16 @@ struct LineReader {
     /// The next non-empty line (without its newline and a trailing carriage return), or the end of input.
     mutating func next() -> Line {
         while true {
+            if let line = buffered() { return line }
+            fill()
+        }
+    }
+
+    private var atEnd = false
+
+    /// The next line already read (or what the end of input makes of the rest); nil: more must be read (`fill`).
+    mutating func buffered() -> Line? {
+        while true {
             if let newline = buffer[max(start, scanned)...].firstIndex(of: UInt8(ascii: "\n")) {
                 var line = buffer[start..<newline]
                 start = newline + 1
@@ -66,27 +76,34 @@ struct LineReader {
                     return .tooLong(size)
                 }
             }
-            // A failed read ends the input as its end does.
-            let count = (try? SystemCall.read(fd, into: &chunk)) ?? 0
-            if count == 0 {
-                // An unfinished last line is still a message.
-                if !skipping && !buffer.isEmpty {
-                    let line = buffer[...]
-                    buffer = []
-                    scanned = 0
-                    return .message(line)
-                }
-                return .end
+            guard atEnd else { return nil }
+            // An unfinished last line is still a message.
+            if !skipping && !buffer.isEmpty {
+                let line = buffer[...]
+                buffer = []
+                scanned = 0
+                return .message(line)
             }
-            if skipping {
-                if let newline = chunk[0..<count].firstIndex(of: UInt8(ascii: "\n")) {
-                    skipping = false
-                    buffer.append(contentsOf: chunk[(newline + 1)..<count])
-                }
-                continue
-            }
-            buffer.append(contentsOf: chunk[0..<count])
+            return .end
         }
+    }
+
+    /// Reads once (waiting for input when there is none); the end of input (or a failed
+    /// read, which ends it as its end does) is then `buffered`'s `.end`.
+    mutating func fill() {
+        let count = (try? SystemCall.read(fd, into: &chunk)) ?? 0
+        if count == 0 {
+            atEnd = true
+            return
+        }
+        if skipping {
+            if let newline = chunk[0..<count].firstIndex(of: UInt8(ascii: "\n")) {
+                skipping = false
+                buffer.append(contentsOf: chunk[(newline + 1)..<count])
+            }
+            return
+        }
+        buffer.append(contentsOf: chunk[0..<count])
     }
 }
 

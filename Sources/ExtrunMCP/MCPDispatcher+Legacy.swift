@@ -127,10 +127,13 @@ extension MCPDispatcher {
         }
     }
 
+    /// This process's uid, read once (a system call per `tools/call` otherwise).
+    static let ownUID = getuid()
+
     /// The options a call runs with: the configuration's, its caller, its cancellation, its progress.
     func runOptions(context: MCPRequestContext, call: Call) -> HandleOptions {
         var options = configuration.handleOptions
-        options.caller = context.caller ?? options.caller ?? CallerIdentity(uid: getuid(), principal: "mcp")
+        options.caller = context.caller ?? options.caller ?? CallerIdentity(uid: Self.ownUID, principal: "mcp")
         if call.progressToken != nil {
             options.onProgress = { progress in call.progress(progress) }
         }

@@ -146,7 +146,7 @@ public final class MCPDispatcher: Sendable {
     {
         let message: JSONValue
         do {
-            message = try JSONParser.parse(Array(body))
+            message = try JSONParser.parse(body)
         } catch {
             output(.final(Self.error(id: .null, code: -32700, "not JSON: \(error)", status: 400)))
             return MCPExchange(era: .unknown, method: nil, isRequest: false)
