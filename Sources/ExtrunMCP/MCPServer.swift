@@ -53,7 +53,6 @@ public final class MCPServer: Sendable {
     /// Serves until standard input ends; then cancels the calls in flight, waits for
     /// them and ends the warm processes.
     public func run(input: Int32 = STDIN_FILENO) {
-        relay.input = input
         relay.reader = LineReader(fd: input, maxLineBytes: Self.maxLineBytes)
         relay.serve()
         relay.finished.wait()
@@ -63,7 +62,7 @@ public final class MCPServer: Sendable {
     /// call it read) or the input ends (then it ends the server).
     func readTurn() {
         while true {
-            switch relay.nextLine() {
+            switch relay.reader.next() {
             case .end:
                 shutDown(reason: "the client closed the connection")
                 relay.end()
@@ -78,10 +77,7 @@ public final class MCPServer: Sendable {
                         // Progress may be dropped for a client that is behind.
                         send(message, droppable: message["method"] == "notifications/progress")
                     case .final(let reply):
-                        if let message = reply.message {
-                            send(message)
-                            relay.replied()
-                        }
+                        if let message = reply.message { send(message) }
                     }
                 }
                 // Another thread reads now: this one ran a call.
@@ -115,42 +111,11 @@ public final class MCPServer: Sendable {
 
 /// stdio's reading, passed from thread to thread (leader/follower): the thread that reads a
 /// `tools/call` hands the reading to an idle thread (or a new one) and runs the call itself,
-/// then waits idle for its next turn. The wake-up of the next reader is off the call's path
-/// (that thread goes on to wait in read(2)); a worker's wake-up was on it.
-///
-/// A reader with nothing to read waits in poll(2) for the input or for `replied`: after an
-/// answer, a client that sends requests one after another sends the next within tens of
-/// microseconds, so the reader then polls without sleeping for up to `spinNs` (yielding the
-/// CPU between tries): its wake-up when the request comes leaves the call's path too.
+/// then waits idle for its next turn. The call does not wait for the next reader (which only
+/// goes on to wait in read(2)), where it waited for a worker's wake-up.
 final class ReadRelay: @unchecked Sendable {
     /// Read only by the thread whose turn it is: `handOff`, under `lock`, orders the turns.
     var reader = LineReader(fd: -1, maxLineBytes: 0)
-    var input: Int32 = STDIN_FILENO
-    /// How long a reader polls without sleeping after an answer was sent (as the SDK's `ChannelLoop` after its own).
-    static let spinNs: UInt64 = 50_000
-    /// After this many spins in a row found nothing (a client that is slower than `spinNs`,
-    /// or a busy machine), a reader spins only after every `probeEvery`th answer, until a
-    /// spin finds the next request: as the SDK's `ChannelLoop`.
-    static let maxFruitlessSpins = 16
-    static let probeEvery = 8
-    /// Used by the thread whose turn it is, as `reader`.
-    private var fruitlessSpins = 0
-    private var waits = 0
-    /// A pipe `replied` writes to and a waiting reader polls (-1: none could be made, and the reader only sleeps).
-    private let answered: Int32
-    private let answer: Int32
-
-    init() {
-        var ends: [Int32] = [-1, -1]
-        if pipe(&ends) == 0 {
-            for end in ends {
-                _ = fcntl(end, F_SETFL, O_NONBLOCK)
-                _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-            }
-        }
-        answered = ends[0]
-        answer = ends[1]
-    }
     /// Given when the input ended and the server has shut down.
     let finished = DispatchSemaphore(value: 0)
     private let lock = NIOLock()
@@ -196,62 +161,6 @@ final class ReadRelay: @unchecked Sendable {
             thread.name = "extrun-mcp-reader"
             thread.start()
         }
-    }
-
-    deinit {
-        if answered >= 0 {
-            close(answered)
-            close(answer)
-        }
-    }
-
-    /// The next line, read by the thread whose turn it is (waiting, see the type's comment).
-    func nextLine() -> LineReader.Line {
-        while true {
-            if let line = reader.buffered() { return line }
-            waitForInput()
-            reader.fill()
-        }
-    }
-
-    /// An answer was sent: a reader waiting for input polls without sleeping for a while.
-    func replied() {
-        guard answer >= 0 else { return }
-        var one: UInt8 = 1
-        _ = write(answer, &one, 1)
-    }
-
-    /// Returns when the input has something to read (or ended).
-    private func waitForInput() {
-        guard answered >= 0 else { return }
-        var fds = [pollfd(fd: input, events: Int16(POLLIN), revents: 0), pollfd(fd: answered, events: Int16(POLLIN), revents: 0)]
-        // An answer sent before this turn began is no reason to spin (the turn began with a call).
-        drain()
-        while true {
-            fds[0].revents = 0
-            fds[1].revents = 0
-            let ready = poll(&fds, 2, -1)
-            if ready < 0 && errno == EINTR { continue }
-            if ready <= 0 || fds[0].revents != 0 { return }
-            drain()
-            waits &+= 1
-            guard fruitlessSpins < Self.maxFruitlessSpins || waits % Self.probeEvery == 0 else { continue }
-            let until = MonotonicClock.now() &+ Self.spinNs
-            var entry = pollfd(fd: input, events: Int16(POLLIN), revents: 0)
-            repeat {
-                if poll(&entry, 1, 0) != 0 {
-                    fruitlessSpins = 0
-                    return
-                }
-                sched_yield()
-            } while MonotonicClock.now() < until
-            fruitlessSpins += 1
-        }
-    }
-
-    private func drain() {
-        var sink = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-        while read(answered, &sink, 64) == 64 {}
     }
 
     /// The input ended and the server shut down: the idle threads end, and `run` returns.
