@@ -213,9 +213,11 @@ package enum FileOps {
     }
 
     /// Reads to the end of the file, refusing more than `limit` bytes (nil means over the limit).
-    static func readAll(_ fd: Int32, limit: Int) throws(SystemCallError) -> Data? {
+    /// `expectedSize` (the size `fstat` gave) sizes the read buffer: a key file of a few
+    /// hundred bytes, read on every donation until it has settled, zeroed 64 KiB each time.
+    static func readAll(_ fd: Int32, limit: Int, expectedSize: Int? = nil) throws(SystemCallError) -> Data? {
         var data = Data()
-        let chunk = 1 << 16
+        let chunk = expectedSize.map { min(1 << 16, max(512, $0 + 1)) } ?? 1 << 16
         var buffer = [UInt8](repeating: 0, count: chunk)
         while true {
             let count = try SystemCall.read(fd, into: &buffer)

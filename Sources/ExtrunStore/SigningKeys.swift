@@ -112,7 +112,7 @@ extension Keystore {
                     "\(path) has mode \(String(info.st_mode & 0o7777, radix: 8)) (owner uid \(info.st_uid)); it must belong to you with mode 600: chmod 600 '\(path)'",
                     details: details)
             }
-            guard let data = try FileOps.readAll(fd, limit: limit) else {
+            guard let data = try FileOps.readAll(fd, limit: limit, expectedSize: Int(info.st_size)) else {
                 throw StoreError(.invalidKeyFile, "\(path) is over \(limit) bytes: not \(what)", details: details)
             }
             return (data, FileStamp(info))
