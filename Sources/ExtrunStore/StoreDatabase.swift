@@ -28,6 +28,11 @@ package final class StoreDatabase: Sendable {
     /// Whether the connection was left at `synchronous = NORMAL` by a relaxed `access`
     /// (read and written only on the connection's serial queue).
     private let relaxed = Atomic<Bool>(false)
+    /// A long-lived host's store (`StoreLimits.maxLogBytesLongLived`) folds its log on a
+    /// connection and thread of its own (`LogFolder`), while its writes go on.
+    private let folder: LogFolder?
+    /// The folds its `LogFolder` made; nil without one (for tests).
+    var logFolds: Int? { folder?.folds }
 
     /// `PRAGMA application_id` of an extrun store: "EXTR".
     static let applicationID: UInt32 = 0x4558_5452
@@ -38,11 +43,24 @@ package final class StoreDatabase: Sendable {
         self.headerFile = headerFile
         self.checkpointsOnClose = checkpointsOnClose
         self.logLimitBytes = logLimitBytes
+        folder = nil
+    }
+
+    private init(
+        path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey, logLimitBytes: Int, folder: LogFolder
+    ) {
+        self.path = path
+        self.queue = queue
+        self.headerFile = headerFile
+        checkpointsOnClose = false
+        self.logLimitBytes = logLimitBytes
+        self.folder = folder
     }
 
     deinit {
-        // The connection first: the shared descriptor may be closed next, which would
-        // drop the locks of a connection still open in this process.
+        // The folder's connection, then this one: the shared descriptor may be closed
+        // next, which would drop the locks of a connection still open in this process.
+        folder?.close()
         try? queue.close()
         StoreFileDescriptors.release(headerFile)
     }
@@ -78,10 +96,11 @@ package final class StoreDatabase: Sendable {
         }
         let queue: DatabaseQueue
         var sizeNote: String?
+        let folder = !checkpointOnClose && logLimitBytes >= StoreLimits.maxLogBytesLongLived ? LogFolder(path: path, limitBytes: logLimitBytes) : nil
         do {
             sizeNote = try checkHeader(path, fd: fd)
             try checkLog(path)
-            queue = try DatabaseQueue(path: path, configuration: configuration(checkpointOnClose: checkpointOnClose))
+            queue = try DatabaseQueue(path: path, configuration: configuration(checkpointOnClose: checkpointOnClose, folder: folder))
             // The file's size disagrees with its header: normal while the log holds pages a
             // checkpoint has not finished copying (a crash, a full disk, another process
             // checkpointing now). SQLite, which reads the log, judges.
@@ -94,13 +113,19 @@ package final class StoreDatabase: Sendable {
             }
             throw failure
         }
-        let database = StoreDatabase(
-            path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose, logLimitBytes: logLimitBytes)
+        let database =
+            if let folder {
+                StoreDatabase(path: path, queue: queue, headerFile: file, logLimitBytes: logLimitBytes, folder: folder)
+            } else {
+                StoreDatabase(path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose, logLimitBytes: logLimitBytes)
+            }
         try database.migrateIfNeeded()
         return database
     }
 
-    private static func configuration(checkpointOnClose: Bool = true) -> Configuration {
+    /// - Parameter folder: the `LogFolder` of a long-lived host's store: it replaces
+    ///   SQLite's own checkpoint after a commit (`LogFolder.watch`).
+    static func configuration(checkpointOnClose: Bool = true, folder: LogFolder? = nil) -> Configuration {
         var configuration = Configuration()
         configuration.label = "ExtrunStore"
         // At most busyTimeoutSeconds, and never past the caller's StoreDeadline.
@@ -108,6 +133,7 @@ package final class StoreDatabase: Sendable {
         configuration.foreignKeysEnabled = true
         // REPLACE (the migrations' bulk copy) fires delete triggers, which keep the quota counters (Quotas.swift).
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA recursive_triggers = ON") }
+        if let folder { configuration.prepareDatabase { db in folder.watch(db) } }
         if !checkpointOnClose {
             configuration.prepareDatabase { db in
                 guard let connection = db.sqliteConnection else { return }
@@ -494,10 +520,15 @@ package final class StoreDatabase: Sendable {
     /// waiting at most 50 ms for other connections (busy: a later write does it). The
     /// next process to open the store rebuilds its index of the log by reading all of
     /// it, so the log must stay short (docs/store.md).
+    ///
+    /// A store with a `LogFolder` leaves the folding to it (its commits ask for it), and
+    /// folds here itself only when the log's file has grown to `LogFolder.inlineFactor`
+    /// times the limit: the folder fell behind a stream of writes, or fails.
     private func keepLogShort() {
         guard !checkpointsOnClose else { return }
         var info = stat()
-        guard stat(path + "-wal", &info) == 0, info.st_size > logLimitBytes else { return }
+        let limit = folder == nil ? logLimitBytes : logLimitBytes * LogFolder.inlineFactor
+        guard stat(path + "-wal", &info) == 0, info.st_size > limit else { return }
         foldLog()
     }
 
@@ -505,6 +536,8 @@ package final class StoreDatabase: Sendable {
     /// other connections (busy: it stays for a later write or fold). Returns whether it did.
     @discardableResult
     func foldLog() -> Bool {
+        // A fold of the folder's under way ends first (it holds SQLite's checkpoint lock).
+        folder?.settle()
         // At most 50 ms, through the connection's own busy handler (StoreDeadline), and
         // never past a deadline the caller has bound.
         let soon = StoreDeadline.now() + 50_000_000

@@ -497,6 +497,47 @@ import Testing
         #expect(try test.reopen().donations(of: "TEAM").list().count == 150)
     }
 
+    /// A long-lived store's log is folded by its `LogFolder`, beside the writes: under a
+    /// stream of donations from 4 threads (~20 MiB of log) the folder folds it, no writer
+    /// folds it itself (that fold empties the file, which otherwise is reused and never
+    /// shrinks; SQLite's own checkpoint after a commit is off), the file takes the pages,
+    /// the log stays under the bound at which a writer would fold, and nothing is lost.
+    @Test func aLongLivedStoreFoldsItsLogBesideAStreamOfDonations() throws {
+        let test = try TestStore()
+        let store = try Store(home: URL(fileURLWithPath: test.home), checkpointOnClose: false, logLimitBytes: StoreLimits.maxLogBytesLongLived)
+        let log = try store.donations(of: "TEAM")
+        try log.donate(donation("first"), durable: false)
+        let sizes = Mutex<[Int]>([])
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            for i in 0..<400 {
+                do {
+                    try log.donate(donation("stream-\(thread)-\(i)", text: String(repeating: "x", count: 2000)), durable: false)
+                } catch {
+                    failures.withLock { $0.append("\(thread)-\(i): \(error)") }
+                }
+                let bytes = logBytes(test)
+                sizes.withLock { $0.append(bytes) }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty)
+        let folds = try store.database.logFolds ?? 0
+        #expect(folds > 0)
+        let seen = sizes.withLock { $0 }
+        let largest = seen.max() ?? 0
+        let smallest = seen.min() ?? 0
+        // Sampled after each donation by each thread: a fold by a writer would have left 0.
+        #expect(smallest > 0, "a writer emptied the log (folded it itself)")
+        #expect(largest < StoreLimits.maxLogBytesLongLived * LogFolder.inlineFactor, "\(largest) bytes")
+        var info = stat()
+        #expect(stat(test.databasePath, &info) == 0)
+        // 1,601 donations of ~2 KiB: store.sqlite holds what the folds copied.
+        #expect(Int(info.st_size) > 2 << 20, "store.sqlite is \(info.st_size) bytes")
+        #expect(store.foldLog())
+        #expect(logBytes(test) == 0)
+        #expect(try test.reopen().donations(of: "TEAM").list().count == 1601)
+    }
+
     @Test func theSealedPlaintextIsWhatCodableReadsAndNonFiniteNumbersAreRefused() throws {
         let response = IntentResponse(
             code: "success", properties: ["total": 4.5, "n": 3, "list": [1, "x", nil], "nested": ["a": ["b": true]]],
