@@ -43,14 +43,35 @@ final class RunningService {
         try waitUntilListening()
     }
 
+    /// Waits until the service accepts on its socket and, started with `--listen HOST:PORT`,
+    /// on that port too: it binds the port after the socket, and a test that connected to
+    /// the port as soon as the socket accepted found nothing there on a busy machine.
     func waitUntilListening() throws {
         let deadline = Date().addingTimeInterval(30)
+        let tcp = process.arguments.flatMap { arguments in
+            arguments.firstIndex(of: "--listen").flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
+        }
         while Date() < deadline {
-            if Self.connects(socket) { return }
+            if Self.connects(socket), tcp.map(Self.connectsTCP) ?? true { return }
             if !process.isRunning { break }
             usleep(20_000)
         }
-        throw StagedPlugins.NotStaged(description: "extrun serve did not listen on \(socket); its log:\n\(logText)")
+        throw StagedPlugins.NotStaged(description: "extrun serve did not listen on \(socket)\(tcp.map { " and \($0)" } ?? ""); its log:\n\(logText)")
+    }
+
+    /// Whether a TCP connection to `HOST:PORT` (an IPv4 address) is accepted.
+    static func connectsTCP(_ listen: String) -> Bool {
+        guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else { return false }
+        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(port.bigEndian)
+        address.sin_addr.s_addr = inet_addr(String(listen[..<colon]))
+        return withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
     }
 
     var logText: String { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }
