@@ -29,14 +29,20 @@ final class LogFolder: Sendable {
     /// the store's 4 KiB pages (SQLite's default page size, which the store keeps).
     private let limitFrames: Int32
     private let queue: DispatchQueue
-    /// The folder's connection, opened on its queue at the first fold; and whether a fold
-    /// is asked for or running (one at a time; requests meanwhile are that one).
-    private let state = NIOLockedValueBox<(connection: DatabaseQueue?, pending: Bool, closed: Bool)>((nil, false, false))
-    /// Folds this folder made (for tests).
-    private let folded = NIOLockedValueBox<Int>(0)
-    var folds: Int { folded.withLockedValue { $0 } }
-    /// Set by a fold of the folder's: the next commit copies what is left (`watch`).
-    private let finishDue = NIOLockedValueBox<Bool>(false)
+    private struct State {
+        /// Opened on the queue at the first fold.
+        var connection: DatabaseQueue?
+        /// A fold is asked for or running (one at a time; requests meanwhile are that one).
+        var pending = false
+        var closed = false
+        /// Set by a fold of the folder's: the next commit copies what is left (`watch`).
+        var finishDue = false
+        /// Folds made (for tests).
+        var folds = 0
+    }
+
+    private let state = NIOLockedValueBox(State())
+    var folds: Int { state.withLockedValue { $0.folds } }
 
     init(path: String, limitBytes: Int) {
         self.path = path
@@ -57,7 +63,7 @@ final class LogFolder: Sendable {
             { context, connection, _, frames in
                 guard let context else { return SQLITE_OK }
                 let folder = Unmanaged<LogFolder>.fromOpaque(context).takeUnretainedValue()
-                if folder.finishDue.withLockedValue({ due in defer { due = false }; return due }) {
+                if folder.state.withLockedValue({ state in defer { state.finishDue = false }; return state.finishDue }) {
                     // What arrived during the folder's fold (busy: the folder folds again).
                     var log: Int32 = 0
                     var copied: Int32 = 0
@@ -103,21 +109,17 @@ final class LogFolder: Sendable {
     /// One PASSIVE checkpoint (on the queue). A failure leaves the log as it was, for the
     /// next request or the writer's own fold.
     private func fold() {
-        let existing = state.withLockedValue { $0.closed ? nil : $0.connection }
-        let connection: DatabaseQueue
-        if let existing {
-            connection = existing
-        } else {
-            guard !state.withLockedValue({ $0.closed }),
-                let opened = try? DatabaseQueue(
-                    path: path, configuration: StoreDatabase.configuration(checkpointOnClose: false))
-            else { return }
-            state.withLockedValue { $0.connection = opened }
-            connection = opened
-        }
+        let (existing, closed) = state.withLockedValue { ($0.connection, $0.closed) }
+        guard !closed,
+            let connection = existing
+                ?? (try? DatabaseQueue(path: path, configuration: StoreDatabase.configuration(checkpointOnClose: false)))
+        else { return }
+        state.withLockedValue { $0.connection = connection }
         if (try? connection.writeWithoutTransaction({ db in try db.checkpoint(.passive) })) != nil {
-            finishDue.withLockedValue { $0 = true }
-            folded.withLockedValue { $0 += 1 }
+            state.withLockedValue { state in
+                state.finishDue = true
+                state.folds += 1
+            }
         }
     }
 }

@@ -37,22 +37,14 @@ package final class StoreDatabase: Sendable {
     /// `PRAGMA application_id` of an extrun store: "EXTR".
     static let applicationID: UInt32 = 0x4558_5452
 
-    private init(path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey, checkpointsOnClose: Bool, logLimitBytes: Int) {
-        self.path = path
-        self.queue = queue
-        self.headerFile = headerFile
-        self.checkpointsOnClose = checkpointsOnClose
-        self.logLimitBytes = logLimitBytes
-        folder = nil
-    }
-
     private init(
-        path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey, logLimitBytes: Int, folder: LogFolder
+        path: String, queue: DatabaseQueue, headerFile: StoreFileDescriptors.FileKey, checkpointsOnClose: Bool, logLimitBytes: Int,
+        folder: LogFolder?
     ) {
         self.path = path
         self.queue = queue
         self.headerFile = headerFile
-        checkpointsOnClose = false
+        self.checkpointsOnClose = checkpointsOnClose
         self.logLimitBytes = logLimitBytes
         self.folder = folder
     }
@@ -113,12 +105,8 @@ package final class StoreDatabase: Sendable {
             }
             throw failure
         }
-        let database =
-            if let folder {
-                StoreDatabase(path: path, queue: queue, headerFile: file, logLimitBytes: logLimitBytes, folder: folder)
-            } else {
-                StoreDatabase(path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose, logLimitBytes: logLimitBytes)
-            }
+        let database = StoreDatabase(
+            path: path, queue: queue, headerFile: file, checkpointsOnClose: checkpointOnClose, logLimitBytes: logLimitBytes, folder: folder)
         try database.migrateIfNeeded()
         return database
     }
