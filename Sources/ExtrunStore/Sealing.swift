@@ -26,15 +26,23 @@ package struct SealContext: Sendable {
     /// The authenticated data, byte for byte (docs/store.md, "Sealing"):
     /// `"extrun-seal-v1" 0x00` then kind, owner and name, each as a 4-byte
     /// big-endian length followed by its UTF-8 bytes.
+    /// Built in one buffer of its size (a donation seals one: with an array per field and
+    /// `Data` appends it cost ~6 µs of a donation's CPU, `perf` of 8 donating callers).
     var authenticatedData: Data {
-        var data = Data(Sealing.label.utf8)
-        data.append(0)
-        for field in [kind.rawValue, owner, name] {
-            let bytes = Array(field.utf8)
-            withUnsafeBytes(of: UInt32(bytes.count).bigEndian) { data.append(contentsOf: $0) }
-            data.append(contentsOf: bytes)
+        let kind = kind.rawValue
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Sealing.label.utf8.count + 1 + 12 + kind.utf8.count + owner.utf8.count + name.utf8.count)
+        bytes.append(contentsOf: Sealing.label.utf8)
+        bytes.append(0)
+        func append(_ field: String) {
+            let count = UInt32(truncatingIfNeeded: field.utf8.count)
+            for shift in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: count >> UInt32(shift))) }
+            bytes.append(contentsOf: field.utf8)
         }
-        return data
+        append(kind)
+        append(owner)
+        append(name)
+        return Data(bytes)
     }
 }
 
@@ -60,7 +68,8 @@ package enum Sealing {
             guard let combined = box.combined else {
                 throw StoreError(.databaseError, "AES-GCM produced no combined box (unexpected nonce size)")
             }
-            var blob = Data([formatVersion])
+            var blob = Data(capacity: 1 + combined.count)
+            blob.append(formatVersion)
             blob.append(combined)
             return blob
         } catch let error as StoreError {
