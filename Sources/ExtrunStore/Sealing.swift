@@ -35,8 +35,7 @@ package struct SealContext: Sendable {
         bytes.append(contentsOf: Sealing.label.utf8)
         bytes.append(0)
         func append(_ field: String) {
-            let count = UInt32(truncatingIfNeeded: field.utf8.count)
-            for shift in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: count >> UInt32(shift))) }
+            withUnsafeBytes(of: UInt32(truncatingIfNeeded: field.utf8.count).bigEndian) { bytes.append(contentsOf: $0) }
             bytes.append(contentsOf: field.utf8)
         }
         append(kind)

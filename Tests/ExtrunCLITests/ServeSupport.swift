@@ -61,17 +61,27 @@ final class RunningService {
 
     /// Whether a TCP connection to `HOST:PORT` (an IPv4 address) is accepted.
     static func connectsTCP(_ listen: String) -> Bool {
-        guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else { return false }
+        guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]),
+            let fd = connectTCP(host: String(listen[..<colon]), port: port)
+        else { return false }
+        close(fd)
+        return true
+    }
+
+    /// A TCP connection to `host` (an IPv4 address) and `port`: its descriptor, or nil when refused.
+    static func connectTCP(host: String, port: UInt16) -> Int32? {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
+        guard fd >= 0 else { return nil }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(port.bigEndian)
-        address.sin_addr.s_addr = inet_addr(String(listen[..<colon]))
-        return withUnsafePointer(to: &address) { pointer in
+        address.sin_addr.s_addr = inet_addr(host)
+        let connected = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
         }
+        if connected { return fd }
+        close(fd)
+        return nil
     }
 
     var logText: String { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }

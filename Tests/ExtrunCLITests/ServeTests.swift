@@ -402,15 +402,7 @@ struct ServeListenerTests {
         let port = try Self.freePort()
         let first = try RunningService(cli: cli, arguments: ["--listen", "127.0.0.1:\(port)", "--token-file", file.path])
         // A keep-alive connection the service closes first when it stops: its end of it stays in TIME_WAIT.
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-        #expect(connected)
+        let fd = try #require(RunningService.connectTCP(host: "127.0.0.1", port: UInt16(port)), "a connection to the service's port")
         let request = "GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(token)\r\n\r\n"
         _ = request.withCString { write(fd, $0, strlen($0)) }
         var buffer = [UInt8](repeating: 0, count: 4096)
