@@ -11,7 +11,7 @@
 //   CExtrunStoreShims ← ExtrunStore                       (openat2, renameat2, statx: C; GRDB + swift-crypto above;
 //                                                           postgres-nio for a store on a PostgreSQL server)
 //   CExtrunLinux, ExtrunStore, ExtrunDefinitions ← ExtrunHost (the host; IntentService, the layer every front end shares)
-//   ExtrunHost ← ExtrunMCP ← extrun                       (the CLI: one static executable)
+//   ExtrunHost ← ExtrunMCP ← extrun                       (the CLI: one static executable; ExtrunMCP also takes epoll from CExtrunLinux)
 //   ExtrunHost ← ExtrunMCP ← ExtrunServe ← extrun-serve  (`extrun serve`: SwiftNIO, swift-log, metrics; its own executable; /mcp)
 import PackageDescription
 
@@ -70,6 +70,8 @@ let package = Package(
             name: "ExtrunMCP",
             dependencies: [
                 "ExtrunHost", "ExtrunProtocol", "ExtrunSystem", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                // epoll and eventfd: stdio's input watched while a call holds the reading (MCPServer's InputWatch).
+                "CExtrunLinux",
                 // The modern era's sealed requestState (ChaChaPoly, SHA-256).
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),

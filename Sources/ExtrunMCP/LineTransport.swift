@@ -45,6 +45,10 @@ struct LineReader {
 
     private var atEnd = false
 
+    /// Whether what was read holds more than the lines taken: a part of a line, another
+    /// line, or the end of input.
+    var holdsMore: Bool { atEnd || buffer.count > start }
+
     /// The next line already read (or what the end of input makes of the rest); nil: more must be read (`fill`).
     mutating func buffered() -> Line? {
         while true {

@@ -411,8 +411,8 @@ public final class MCPDispatcher: Sendable {
 
     /// Runs a call's request and gives `completion` its report: on the service's worker
     /// threads; or, for a peer that runs its calls itself (`Peer.runner`: stdio, whose reader
-    /// hands its reading to another thread and runs the call where it was read, without
-    /// waking a worker: ~a wake-up of a warm call's round trip), on the peer's thread, at
+    /// runs the call where it was read, without waking a worker, and passes its reading to
+    /// another thread only when input arrives meanwhile: `ReadRelay`), on the peer's thread, at
     /// most `maxConcurrentCalls` at once and none waiting, as the service's own admission.
     func submit(
         _ request: IntentRequest, options: HandleOptions, uid: UInt32, control: RunControl, peer: Peer?,

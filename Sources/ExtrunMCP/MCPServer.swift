@@ -1,3 +1,4 @@
+import CExtrunLinux
 import ExtrunHost
 import ExtrunProtocol
 import Foundation
@@ -14,10 +15,11 @@ import Glibc
 /// and serves modern (2026-07-28) requests beside it, each on its own.
 ///
 /// Threads: one thread at a time reads standard input and hands each line to the
-/// dispatcher. A `tools/call` runs on the thread that read it, which first passes the
-/// reading to another (an idle one, or a new one: `ReadRelay`), so that a warm call's round
-/// trip wakes no worker thread; the writer has its own (LineWriter), and a reply that
-/// cannot block is written by the call's thread.
+/// dispatcher. A `tools/call` runs on the thread that read it, so that a warm call's round
+/// trip wakes no worker thread. The reading passes to another thread (an idle one, or a new
+/// one: `ReadRelay`) as soon as input arrives while the call runs, and only then
+/// (`InputWatch`); the writer has its own (LineWriter), and a reply that cannot block is
+/// written by the call's thread.
 public final class MCPServer: Sendable {
     public typealias Configuration = MCPDispatcher.Configuration
 
@@ -43,10 +45,7 @@ public final class MCPServer: Sendable {
         self.relay = relay
         peer = Peer(
             sessionID: nil, principal: MCPRequestContext.stdio.principal, notify: { message in writer.send(message) },
-            runner: { job in
-                relay.handOff()
-                job()
-            })
+            runner: { job in relay.runCall(job) })
         relay.start { [weak self] in self?.readTurn() }
     }
 
@@ -54,6 +53,7 @@ public final class MCPServer: Sendable {
     /// them and ends the warm processes.
     public func run(input: Int32 = STDIN_FILENO) {
         relay.reader = LineReader(fd: input, maxLineBytes: Self.maxLineBytes)
+        relay.watchInput(input)
         relay.serve()
         relay.finished.wait()
     }
@@ -110,9 +110,13 @@ public final class MCPServer: Sendable {
 }
 
 /// stdio's reading, passed from thread to thread (leader/follower): the thread that reads a
-/// `tools/call` hands the reading to an idle thread (or a new one) and runs the call itself,
-/// then waits idle for its next turn. The call does not wait for the next reader (which only
-/// goes on to wait in read(2)), where it waited for a worker's wake-up.
+/// `tools/call` runs the call itself and keeps the reading when the call ends, unless input
+/// arrived meanwhile: then the reading went to an idle thread (or a new one), and the call's
+/// thread waits idle for its next turn once the call ends. A warm call's round trip thus
+/// wakes no other thread of the server: passing the reading on before every call cost ~30–50
+/// µs of its p50 (docs/benchmarks.md, "MCP over stdio"). A cancellation, an answer the call
+/// waits for (elicitation), another request or the end of input is read as soon as it
+/// arrives, as before: `InputWatch` sees it and passes the reading on.
 final class ReadRelay: @unchecked Sendable {
     /// Read only by the thread whose turn it is: `handOff`, under `lock`, orders the turns.
     var reader = LineReader(fd: -1, maxLineBytes: 0)
@@ -148,12 +152,57 @@ final class ReadRelay: @unchecked Sendable {
         }
     }
 
+    /// Whether a call runs on the thread whose turn it is, the reading not passed on (`runCall`).
+    private var callHoldsTurn = false
+    private var watch: InputWatch?
+
+    /// Watches `input` while a call holds the reading (`runCall`); without a watch (input
+    /// that epoll cannot watch, such as a regular file), every call passes the reading on first.
+    func watchInput(_ input: Int32) {
+        watch = InputWatch(input: input) { [weak self] in self?.inputArrived() }
+    }
+
+    /// Runs the call the reader read: on this thread, keeping the reading unless input arrives
+    /// meanwhile (`InputWatch`), or passing it on first when more input was read already.
+    func runCall(_ job: () -> Void) {
+        guard let watch, !reader.holdsMore else {
+            handOff()
+            job()
+            return
+        }
+        lock.withLock { callHoldsTurn = true }
+        watch.arm()
+        job()
+        // Still holding the turn: the watch saw nothing, and this thread goes on reading.
+        let kept = lock.withLock { () -> Bool in
+            defer { callHoldsTurn = false }
+            return callHoldsTurn
+        }
+        if kept { watch.disarm() }
+    }
+
+    /// Input arrived while a call held the reading: the reading passes on.
+    private func inputArrived() {
+        let next = lock.withLock { () -> DispatchSemaphore?? in
+            guard callHoldsTurn, !ended else { return .none }
+            callHoldsTurn = false
+            turns += 1
+            return .some(idle.popLast())
+        }
+        guard let next else { return }
+        wakeOrStart(next)
+    }
+
     /// The reader passes its turn on (and runs the call it read, after this returns).
     func handOff() {
         let next = lock.withLock { () -> DispatchSemaphore? in
             turns += 1
             return idle.popLast()
         }
+        wakeOrStart(next)
+    }
+
+    private func wakeOrStart(_ next: DispatchSemaphore?) {
         if let next {
             next.signal()
         } else {
@@ -170,7 +219,88 @@ final class ReadRelay: @unchecked Sendable {
             defer { idle = [] }
             return idle
         }
+        watch?.stop()
         for wake in waiting { wake.signal() }
         finished.signal()
+    }
+}
+
+/// Wakes a thread of its own when the input becomes readable (or ends) while it is armed:
+/// an epoll set holding the input, one-shot, re-armed for each call that keeps the reading
+/// (`ReadRelay.runCall`), and an eventfd that stops the thread. Armed and disarmed, it costs
+/// a call two `epoll_ctl`s and wakes nothing.
+final class InputWatch: @unchecked Sendable {
+    private let input: Int32
+    private let poller: Int32
+    private let stopper: Int32
+    private let stopped = DispatchSemaphore(value: 0)
+    private static let inputTag: UInt64 = 1
+    private static let stopTag: UInt64 = 2
+
+    /// nil when epoll cannot watch `input` (a regular file, say), or a descriptor could not be made.
+    init?(input: Int32, onInput: @escaping @Sendable () -> Void) {
+        #if os(Linux)
+        let poller = epoll_create1(Int32(EPOLL_CLOEXEC))
+        guard poller >= 0 else { return nil }
+        let stopper = eventfd(0, Int32(EFD_CLOEXEC))
+        guard stopper >= 0 else {
+            close(poller)
+            return nil
+        }
+        var stopEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.stopTag))
+        // Disarmed (one-shot, no event asked): epoll still reports a hang-up once, which the
+        // relay ignores while no call holds the reading.
+        var inputEvent = epoll_event(events: EPOLLONESHOT.rawValue, data: epoll_data_t(u64: Self.inputTag))
+        guard epoll_ctl(poller, EPOLL_CTL_ADD, stopper, &stopEvent) == 0, epoll_ctl(poller, EPOLL_CTL_ADD, input, &inputEvent) == 0 else {
+            close(stopper)
+            close(poller)
+            return nil
+        }
+        self.input = input
+        self.poller = poller
+        self.stopper = stopper
+        let thread = Thread { [poller, stopped] in
+            var events = [epoll_event](repeating: epoll_event(), count: 2)
+            loop: while true {
+                let count = epoll_wait(poller, &events, 2, -1)
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    break
+                }
+                for event in events.prefix(Int(count)) {
+                    if event.data.u64 == Self.stopTag { break loop }
+                    onInput()
+                }
+            }
+            stopped.signal()
+        }
+        thread.name = "extrun-mcp-input-watch"
+        thread.start()
+        #else
+        return nil
+        #endif
+    }
+
+    /// Wakes the watch's thread when the input is readable, or at once if it is now.
+    func arm() { modify(EPOLLIN.rawValue | EPOLLRDHUP.rawValue) }
+
+    func disarm() { modify(0) }
+
+    private func modify(_ events: UInt32) {
+        #if os(Linux)
+        var event = epoll_event(events: events | EPOLLONESHOT.rawValue, data: epoll_data_t(u64: Self.inputTag))
+        _ = epoll_ctl(poller, EPOLL_CTL_MOD, input, &event)
+        #endif
+    }
+
+    /// Ends the watch's thread, waits for it, and closes its descriptors.
+    func stop() {
+        #if os(Linux)
+        var one: UInt64 = 1
+        _ = write(stopper, &one, 8)
+        stopped.wait()
+        close(stopper)
+        close(poller)
+        #endif
     }
 }

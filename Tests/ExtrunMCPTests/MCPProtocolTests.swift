@@ -174,6 +174,110 @@ import Glibc
         #expect(call?["result"]?["structuredContent"]?["error"]?["kind"] == "cancelled")
     }
 
+    @Test func inputThatArrivesWhileACallRunsIsReadAtOnce() throws {
+        // The call runs on the thread that read it, which keeps the reading unless input
+        // arrives meanwhile (MCPServer's InputWatch): a ping and a cancellation sent while a
+        // 30 s Sleep runs are read at once, not when the call ends (at its 10 s deadline).
+        let home = try TempDirectory("mcp-midcall")
+        let scratch = try TempDirectory("mcp-midcall-tmp")
+        try StagedPlugins.trust(home: home.url)
+        let process = Process()
+        process.executableURL = try ExtrunBinary.url()
+        process.arguments = ["mcp"]
+        process.environment = [
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path, "EXTRUN_HOME": home.url.path, "TMPDIR": scratch.url.path,
+            "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
+        ]
+        let input = Pipe()
+        let output = home.url.appendingPathComponent("stdout")
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let outHandle = try FileHandle(forWritingTo: output)
+        process.standardInput = input
+        process.standardOutput = outHandle
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        func messages() -> [JSONValue] {
+            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
+        }
+        input.fileHandleForWriting.write(Data((#"""
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}
+
+            """#).utf8))
+        var running: [Int32] = []
+        for _ in 0..<1000 where running.count < 2 {
+            usleep(20_000)
+            running = Self.descendants(of: process.processIdentifier)
+        }
+        #expect(running.count >= 2, "the Sleep plugin did not start")
+        let sent = Date()
+        input.fileHandleForWriting.write(Data(#"{"jsonrpc": "2.0", "id": 3, "method": "ping"}"#.utf8 + [0x0A]))
+        while Self.answer(3, in: messages()) == nil && Date().timeIntervalSince(sent) < 4 { usleep(10_000) }
+        #expect(Self.answer(3, in: messages())?["result"] != nil, "the ping sent during the call was not answered within 4 s: \(messages())")
+        input.fileHandleForWriting.write(
+            Data(#"{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "test"}}"#.utf8 + [0x0A]))
+        var left = running
+        let cancelled = Date()
+        while !left.isEmpty && Date().timeIntervalSince(cancelled) < 6 {
+            usleep(20_000)
+            left = running.filter { pid in
+                (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).map { !$0.contains(") Z ") } ?? false
+            }
+        }
+        #expect(left.isEmpty, "the cancelled call's processes still run 6 s after the cancellation: \(left)")
+        try input.fileHandleForWriting.close()
+        let deadline = Date().addingTimeInterval(30)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        if process.isRunning {
+            Issue.record("extrun mcp still runs 30 s after its input ended")
+            kill(process.processIdentifier, SIGKILL)
+        }
+        process.waitUntilExit()
+        try outHandle.close()
+        #expect(process.terminationStatus == 0)
+        // A call the client cancelled gets no answer.
+        #expect(Self.answer(2, in: messages()) == nil, "\(messages())")
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
+        #expect(files.isEmpty, "scratch folders left: \(files)")
+    }
+
+    @Test func callsAreAnsweredWhenTheInputIsARegularFile() throws {
+        // epoll cannot watch a regular file: each call passes the reading on before it runs.
+        let home = try TempDirectory("mcp-file")
+        try StagedPlugins.trust(home: home.url)
+        let requests = home.url.appendingPathComponent("requests.jsonl")
+        try Data((#"""
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "MakeUppercase", "arguments": {"text": "from a file"}}}
+            {"jsonrpc": "2.0", "id": 3, "method": "ping"}
+
+            """#).utf8).write(to: requests)
+        let process = Process()
+        process.executableURL = try ExtrunBinary.url()
+        process.arguments = ["mcp"]
+        process.environment = [
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path, "EXTRUN_HOME": home.url.path, "TMPDIR": home.url.path,
+            "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
+        ]
+        let output = home.url.appendingPathComponent("stdout")
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let outHandle = try FileHandle(forWritingTo: output)
+        process.standardInput = try FileHandle(forReadingFrom: requests)
+        process.standardOutput = outHandle
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        try outHandle.close()
+        #expect(process.terminationStatus == 0)
+        let messages = try String(contentsOf: output, encoding: .utf8).split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }
+        // The input ends right after the call is read: it is answered (done or cancelled), and so is the ping.
+        #expect(Self.answer(2, in: messages)?["result"] != nil, "\(messages)")
+        #expect(Self.answer(3, in: messages)?["result"] != nil, "\(messages)")
+    }
+
     @Test func everyRequestReadIsAnsweredWhenTheInputEnds() throws {
         // The obvious first try by hand: a few lines piped in. The call still running when the
         // input ends is cancelled, and answered with an error result before the server exits.

@@ -3,6 +3,8 @@
 
 #include <sys/types.h>
 #include <sys/resource.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <stdint.h>
 #include "CExtrunHostMemory.h"
 
