@@ -117,58 +117,99 @@ import Glibc
         return found
     }
 
+    /// `extrun mcp` with a home that trusts the staged plugins and a scratch folder of its own:
+    /// its input a pipe the test keeps open, its output a file.
+    final class LiveServer {
+        let home: TempDirectory
+        let scratch: TempDirectory
+        let process = Process()
+        let input = Pipe()
+        let output: URL
+        let outHandle: FileHandle
+
+        init(_ label: String) throws {
+            home = try TempDirectory(label)
+            scratch = try TempDirectory(label + "-tmp")
+            try StagedPlugins.trust(home: home.url)
+            process.executableURL = try ExtrunBinary.url()
+            process.arguments = ["mcp"]
+            process.environment = [
+                "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path, "EXTRUN_HOME": home.url.path, "TMPDIR": scratch.url.path,
+                "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
+            ]
+            output = home.url.appendingPathComponent("stdout")
+            _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+            outHandle = try FileHandle(forWritingTo: output)
+            process.standardInput = input
+            process.standardOutput = outHandle
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+        }
+
+        func send(_ text: String) {
+            input.fileHandleForWriting.write(Data(text.utf8))
+        }
+
+        /// The messages written so far.
+        var messages: [JSONValue] {
+            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
+        }
+
+        /// The Sleep plugin's processes (its supervisor and itself), once both run (at most 20 s).
+        func sleepPlugin() -> [Int32] {
+            var running: [Int32] = []
+            for _ in 0..<1000 where running.count < 2 {
+                usleep(20_000)
+                running = MCPProtocolTests.descendants(of: process.processIdentifier)
+            }
+            return running
+        }
+
+        /// Waits up to `seconds` for the server's exit; killed, and recorded as an issue, past that.
+        func waitForExit(seconds: Double, _ what: String) {
+            let deadline = Date().addingTimeInterval(seconds)
+            while process.isRunning && Date() < deadline { usleep(20_000) }
+            if process.isRunning {
+                Issue.record("extrun mcp still runs \(Int(seconds)) s after \(what)")
+                kill(process.processIdentifier, SIGKILL)
+            }
+            process.waitUntilExit()
+        }
+
+        var scratchLeft: [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
+        }
+    }
+
+    /// Those of `pids` still running (not zombies).
+    static func alive(_ pids: [Int32]) -> [Int32] {
+        pids.filter { pid in
+            (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).map { !$0.contains(") Z ") } ?? false
+        }
+    }
+
     @Test(arguments: [SIGTERM, SIGINT])
     func aSignalEndsTheCallsInFlightAndTheirScratchFolders(signal: Int32) throws {
-        let home = try TempDirectory("mcp-signal")
-        let scratch = try TempDirectory("mcp-signal-tmp")
-        try StagedPlugins.trust(home: home.url)
-        let process = Process()
-        process.executableURL = try ExtrunBinary.url()
-        process.arguments = ["mcp"]
-        process.environment = [
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path, "EXTRUN_HOME": home.url.path, "TMPDIR": scratch.url.path,
-            "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
-        ]
-        let input = Pipe()
-        let output = home.url.appendingPathComponent("stdout")
-        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-        let outHandle = try FileHandle(forWritingTo: output)
-        process.standardInput = input
-        process.standardOutput = outHandle
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        input.fileHandleForWriting.write(Data((#"""
+        let server = try LiveServer("mcp-signal")
+        server.send(#"""
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}
 
-            """#).utf8))
-        // Until the Sleep plugin runs (its supervisor and itself), for at most 20 s.
-        var running: [Int32] = []
-        for _ in 0..<1000 where running.count < 2 {
-            usleep(20_000)
-            running = Self.descendants(of: process.processIdentifier)
-        }
+            """#)
+        let running = server.sleepPlugin()
         #expect(running.count >= 2, "the Sleep plugin did not start")
-        kill(process.processIdentifier, signal)
+        kill(server.process.processIdentifier, signal)
         // The grace is 500 ms; a server still running after 30 s is a failure, not a hung suite.
-        let deadline = Date().addingTimeInterval(30)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            Issue.record("extrun mcp still runs 30 s after signal \(signal)")
-            kill(process.processIdentifier, SIGKILL)
-        }
-        process.waitUntilExit()
+        server.waitForExit(seconds: 30, "signal \(signal)")
+        let process = server.process
         #expect(process.terminationReason == .exit && process.terminationStatus == 128 + signal, "status \(process.terminationStatus)")
-        let left = running.filter { pid in
-            (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).map { !$0.contains(") Z ") } ?? false
-        }
-        #expect(left.isEmpty, "processes left: \(left)")
-        let files = ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
-        #expect(files.isEmpty, "scratch folders left: \(files)")
-        try? input.fileHandleForWriting.close()
-        try outHandle.close()
+        #expect(Self.alive(running).isEmpty, "processes left: \(Self.alive(running))")
+        #expect(server.scratchLeft.isEmpty, "scratch folders left: \(server.scratchLeft)")
+        try? server.input.fileHandleForWriting.close()
+        try server.outHandle.close()
         // The call in flight was answered before the server ended: an error result saying it was cancelled.
-        let messages = try String(contentsOf: output, encoding: .utf8).split(separator: "\n").map { try JSONParser.parse(Array($0.utf8)) }
+        let messages = server.messages
         let call = Self.answer(2, in: messages)
         #expect(call?["result"]?["isError"] == true, "no answer to the call in flight: \(messages)")
         #expect(call?["result"]?["structuredContent"]?["error"]?["kind"] == "cancelled")
@@ -178,69 +219,30 @@ import Glibc
         // The call runs on the thread that read it, which keeps the reading unless input
         // arrives meanwhile (MCPServer's InputWatch): a ping and a cancellation sent while a
         // 30 s Sleep runs are read at once, not when the call ends (at its 10 s deadline).
-        let home = try TempDirectory("mcp-midcall")
-        let scratch = try TempDirectory("mcp-midcall-tmp")
-        try StagedPlugins.trust(home: home.url)
-        let process = Process()
-        process.executableURL = try ExtrunBinary.url()
-        process.arguments = ["mcp"]
-        process.environment = [
-            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home.url.path, "EXTRUN_HOME": home.url.path, "TMPDIR": scratch.url.path,
-            "EXTRUN_PLUGIN_PATH": try StagedPlugins.directory().path,
-        ]
-        let input = Pipe()
-        let output = home.url.appendingPathComponent("stdout")
-        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-        let outHandle = try FileHandle(forWritingTo: output)
-        process.standardInput = input
-        process.standardOutput = outHandle
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        func messages() -> [JSONValue] {
-            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
-            return text.split(separator: "\n").compactMap { try? JSONParser.parse(Array($0.utf8)) }
-        }
-        input.fileHandleForWriting.write(Data((#"""
+        let server = try LiveServer("mcp-midcall")
+        server.send(#"""
             {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
             {"jsonrpc": "2.0", "method": "notifications/initialized"}
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}
 
-            """#).utf8))
-        var running: [Int32] = []
-        for _ in 0..<1000 where running.count < 2 {
-            usleep(20_000)
-            running = Self.descendants(of: process.processIdentifier)
-        }
+            """#)
+        let running = server.sleepPlugin()
         #expect(running.count >= 2, "the Sleep plugin did not start")
         let sent = Date()
-        input.fileHandleForWriting.write(Data(#"{"jsonrpc": "2.0", "id": 3, "method": "ping"}"#.utf8 + [0x0A]))
-        while Self.answer(3, in: messages()) == nil && Date().timeIntervalSince(sent) < 4 { usleep(10_000) }
-        #expect(Self.answer(3, in: messages())?["result"] != nil, "the ping sent during the call was not answered within 4 s: \(messages())")
-        input.fileHandleForWriting.write(
-            Data(#"{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "test"}}"#.utf8 + [0x0A]))
-        var left = running
+        server.send(#"{"jsonrpc": "2.0", "id": 3, "method": "ping"}"# + "\n")
+        while Self.answer(3, in: server.messages) == nil && Date().timeIntervalSince(sent) < 4 { usleep(10_000) }
+        #expect(Self.answer(3, in: server.messages)?["result"] != nil, "the ping sent during the call was not answered within 4 s: \(server.messages)")
+        server.send(#"{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "test"}}"# + "\n")
         let cancelled = Date()
-        while !left.isEmpty && Date().timeIntervalSince(cancelled) < 6 {
-            usleep(20_000)
-            left = running.filter { pid in
-                (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).map { !$0.contains(") Z ") } ?? false
-            }
-        }
-        #expect(left.isEmpty, "the cancelled call's processes still run 6 s after the cancellation: \(left)")
-        try input.fileHandleForWriting.close()
-        let deadline = Date().addingTimeInterval(30)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            Issue.record("extrun mcp still runs 30 s after its input ended")
-            kill(process.processIdentifier, SIGKILL)
-        }
-        process.waitUntilExit()
-        try outHandle.close()
-        #expect(process.terminationStatus == 0)
+        while !Self.alive(running).isEmpty && Date().timeIntervalSince(cancelled) < 6 { usleep(20_000) }
+        #expect(Self.alive(running).isEmpty, "the cancelled call's processes still run 6 s after the cancellation: \(Self.alive(running))")
+        try server.input.fileHandleForWriting.close()
+        server.waitForExit(seconds: 30, "its input ended")
+        try server.outHandle.close()
+        #expect(server.process.terminationStatus == 0)
         // A call the client cancelled gets no answer.
-        #expect(Self.answer(2, in: messages()) == nil, "\(messages())")
-        let files = ((try? FileManager.default.contentsOfDirectory(atPath: scratch.url.path)) ?? []).filter { $0.hasPrefix("extrun-") }
-        #expect(files.isEmpty, "scratch folders left: \(files)")
+        #expect(Self.answer(2, in: server.messages) == nil, "\(server.messages)")
+        #expect(server.scratchLeft.isEmpty, "scratch folders left: \(server.scratchLeft)")
     }
 
     @Test func callsAreAnsweredWhenTheInputIsARegularFile() throws {
