@@ -152,7 +152,8 @@ final class ReadRelay: @unchecked Sendable {
         }
     }
 
-    /// Whether a call runs on the thread whose turn it is, the reading not passed on (`runCall`).
+    /// Whether a call runs on the thread whose turn it is (turn number `turns`), the reading
+    /// not passed on (`runCall`).
     private var callHoldsTurn = false
     private var watch: InputWatch?
 
@@ -170,13 +171,19 @@ final class ReadRelay: @unchecked Sendable {
             job()
             return
         }
-        lock.withLock { callHoldsTurn = true }
+        let turn = lock.withLock { () -> Int in
+            callHoldsTurn = true
+            return turns
+        }
         watch.arm()
         job()
-        // Still holding the turn: the watch saw nothing, and this thread goes on reading.
+        // Still holding the turn: the watch saw nothing, and this thread goes on reading. A
+        // turn passed on meanwhile (`turns` moved) may belong to another call holding it now,
+        // whose watch stays armed.
         let kept = lock.withLock { () -> Bool in
-            defer { callHoldsTurn = false }
-            return callHoldsTurn
+            guard callHoldsTurn, turns == turn else { return false }
+            callHoldsTurn = false
+            return true
         }
         if kept { watch.disarm() }
     }

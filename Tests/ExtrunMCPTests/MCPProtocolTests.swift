@@ -245,6 +245,35 @@ import Glibc
         #expect(server.scratchLeft.isEmpty, "scratch folders left: \(server.scratchLeft)")
     }
 
+    @Test func aCallThatEndsLeavesTheWatchToTheCallHoldingTheReadingNow() throws {
+        // A (Sleep 2 s) holds the reading; B (Sleep 30 s) arrives, so the reading passes to
+        // another thread, which runs B holding it in turn. A's end must not take B's watch:
+        // a ping sent after A ended, while B runs, is read at once, not at B's 10 s deadline.
+        let server = try LiveServer("mcp-overlap")
+        server.send(#"""
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 2}}}
+
+            """#)
+        #expect(server.sleepPlugin().count >= 2, "the first Sleep did not start")
+        server.send(#"{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}"# + "\n")
+        let started = Date()
+        while Self.answer(2, in: server.messages) == nil && Date().timeIntervalSince(started) < 8 { usleep(10_000) }
+        #expect(Self.answer(2, in: server.messages)?["result"] != nil, "the 2 s Sleep was not answered: \(server.messages)")
+        let sent = Date()
+        server.send(#"{"jsonrpc": "2.0", "id": 4, "method": "ping"}"# + "\n")
+        while Self.answer(4, in: server.messages) == nil && Date().timeIntervalSince(sent) < 4 { usleep(10_000) }
+        #expect(Self.answer(4, in: server.messages)?["result"] != nil, "the ping sent while the second call ran was not answered within 4 s")
+        server.send(#"{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3, "reason": "test"}}"# + "\n")
+        try server.input.fileHandleForWriting.close()
+        server.waitForExit(seconds: 30, "its input ended")
+        try server.outHandle.close()
+        #expect(server.process.terminationStatus == 0)
+        #expect(Self.answer(3, in: server.messages) == nil, "the cancelled call was answered: \(server.messages)")
+        #expect(server.scratchLeft.isEmpty, "scratch folders left: \(server.scratchLeft)")
+    }
+
     @Test func callsAreAnsweredWhenTheInputIsARegularFile() throws {
         // epoll cannot watch a regular file: each call passes the reading on before it runs.
         let home = try TempDirectory("mcp-file")
