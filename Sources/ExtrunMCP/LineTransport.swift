@@ -92,10 +92,24 @@ struct LineReader {
         }
     }
 
-    /// Reads once (waiting for input when there is none); the end of input (or a failed
-    /// read, which ends it as its end does) is then `buffered`'s `.end`.
+    /// Reads once (waiting for input when there is none, also on a descriptor the client
+    /// left non-blocking); the end of input (or a failed read, which ends it as its end does)
+    /// is then `buffered`'s `.end`.
     mutating func fill() {
-        let count = (try? SystemCall.read(fd, into: &chunk)) ?? 0
+        var count = 0
+        while true {
+            do {
+                count = try SystemCall.read(fd, into: &chunk)
+            } catch where error.errno == .resourceTemporarilyUnavailable || error.errno == .wouldBlock {
+                // Nothing to read yet on a non-blocking input: wait for some, then read again.
+                var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                _ = poll(&ready, 1, -1)
+                continue
+            } catch {
+                count = 0
+            }
+            break
+        }
         if count == 0 {
             atEnd = true
             return

@@ -127,7 +127,8 @@ import Glibc
         let output: URL
         let outHandle: FileHandle
 
-        init(_ label: String) throws {
+        /// `before`: done to the input pipe before the server starts.
+        init(_ label: String, before: (Pipe) -> Void = { _ in }) throws {
             home = try TempDirectory(label)
             scratch = try TempDirectory(label + "-tmp")
             try StagedPlugins.trust(home: home.url)
@@ -143,6 +144,7 @@ import Glibc
             process.standardInput = input
             process.standardOutput = outHandle
             process.standardError = FileHandle.nullDevice
+            before(input)
             try process.run()
         }
 
@@ -272,6 +274,26 @@ import Glibc
         #expect(server.process.terminationStatus == 0)
         #expect(Self.answer(3, in: server.messages) == nil, "the cancelled call was answered: \(server.messages)")
         #expect(server.scratchLeft.isEmpty, "scratch folders left: \(server.scratchLeft)")
+    }
+
+    @Test func aNonBlockingInputIsWaitedFor() throws {
+        // A client may hand over its end of the pipe non-blocking (the flag belongs to the pipe,
+        // shared with the server): a read that finds nothing yet waits for input, where it
+        // used to be taken as the end of input (the server left at once).
+        let server = try LiveServer("mcp-nonblocking", before: { input in
+            let fd = input.fileHandleForReading.fileDescriptor
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        })
+        usleep(300_000)
+        #expect(server.process.isRunning, "extrun mcp left before its input ended")
+        server.send(#"{"jsonrpc": "2.0", "id": 1, "method": "ping"}"# + "\n")
+        let sent = Date()
+        while Self.answer(1, in: server.messages) == nil && Date().timeIntervalSince(sent) < 10 { usleep(10_000) }
+        #expect(Self.answer(1, in: server.messages)?["result"] != nil, "\(server.messages)")
+        try server.input.fileHandleForWriting.close()
+        server.waitForExit(seconds: 30, "its input ended")
+        try server.outHandle.close()
+        #expect(server.process.terminationStatus == 0)
     }
 
     @Test func callsAreAnsweredWhenTheInputIsARegularFile() throws {
