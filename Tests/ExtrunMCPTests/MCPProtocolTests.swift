@@ -148,6 +148,16 @@ import Glibc
             try process.run()
         }
 
+        /// The handshake, then call 2: a Sleep of `seconds`.
+        func initializeAndSleep(seconds: Int) {
+            send(#"""
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
+                {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": \#(seconds)}}}
+
+                """#)
+        }
+
         func send(_ text: String) {
             input.fileHandleForWriting.write(Data(text.utf8))
         }
@@ -177,6 +187,21 @@ import Glibc
                 kill(process.processIdentifier, SIGKILL)
             }
             process.waitUntilExit()
+        }
+
+        /// The answer to request `id`, once written (waits up to `seconds`).
+        func answer(_ id: Int64, within seconds: Double) -> JSONValue? {
+            let asked = Date()
+            while MCPProtocolTests.answer(id, in: messages) == nil && Date().timeIntervalSince(asked) < seconds { usleep(10_000) }
+            return MCPProtocolTests.answer(id, in: messages)
+        }
+
+        /// Ends the server's input and waits for its exit (at most 30 s); its status.
+        func endInput() throws -> Int32 {
+            try input.fileHandleForWriting.close()
+            waitForExit(seconds: 30, "its input ended")
+            try outHandle.close()
+            return process.terminationStatus
         }
 
         var scratchLeft: [String] {
@@ -222,26 +247,16 @@ import Glibc
         // arrives meanwhile (MCPServer's InputWatch): a ping and a cancellation sent while a
         // 30 s Sleep runs are read at once, not when the call ends (at its 10 s deadline).
         let server = try LiveServer("mcp-midcall")
-        server.send(#"""
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
-            {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}
-
-            """#)
+        server.initializeAndSleep(seconds: 30)
         let running = server.sleepPlugin()
         #expect(running.count >= 2, "the Sleep plugin did not start")
-        let sent = Date()
         server.send(#"{"jsonrpc": "2.0", "id": 3, "method": "ping"}"# + "\n")
-        while Self.answer(3, in: server.messages) == nil && Date().timeIntervalSince(sent) < 4 { usleep(10_000) }
-        #expect(Self.answer(3, in: server.messages)?["result"] != nil, "the ping sent during the call was not answered within 4 s: \(server.messages)")
+        #expect(server.answer(3, within: 4)?["result"] != nil, "the ping sent during the call was not answered within 4 s: \(server.messages)")
         server.send(#"{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "test"}}"# + "\n")
         let cancelled = Date()
         while !Self.alive(running).isEmpty && Date().timeIntervalSince(cancelled) < 6 { usleep(20_000) }
         #expect(Self.alive(running).isEmpty, "the cancelled call's processes still run 6 s after the cancellation: \(Self.alive(running))")
-        try server.input.fileHandleForWriting.close()
-        server.waitForExit(seconds: 30, "its input ended")
-        try server.outHandle.close()
-        #expect(server.process.terminationStatus == 0)
+        #expect(try server.endInput() == 0)
         // A call the client cancelled gets no answer.
         #expect(Self.answer(2, in: server.messages) == nil, "\(server.messages)")
         #expect(server.scratchLeft.isEmpty, "scratch folders left: \(server.scratchLeft)")
@@ -252,26 +267,14 @@ import Glibc
         // another thread, which runs B holding it in turn. A's end must not take B's watch:
         // a ping sent after A ended, while B runs, is read at once, not at B's 10 s deadline.
         let server = try LiveServer("mcp-overlap")
-        server.send(#"""
-            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}
-            {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 2}}}
-
-            """#)
+        server.initializeAndSleep(seconds: 2)
         #expect(server.sleepPlugin().count >= 2, "the first Sleep did not start")
         server.send(#"{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "Sleep", "arguments": {"seconds": 30}}}"# + "\n")
-        let started = Date()
-        while Self.answer(2, in: server.messages) == nil && Date().timeIntervalSince(started) < 8 { usleep(10_000) }
-        #expect(Self.answer(2, in: server.messages)?["result"] != nil, "the 2 s Sleep was not answered: \(server.messages)")
-        let sent = Date()
+        #expect(server.answer(2, within: 8)?["result"] != nil, "the 2 s Sleep was not answered: \(server.messages)")
         server.send(#"{"jsonrpc": "2.0", "id": 4, "method": "ping"}"# + "\n")
-        while Self.answer(4, in: server.messages) == nil && Date().timeIntervalSince(sent) < 4 { usleep(10_000) }
-        #expect(Self.answer(4, in: server.messages)?["result"] != nil, "the ping sent while the second call ran was not answered within 4 s")
+        #expect(server.answer(4, within: 4)?["result"] != nil, "the ping sent while the second call ran was not answered within 4 s")
         server.send(#"{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3, "reason": "test"}}"# + "\n")
-        try server.input.fileHandleForWriting.close()
-        server.waitForExit(seconds: 30, "its input ended")
-        try server.outHandle.close()
-        #expect(server.process.terminationStatus == 0)
+        #expect(try server.endInput() == 0)
         #expect(Self.answer(3, in: server.messages) == nil, "the cancelled call was answered: \(server.messages)")
         #expect(server.scratchLeft.isEmpty, "scratch folders left: \(server.scratchLeft)")
     }
@@ -287,13 +290,8 @@ import Glibc
         usleep(300_000)
         #expect(server.process.isRunning, "extrun mcp left before its input ended")
         server.send(#"{"jsonrpc": "2.0", "id": 1, "method": "ping"}"# + "\n")
-        let sent = Date()
-        while Self.answer(1, in: server.messages) == nil && Date().timeIntervalSince(sent) < 10 { usleep(10_000) }
-        #expect(Self.answer(1, in: server.messages)?["result"] != nil, "\(server.messages)")
-        try server.input.fileHandleForWriting.close()
-        server.waitForExit(seconds: 30, "its input ended")
-        try server.outHandle.close()
-        #expect(server.process.terminationStatus == 0)
+        #expect(server.answer(1, within: 10)?["result"] != nil, "\(server.messages)")
+        #expect(try server.endInput() == 0)
     }
 
     @Test func callsAreAnsweredWhenTheInputIsARegularFile() throws {
