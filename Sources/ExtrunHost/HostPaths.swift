@@ -8,12 +8,18 @@ import Foundation
 /// - Last, `PREFIX/share/extrun/plugins` when extrun runs as `PREFIX/bin/extrun`
 ///   (where `Scripts/install PREFIX` puts the example plugins).
 public struct HostPaths: Sendable, Equatable {
-    public var home: URL
+    public var home: URL {
+        didSet { homePath = home.path }
+    }
     public var pluginSearchPath: [URL]
+    /// `home.path`, made once: every intent opens its owner's store by it (`PendingStore`),
+    /// where URL's `path` cost a warm intent ~3 µs (docs/benchmarks.md, "The donation's own cost").
+    public private(set) var homePath: String
 
     public init(home: URL, pluginSearchPath: [URL]) {
         self.home = home
         self.pluginSearchPath = pluginSearchPath
+        homePath = home.path
     }
 
     /// The paths from this process's environment (read with `getenv`: building

@@ -322,7 +322,7 @@ extension Store {
     /// is read and checked, and parsed again when its bytes differ (deriving the key costs
     /// ~100 µs, on every intent of a warm process: docs/benchmarks.md, "extrun serve").
     func ownSigningPublicKey(_ owner: String) throws -> Data? {
-        try ownSigningKeys.value(of: keystore.signingPath(for: owner), owner: owner, keystore: keystore, limit: 64 * 1024) { bytes, path in
+        try ownSigningKeys.value(of: { $0.signingPath(for: owner) }, owner: owner, keystore: keystore, limit: 64 * 1024) { bytes, path in
             try keystore.signingKey(from: bytes, path: path, owner: owner).publicKey
         }
     }
@@ -332,7 +332,7 @@ extension Store {
     /// again when its identity (`FileStamp`) is not the one last read, and parsed
     /// (JSON, base64, dates) again when its bytes differ (docs/benchmarks.md, "The donation's own cost").
     func trustedSigningKeys(_ owner: String) throws -> [TrustedSigningKey] {
-        try trustedKeys.value(of: keystore.trustPath(for: owner), owner: owner, keystore: keystore, limit: 1 << 20) { bytes, path in
+        try trustedKeys.value(of: { $0.trustPath(for: owner) }, owner: owner, keystore: keystore, limit: 1 << 20) { bytes, path in
             try keystore.parseTrusted(bytes, path: path, owner: owner)
         } ?? []
     }
@@ -354,31 +354,45 @@ final class KeyFileCache<Value: Sendable>: Sendable {
         var value: Value
     }
 
-    private let entries = NIOLockedValueBox<[String: Entry]>([:])
+    /// Per owner: its file's path, and what the file said when last read.
+    private let entries = NIOLockedValueBox<[String: (path: String, entry: Entry?)]>([:])
 
-    func entry(_ owner: String) -> Entry? { entries.withLockedValue { $0[owner] } }
+    func entry(_ owner: String) -> Entry? { entries.withLockedValue { $0[owner]?.entry } }
 
-    /// The parsed file of `owner` at `path`, nil when there is none.
+    /// The parsed file of `owner` (at `path(keystore)`), nil when there is none. The path
+    /// is made once per owner, and an absent file costs one `lstat` (docs/benchmarks.md,
+    /// "The donation's own cost").
     func value(
-        of path: String, owner: String, keystore: Keystore, limit: Int, parse: (Data, String) throws -> Value
+        of path: (Keystore) -> String, owner: String, keystore: Keystore, limit: Int, parse: (Data, String) throws -> Value
     ) throws -> Value? {
-        let cached = entry(owner)
-        if let cached, cached.settled, Self.privateFileStamp(path) == cached.identity { return cached.value }
+        let known = entries.withLockedValue { $0[owner] }
+        let path = known?.path ?? path(keystore)
+        let cached = known?.entry
+        var info = stat()
+        if lstat(path, &info) != 0, errno == ENOENT {
+            // What was read before is forgotten: a file made later is read.
+            if known == nil || cached != nil { remember(owner, path: path, entry: nil) }
+            return nil
+        }
+        if let cached, cached.settled, Self.privateFileStamp(info) == cached.identity { return cached.value }
         guard let (bytes, identity) = try keystore.readPrivateFileWithIdentity(path, owner: owner, limit: limit) else { return nil }
         let value = try cached.flatMap { $0.bytes == bytes ? $0.value : nil } ?? parse(bytes, path)
-        entries.withLockedValue { known in
-            if known.count >= 64 { known.removeAll() }
-            known[owner] = Entry(bytes: bytes, identity: identity, settled: identity.hasSettled, value: value)
-        }
+        remember(owner, path: path, entry: Entry(bytes: bytes, identity: identity, settled: identity.hasSettled, value: value))
         return value
     }
 
-    /// The identity of the file at `path` (not following a symlink) when it is a regular
-    /// file of yours that others cannot read; nil otherwise (absent, or anything
-    /// `readPrivateFile` refuses: it is then read, and refused, the slow way).
-    private static func privateFileStamp(_ path: String) -> FileStamp? {
-        var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else { return nil }
+    private func remember(_ owner: String, path: String, entry: Entry?) {
+        entries.withLockedValue { known in
+            if known.count >= 64 { known.removeAll() }
+            known[owner] = (path, entry)
+        }
+    }
+
+    /// The identity of the file `lstat` gave `info` for when it is a regular file of yours
+    /// that others cannot read; nil otherwise (anything `readPrivateFile` refuses: it is
+    /// then read, and refused, the slow way).
+    private static func privateFileStamp(_ info: stat) -> FileStamp? {
+        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0 else { return nil }
         return FileStamp(info)
     }
 }

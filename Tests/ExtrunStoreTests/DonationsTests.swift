@@ -419,6 +419,15 @@ import Testing
         try text.write(toFile: path, atomically: false, encoding: .utf8)
         let broken = #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
         #expect(broken?.kind == .invalidKeyFile)
+        // A file read before and gone now trusts nothing (an absent file is one lstat), and
+        // one made again is read.
+        _ = try test.store.trust("TEAM", author: "Cy", signingKey: author)
+        #expect(try trustedAuthor() == "Cy")
+        try FileManager.default.removeItem(atPath: path)
+        let gone = #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
+        #expect(gone?.kind == .untrustedSigner)
+        _ = try test.store.trust("TEAM", author: "Di", signingKey: author)
+        #expect(try trustedAuthor() == "Di")
     }
 
     /// Once a key file has settled (unchanged for 2 s when read), a check only `stat`s it
