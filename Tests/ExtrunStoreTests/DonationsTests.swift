@@ -421,8 +421,8 @@ import Testing
         #expect(broken?.kind == .invalidKeyFile)
         // A file read before and gone now trusts nothing (an absent file is one lstat), and
         // one made again is read.
-        _ = try test.store.trust("TEAM", author: "Cy", signingKey: author)
-        #expect(try trustedAuthor() == "Cy")
+        try text.replacingOccurrences(of: "\"version\" : 2", with: "\"version\" : 1").write(toFile: path, atomically: false, encoding: .utf8)
+        #expect(try trustedAuthor() == "Bea")
         try FileManager.default.removeItem(atPath: path)
         let gone = #expect(throws: StoreError.self) { try test.store.standing(of: author, for: "TEAM") }
         #expect(gone?.kind == .untrustedSigner)
