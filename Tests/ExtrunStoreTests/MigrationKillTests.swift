@@ -274,11 +274,24 @@ func runExtrun(
 
     @Test(arguments: StoreBackendKind.postgresOnly)
     func killedThenRunAgainItFinishesLosingNothing(backend: StoreBackendKind) throws {
-        let test = try BackendStore(backend)
-        try test.fill(owner: "OLD", globals: Self.globals, valueBytes: Self.valueBytes)
-        let new = try test.store.globals(of: "NEW")
-        for index in Self.conflicting { try new.set(BulkFill.globalName(index), to: .string("NEW's own \(index)")) }
+        func filled() throws -> BackendStore {
+            let test = try BackendStore(backend)
+            try test.fill(owner: "OLD", globals: Self.globals, valueBytes: Self.valueBytes)
+            let new = try test.store.globals(of: "NEW")
+            for index in Self.conflicting { try new.set(BulkFill.globalName(index), to: .string("NEW's own \(index)")) }
+            return test
+        }
         let arguments = ["migrate", "--from", "OLD", "--to", "NEW", "--on-conflict", "rename", "--remove-source", "--batch-size", "200"]
+        // How long one uninterrupted run takes on this machine (on a store of its own): each
+        // kill below lands within 5–25% of that, so that three kills cannot finish the work
+        // whether the machine is slow or fast (fixed delays of 0.3–2.5 s let a fast machine
+        // finish it at the third run).
+        let calibration = try filled()
+        let calibrationStart = Date()
+        let calibrated = try runExtrun(arguments, home: calibration.home, environment: ["EXTRUN_STORE": calibration.storeVariable])
+        #expect(calibrated.status == 0, "\(String(decoding: calibrated.stdout, as: UTF8.self))")
+        let fullRun = min(Date().timeIntervalSince(calibrationStart), 9.0)
+        let test = try filled()
         let environment = ["EXTRUN_STORE": test.storeVariable]
         var generator = SplitMix(seed: 20_261_129)
         var killed = 0
@@ -286,8 +299,8 @@ func runExtrun(
         var completed = false
         var phases: Set<String> = []
         for attempt in 0..<12 {
-            // Kills from 0.3 s to ~2.5 s into a run: the process's start, the copy, verify and removal.
-            let delay = 0.3 + 2.2 * Double(generator.next() % 1000) / 1000
+            // Kills spread over the process's start, the copy, verify and removal.
+            let delay = fullRun * (0.05 + 0.2 * Double(generator.next() % 1000) / 1000)
             let run = try runExtrun(arguments, home: test.home, killAfter: delay, environment: environment)
             if run.killed { killed += 1 }
             let at = try test.reopen().migrationRead { rows in try rows.unfinishedMigration(source: "OLD", target: "NEW", origin: "local") }
