@@ -535,6 +535,12 @@ def main():
                   f"p50 {m['p50Us']:.0f} µs, p99 {m['p99Us']:.0f} µs; the warm in-process call above: p50 {inproc_p50:.0f} µs, "
                   f"p99 {inproc_p99:.0f} µs; the MCP layer (JSON-RPC lines, a thread per call, the client's pipes): "
                   f"+{m['p50Us'] - inproc_p50:.0f} µs at p50")
+            floor_path = os.path.join(d, "mcp-floor.json")
+            if os.path.exists(floor_path):
+                f = json.load(open(floor_path))
+                print(f"    its floor, the same client against a C server answering each line at once (Benchmarks/mcp/floor.c, "
+                      f"{f['count']} calls): p50 {f['p50Us']:.0f} µs, p99 {f['p99Us']:.0f} µs; beyond it and the in-process call, "
+                      f"extrun mcp adds {m['p50Us'] - inproc_p50 - f['p50Us']:+.0f} µs at p50")
         print()
     print("  Cold: Host.handle in a loop: every call starts a new plugin process (no CLI start).")
     rows = []
