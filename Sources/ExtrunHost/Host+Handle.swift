@@ -26,7 +26,7 @@ extension Host {
         // has not opened it yet, it is opened on another thread while the plugin runs.
         let owner = lifecycle.plugin.manifest.owner
         // Opened ahead only when the run may use it: an unsigned plugin gets none of its owner's data.
-        let store = PendingStore(home: paths.home, homePath: paths.homePath, owner: owner, openAhead: options.donate && lifecycle.services?.isSigned == true)
+        let store = PendingStore(paths: paths, owner: owner, openAhead: options.donate && lifecycle.services?.isSigned == true)
         // No thread of the run outlives it: a run that ended before the store was needed waits for its opening.
         defer { store.settle() }
         lifecycle.services?.storeSource = { try store.get() }

@@ -14,14 +14,11 @@ final class PendingStore: @unchecked Sendable {
     private var result: Result<Store, any Error> = .failure(CancellationError())
     private let done: DispatchSemaphore?
     private var taken: Store?
-    private let home: URL
-    private let homePath: String
+    private let paths: HostPaths
 
-    /// `homePath` is `home.path` (`HostPaths.homePath`).
-    init(home: URL, homePath: String, owner: String, openAhead: Bool) {
-        self.home = home
-        self.homePath = homePath
-        guard openAhead, !StoreConnections.isOpen(homePath: homePath) else {
+    init(paths: HostPaths, owner: String, openAhead: Bool) {
+        self.paths = paths
+        guard openAhead, !StoreConnections.isOpen(homePath: paths.homePath) else {
             done = nil
             return
         }
@@ -29,7 +26,7 @@ final class PendingStore: @unchecked Sendable {
         self.done = done
         Thread.detachNewThread { [self] in
             result = Result {
-                let store = try StoreConnections.store(home: home, path: homePath)
+                let store = try StoreConnections.store(paths)
                 try store.donations(of: owner).prepare()
                 return store
             }
@@ -52,7 +49,7 @@ final class PendingStore: @unchecked Sendable {
             return try result.get()
         }
         if let taken { return taken }
-        let store = try StoreConnections.store(home: home, path: homePath)
+        let store = try StoreConnections.store(paths)
         taken = store
         return store
     }
@@ -83,7 +80,7 @@ enum StoreConnections {
         for store in cache.withLockedValue({ $0.values.map(\.store) }) { store.foldLog() }
     }
 
-    /// Whether a connection to the store of `home` is kept (not checking the file).
+    /// Whether a connection to the store of the home at `homePath` is kept (not checking the file).
     static func isOpen(homePath: String) -> Bool {
         cache.withLockedValue { $0[homePath] != nil }
     }
@@ -92,8 +89,12 @@ enum StoreConnections {
         try store(home: home, path: home.path)
     }
 
-    /// The store of `home`, whose `path` is given (URL's costs a warm intent ~3 µs).
-    static func store(home: URL, path: String) throws -> Store {
+    /// The store of `paths.home`, by the path made once (URL's `path` cost a warm intent ~3 µs).
+    static func store(_ paths: HostPaths) throws -> Store {
+        try store(home: paths.home, path: paths.homePath)
+    }
+
+    private static func store(home: URL, path: String) throws -> Store {
         let key = path
         // A store on a PostgreSQL server has no file here: its home's keys folder stands for it.
         let identity = FileIdentity(path: key + "/store.sqlite") ?? FileIdentity(path: key + "/keys")

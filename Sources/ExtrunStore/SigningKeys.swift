@@ -322,7 +322,7 @@ extension Store {
     /// is read and checked, and parsed again when its bytes differ (deriving the key costs
     /// ~100 µs, on every intent of a warm process: docs/benchmarks.md, "extrun serve").
     func ownSigningPublicKey(_ owner: String) throws -> Data? {
-        try ownSigningKeys.value(of: { $0.signingPath(for: owner) }, owner: owner, keystore: keystore, limit: 64 * 1024) { bytes, path in
+        try ownSigningKeys.value(of: keystore.signingPath(for: owner), owner: owner, keystore: keystore, limit: 64 * 1024) { bytes, path in
             try keystore.signingKey(from: bytes, path: path, owner: owner).publicKey
         }
     }
@@ -332,7 +332,7 @@ extension Store {
     /// again when its identity (`FileStamp`) is not the one last read, and parsed
     /// (JSON, base64, dates) again when its bytes differ (docs/benchmarks.md, "The donation's own cost").
     func trustedSigningKeys(_ owner: String) throws -> [TrustedSigningKey] {
-        try trustedKeys.value(of: { $0.trustPath(for: owner) }, owner: owner, keystore: keystore, limit: 1 << 20) { bytes, path in
+        try trustedKeys.value(of: keystore.trustPath(for: owner), owner: owner, keystore: keystore, limit: 1 << 20) { bytes, path in
             try keystore.parseTrusted(bytes, path: path, owner: owner)
         } ?? []
     }
@@ -359,14 +359,14 @@ final class KeyFileCache<Value: Sendable>: Sendable {
 
     func entry(_ owner: String) -> Entry? { entries.withLockedValue { $0[owner]?.entry } }
 
-    /// The parsed file of `owner` (at `path(keystore)`), nil when there is none. The path
-    /// is made once per owner, and an absent file costs one `lstat` (docs/benchmarks.md,
+    /// The parsed file of `owner` at `path`, nil when there is none. The path is made
+    /// once per owner, and an absent file costs one `lstat` (docs/benchmarks.md,
     /// "The donation's own cost").
     func value(
-        of path: (Keystore) -> String, owner: String, keystore: Keystore, limit: Int, parse: (Data, String) throws -> Value
+        of path: @autoclosure () -> String, owner: String, keystore: Keystore, limit: Int, parse: (Data, String) throws -> Value
     ) throws -> Value? {
         let known = entries.withLockedValue { $0[owner] }
-        let path = known?.path ?? path(keystore)
+        let path = known?.path ?? path()
         let cached = known?.entry
         var info = stat()
         if lstat(path, &info) != 0, errno == ENOENT {
