@@ -390,6 +390,10 @@ package final class StoreDatabase: Sendable {
         migrator.registerMigration("v6-bookmark-file-bytes") { db in
             try db.execute(sql: Quotas.fileBytesSQL)
         }
+        // The donation group's index partial, the donation insert's usage count one upsert (Quotas.swift).
+        migrator.registerMigration("v7-donation-writes") { db in
+            try db.execute(sql: Quotas.donationWritesSQL)
+        }
         return migrator
     }()
 

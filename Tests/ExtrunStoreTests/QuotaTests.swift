@@ -142,6 +142,60 @@ struct QuotaTests {
         #expect(error.message.contains("quota.globals"))
     }
 
+    @Test("a store written before v7-donation-writes keeps its counts, and its group index becomes partial, group first")
+    func donationWritesMigration() throws {
+        let tmp = try TempDirectory()
+        // The group index and the donation insert's trigger as v3 and v4 made them.
+        let v6 = try DatabaseQueue()
+        try StoreDatabase.migrator.migrate(v6, upTo: "v6-bookmark-file-bytes")
+        let earlier = try v6.read { db in
+            try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE name IN ('donation_group', 'donation_usage_insert') ORDER BY name")
+        }
+        #expect(earlier.count == 2)
+        func donate(_ store: Store, _ owner: String, _ identifier: String, group: String?) throws {
+            try store.donations(of: owner).donate(
+                Donation(identifier: identifier, owner: owner, plugin: "p", intent: "I", groupIdentifier: group, source: "handle", parameters: ["k": "v"], response: nil))
+        }
+        do {
+            // A store as an extrun before v7 left it: two owners' donations, two of them in a group.
+            let store = try Store(home: tmp.url)
+            try donate(store, "OLD", "a", group: nil)
+            try donate(store, "OLD", "b", group: "g")
+            try donate(store, "OTHER", "c", group: "g")
+            try store.database.write { db in
+                try db.execute(sql: "DROP INDEX donation_group; DROP TRIGGER donation_usage_insert")
+                for sql in earlier { try db.execute(sql: sql) }
+                try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = 'v7-donation-writes'")
+            }
+            try donate(store, "OLD", "e", group: nil)  // counted by the earlier trigger
+            #expect(try store.quota(of: "OLD").usage == Self.recomputed(store, "OLD"))
+        }
+        let store = try Store(home: tmp.url)
+        let schema = try store.database.read { db in
+            try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE name IN ('donation_group', 'donation_usage_insert') ORDER BY name")
+        }
+        #expect(schema.count == 2)
+        #expect(schema.first?.contains("(groupIdentifier, owner) WHERE groupIdentifier IS NOT NULL") == true)
+        #expect(schema.last?.contains("ON CONFLICT (owner) DO UPDATE") == true)
+        for owner in ["OLD", "OTHER"] { #expect(try store.quota(of: owner).usage == Self.recomputed(store, owner), "\(owner)") }
+        // New donations: a new owner's first, a replaced one, grouped and not, inside batches.
+        for (owner, identifier, group) in [("NEW", "n1", nil), ("NEW", "n2", "h"), ("OLD", "a", "g"), ("OLD", "d", nil)] as [(String, String, String?)] {
+            try donate(store, owner, identifier, group: group)
+        }
+        for owner in ["OLD", "OTHER", "NEW"] { #expect(try store.quota(of: owner).usage == Self.recomputed(store, owner), "\(owner)") }
+        #expect(try store.quota(of: "NEW").usage.donations == 2)
+        // The group's queries seek the index; another owner's group is still refused by name.
+        let plans = try store.database.read { db in
+            try ["DELETE FROM donation WHERE owner = ?1 AND groupIdentifier = ?2", "SELECT DISTINCT owner FROM donation WHERE groupIdentifier = ?1 AND owner <> ?2"]
+                .map { sql in try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: ["OLD", "g"]).map { $0["detail"] as String }.joined() }
+        }
+        for plan in plans { #expect(plan.contains("SEARCH donation USING COVERING INDEX donation_group (groupIdentifier=?"), "\(plan)") }
+        #expect(try store.donations(of: "OLD").delete(group: "g") == 2)
+        let refused = try #require(throws: StoreError.self) { try store.donations(of: "NEW").delete(group: "g") }
+        #expect(refused.kind == .notYours && refused.details["donationOwner"] == "OTHER")
+        for owner in ["OLD", "OTHER", "NEW"] { #expect(try store.quota(of: owner).usage == Self.recomputed(store, owner), "\(owner)") }
+    }
+
     @Test("the counters stay right through every writer: sets, deletes, imports, bookmarks, donations and a migration's bulk copy")
     func countersFollowEveryWriter() throws {
         let tmp = try TempDirectory()

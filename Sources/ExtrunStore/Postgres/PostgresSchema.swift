@@ -121,6 +121,15 @@ extension PostgresStore {
                 "ALTER TABLE ownerQuota ADD COLUMN fileBytes bigint CHECK (fileBytes >= 0)",
             ]
         ),
+        (
+            // As the SQLite store's (Quotas.donationWritesSQL): only donations with a group in
+            // the group's index, the group first. The usage counts are the writer's own here.
+            "v7-donation-writes",
+            [
+                "DROP INDEX donation_group",
+                "CREATE INDEX donation_group ON donation (groupIdentifier, owner) WHERE groupIdentifier IS NOT NULL",
+            ]
+        ),
     ]
 
     /// `pg_advisory_lock`'s key for the schema migrations: "EXTR".
