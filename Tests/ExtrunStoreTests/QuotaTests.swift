@@ -145,13 +145,14 @@ struct QuotaTests {
     @Test("a store written before v7-donation-writes keeps its counts, and its group index becomes partial, group first")
     func donationWritesMigration() throws {
         let tmp = try TempDirectory()
-        // The group index and the donation insert's trigger as v3 and v4 made them.
+        // The indexes and the donation insert's trigger as v3 and v4 made them.
         let v6 = try DatabaseQueue()
         try StoreDatabase.migrator.migrate(v6, upTo: "v6-bookmark-file-bytes")
         let earlier = try v6.read { db in
-            try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE name IN ('donation_group', 'donation_usage_insert') ORDER BY name")
+            try String.fetchAll(
+                db, sql: "SELECT sql FROM sqlite_master WHERE name IN ('donation_group', 'donation_identifier', 'donation_usage_insert') ORDER BY name")
         }
-        #expect(earlier.count == 2)
+        #expect(earlier.count == 3)
         func donate(_ store: Store, _ owner: String, _ identifier: String, group: String?) throws {
             try store.donations(of: owner).donate(
                 Donation(identifier: identifier, owner: owner, plugin: "p", intent: "I", groupIdentifier: group, source: "handle", parameters: ["k": "v"], response: nil))
@@ -172,9 +173,10 @@ struct QuotaTests {
         }
         let store = try Store(home: tmp.url)
         let schema = try store.database.read { db in
-            try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE name IN ('donation_group', 'donation_usage_insert') ORDER BY name")
+            try String.fetchAll(
+                db, sql: "SELECT sql FROM sqlite_master WHERE name IN ('donation_group', 'donation_identifier', 'donation_usage_insert') ORDER BY name")
         }
-        #expect(schema.count == 2)
+        #expect(schema.count == 2)  // no index on the identifier alone
         #expect(schema.first?.contains("(groupIdentifier, owner) WHERE groupIdentifier IS NOT NULL") == true)
         #expect(schema.last?.contains("ON CONFLICT (owner) DO UPDATE") == true)
         for owner in ["OLD", "OTHER"] { #expect(try store.quota(of: owner).usage == Self.recomputed(store, owner), "\(owner)") }
@@ -194,6 +196,22 @@ struct QuotaTests {
         let refused = try #require(throws: StoreError.self) { try store.donations(of: "NEW").delete(group: "g") }
         #expect(refused.kind == .notYours && refused.details["donationOwner"] == "OTHER")
         for owner in ["OLD", "OTHER", "NEW"] { #expect(try store.quota(of: owner).usage == Self.recomputed(store, owner), "\(owner)") }
+        // An identifier only other owners have is refused with the first of them by name, walking
+        // the owners in the unique index, also a row whose owner row is gone (a salvaged store's).
+        try donate(store, "ANOTHER", "c", group: nil)
+        try store.database.withoutTransaction { db in
+            try db.execute(sql: "PRAGMA foreign_keys = OFF")
+            try db.execute(
+                sql: "INSERT INTO donation (owner, identifier, intent, plugin, source, created, sealed) VALUES ('AAA-LOST', 'c', 'I', 'p', 'handle', 'now', x'01')")
+            try db.execute(sql: "PRAGMA foreign_keys = ON")
+        }
+        let others = try store.database.read { db in try String.fetchAll(db, sql: Donations.othersSQL, arguments: ["c", "NEW"]) }
+        #expect(others == ["AAA-LOST", "ANOTHER", "OTHER"])
+        #expect(try store.database.read { db in try String.fetchAll(db, sql: Donations.othersSQL, arguments: ["c", "OTHER"]) } == ["AAA-LOST", "ANOTHER"])
+        #expect(try store.database.read { db in try String.fetchAll(db, sql: Donations.othersSQL, arguments: ["none", "NEW"]) }.isEmpty)
+        let notYours = try #require(throws: StoreError.self) { try store.donations(of: "NEW").delete(identifier: "c") }
+        #expect(notYours.kind == .notYours && notYours.details["donationOwner"] == "AAA-LOST")
+        #expect(try !store.donations(of: "NEW").delete(identifier: "none"))
     }
 
     @Test("the counters stay right through every writer: sets, deletes, imports, bookmarks, donations and a migration's bulk copy")
