@@ -44,23 +44,40 @@ from collections import defaultdict
 # median is the value (with its [p25–p75] and 95% CI); anything else is taken of
 # the medians or numbers. `when` (optional): [(expr, op, number)...] that must hold for
 # the row to be judged (the full run's sizes); `unit`: how the value reads; `goalName`:
-# what a measured goal is, in words.
+# what a measured goal is, in words. `bound` (optional): the value a design that added
+# nothing beyond a floor of the same run would reach, with `boundName` saying which floor;
+# the report prints it beside the value, and summary.json says whether it meets the goal
+# (`boundMeetsGoal`): when it does not, no amount of trimming passes the row.
+#   36.1: the C driver under bubblewrap + seccomp, per round, over the driver alone.
+#   36.3: the MCP client and its pipes with a server that answers at once (floor.c).
+#   36.4: with in-process rate R and floor rate F (both CPUs busy in each), an intent that
+#         costs the in-process CPU plus a floor request's (server and client) runs at
+#         1 / (1/R + 1/F), which is F / (R + F) of R.
 WARM_P50 = "warm.json:variants.sandboxed.summary.p50Us"
+# The service's own listener answering 8 clients with a worker thread hop and no intent
+# (Benchmarks/HTTPFloor --hop): requests/s.
+HOP_FLOOR = "serve-floor-hop.txt:perSecond"
 TARGETS = [
     # Issue 36: ratios against floors measured in the same run.
     {"id": "36.1", "group": "issue 36", "name": "cold `extrun handle` / C driver cold",
-     "value": ("/", "cmd:extrun", "cmd:driver"), "op": "<=", "goal": 1.5, "unit": "×"},
+     "value": ("/", "cmd:extrun", "cmd:driver"), "op": "<=", "goal": 1.5, "unit": "×",
+     "bound": ("/", "cmd:driver-bwrap", "cmd:driver"), "boundName": "a host costing only bubblewrap's sandbox"},
     {"id": "36.2", "group": "issue 36", "name": "sandbox on − off ≤ bubblewrap + seccomp − driver",
      "value": ("-", "cmd:extrun", "cmd:extrun-unsandboxed"), "op": "<=",
      "goal": ("-", "cmd:driver-bwrap", "cmd:driver"), "goalName": "bwrap + seccomp − driver, same rounds", "unit": "ms"},
     {"id": "36.3", "group": "issue 36", "name": "MCP stdio warm p50 − in-process warm p50",
-     "value": ("-", "mcp.json:p50Us", WARM_P50), "op": "<=", "goal": 60, "unit": "µs"},
+     "value": ("-", "mcp.json:p50Us", WARM_P50), "op": "<=", "goal": 60, "unit": "µs",
+     "bound": "mcp-floor.json:p50Us", "boundName": "the client and its pipes alone (floor.c's server)"},
     {"id": "36.4a", "group": "issue 36", "name": "serve, 8 clients, not donating / in process not donating",
      "value": ("/", "serve-throughput-nodonate.txt:perSecond", "serve-pool-nodonate.json:intentsPerSecond"),
-     "op": ">=", "goal": 0.75, "unit": "×"},
+     "op": ">=", "goal": 0.75, "unit": "×",
+     "bound": ("/", HOP_FLOOR, ("+", "serve-pool-nodonate.json:intentsPerSecond", HOP_FLOOR)),
+     "boundName": "a service adding only its listener and the hop to a worker"},
     {"id": "36.4b", "group": "issue 36", "name": "serve, 8 clients, donating / in process donating",
      "value": ("/", "serve-throughput.txt:perSecond", "serve-pool.json:intentsPerSecond"),
-     "op": ">=", "goal": 0.85, "unit": "×"},
+     "op": ">=", "goal": 0.85, "unit": "×",
+     "bound": ("/", HOP_FLOOR, ("+", "serve-pool.json:intentsPerSecond", HOP_FLOOR)),
+     "boundName": "a service adding only its listener and the hop to a worker"},
     {"id": "36.5", "group": "issue 36", "name": "in process, 8 callers: donating / not donating",
      "value": ("/", "serve-pool.json:intentsPerSecond", "serve-pool-nodonate.json:intentsPerSecond"),
      "op": ">=", "goal": 0.6, "unit": "×"},
@@ -278,6 +295,16 @@ def judge(run, target):
                         "ci95": [round(lo, 4), round(hi, 4)]}
     if per_round:
         text += f" [{fmt(quantile(per_round, .25), digits)}–{fmt(quantile(per_round, .75), digits)}], 95% CI {fmt(median_ci(per_round)[0], digits)}–{fmt(median_ci(per_round)[1], digits)}"
+    if "bound" in target:
+        try:
+            bound, _ = evaluate(run, target["bound"])
+        except Unmeasured:
+            bound = None
+        if bound is not None:
+            meets = COMPARE[target["op"]](bound, goal)
+            out.update({"bound": round(bound, 4), "boundExpression": show(target["bound"]), "boundName": target["boundName"],
+                        "boundMeetsGoal": meets})
+            text += f"; {target['boundName']}: {bound:.{digits}f} {unit}" + ("" if meets else ", itself beyond the goal")
     if "note" in out:
         text += f"; {out['note']}"
     out["rows"] = run.used
