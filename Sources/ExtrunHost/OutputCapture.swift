@@ -13,14 +13,16 @@ struct OutputCapture {
 
     init(limit: Int) {
         self.limit = max(1, limit)
-        self.ring = [UInt8](repeating: 0, count: max(1, limit))
+        // Grown as bytes arrive, up to `limit`: a plugin that writes nothing costs no pages
+        // (two zeroed rings of the limit were ~30 page faults of every cold run).
+        self.ring = []
     }
 
     /// Appends bytes; returns the complete lines they finish (none unless `collectsLines`).
     mutating func append(_ bytes: UnsafeRawBufferPointer) -> [String] {
         let kept = bytes.count > limit ? UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - limit)...]) : bytes
         for byte in kept {
-            ring[next] = byte
+            if ring.count < limit { ring.append(byte) } else { ring[next] = byte }
             next = next + 1 == limit ? 0 : next + 1
         }
         filled = min(limit, filled + kept.count)

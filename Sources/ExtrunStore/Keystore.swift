@@ -195,7 +195,7 @@ struct Keystore: Sendable {
                     "key file \(path) has mode \(String(info.st_mode & 0o7777, radix: 8)) (owner uid \(info.st_uid)); it must belong to you with mode 600: chmod 600 '\(path)'",
                     details: details)
             }
-            guard let read = try FileOps.readAll(fd, limit: 64 * 1024) else {
+            guard let read = try FileOps.readAll(fd, limit: 64 * 1024, expectedSize: Int(info.st_size)) else {
                 throw StoreError(.invalidKeyFile, "key file \(path) is over 64 KiB: not a key file", details: details)
             }
             data = read

@@ -387,7 +387,7 @@ final class DigestCache {
         defer { close(fd) }
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,
             info.st_size < 8 << 20,
-            let data = try? FileOps.readAll(fd, limit: 8 << 20), let value = try? JSONParser.parse(data), case .object(let root) = value
+            let data = try? FileOps.readAll(fd, limit: 8 << 20, expectedSize: Int(info.st_size)), let value = try? JSONParser.parse(data), case .object(let root) = value
         else { return }
         // Entries of version 2 on: earlier ones may hold identities taken within a clock
         // tick of the file's last change (`PluginFiles.digest`), so they are computed again.
@@ -478,7 +478,7 @@ extension PluginSignature {
                 throw PluginSignatureProblem.malformed("\(path) is not a regular file")
             }
             if let problem = PluginFilePermissions.problem(entry: info, path: path) { throw problem }
-            guard let read = try? FileOps.readAll(fd, limit: maxFileBytes) else {
+            guard let read = try? FileOps.readAll(fd, limit: maxFileBytes, expectedSize: Int(info.st_size)) else {
                 throw PluginSignatureProblem.malformed("cannot read \(path), or it is over \(maxFileBytes) bytes")
             }
             data = read
