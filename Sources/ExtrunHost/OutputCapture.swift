@@ -3,9 +3,9 @@
 /// hands complete lines to an observer as they arrive.
 struct OutputCapture {
     let limit: Int
+    /// The bytes kept: filled in order up to `limit`, then overwritten from `next` on.
     private var ring: [UInt8]
     private var next = 0
-    private var filled = 0
     /// Whether lines are collected (for `--verbose`); otherwise only the tail is kept.
     var collectsLines = false
     private var partialLine: [UInt8] = []
@@ -25,7 +25,6 @@ struct OutputCapture {
             if ring.count < limit { ring.append(byte) } else { ring[next] = byte }
             next = next + 1 == limit ? 0 : next + 1
         }
-        filled = min(limit, filled + kept.count)
         guard collectsLines else { return [] }
         var lines: [String] = []
         for byte in bytes {
@@ -48,7 +47,7 @@ struct OutputCapture {
 
     /// The bytes kept, oldest first.
     var tail: [UInt8] {
-        if filled < limit { return Array(ring[0..<filled]) }
+        if ring.count < limit { return ring }
         return Array(ring[next..<limit]) + Array(ring[0..<next])
     }
 

@@ -390,7 +390,7 @@ package final class StoreDatabase: Sendable {
         migrator.registerMigration("v6-bookmark-file-bytes") { db in
             try db.execute(sql: Quotas.fileBytesSQL)
         }
-        // The donation group's index partial, the donation insert's usage count one upsert (Quotas.swift).
+        // A donation's write made cheaper: two indexes changed, its usage counted by one upsert (Quotas.swift).
         migrator.registerMigration("v7-donation-writes") { db in
             try db.execute(sql: Quotas.donationWritesSQL)
         }
