@@ -391,7 +391,9 @@ package final class StoreDatabase: Sendable {
             try db.execute(sql: Quotas.fileBytesSQL)
         }
         // A donation's write made cheaper: two indexes changed, its usage counted by one upsert (Quotas.swift).
-        migrator.registerMigration("v7-donation-writes") { db in
+        // No row changes, so no foreign key check of every row at its end: a recovered store whose
+        // rows lost their owner row (`recover` keeps them) migrates as any other.
+        migrator.registerMigration("v7-donation-writes", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: Quotas.donationWritesSQL)
         }
         return migrator
