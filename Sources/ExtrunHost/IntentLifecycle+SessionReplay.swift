@@ -22,7 +22,7 @@ extension IntentLifecycle {
         let params = SessionParams(
             intent: definition.name, parameters: parameters,
             resolve: definition.parameters.map { SessionParameter(parameter: $0.name, required: $0.required, parent: $0.parent) },
-            handle: !personConfirms)
+            handle: !personConfirms, pollAfterUs: PooledSessions.pollAfterHint)
         let value = try call(connection, Method.session, params.jsonValue)
         let result: SessionResult
         do {

@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// Handles many intents in one host process, keeping plugin processes warm
 /// between them (docs/protocol.md §15). Each intent is handled by `Host.handle`'s
@@ -218,7 +219,16 @@ public final class PluginPool: Sendable {
             }
         }
         let context = RunContext(sessions: sessions, catalog: values.catalog, checkHome: false, sealMaxAgeNs: PooledSessions.fileIdentityMaxAgeNs)
+        PooledSessions.running.add(1, ordering: .relaxed)
+        defer { PooledSessions.running.subtract(1, ordering: .relaxed) }
         return body(options, context)
+    }
+
+    /// Whether fewer intents run through warm pools in this process than there are CPUs:
+    /// a CPU is then free for a thread (or a warm plugin) to poll for what comes next
+    /// instead of sleeping (`PooledSessions.pollAfterHint`, `extrun mcp`'s reading).
+    public static var hasSpareCPU: Bool {
+        PooledSessions.running.load(ordering: .relaxed) < PooledSessions.processors
     }
 
     /// Ends every idle process (closes its channel, waits its exit grace).

@@ -1,6 +1,7 @@
 import ExtrunProtocol
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// Plugin processes kept warm between intents (docs/protocol.md §15): a plugin that
 /// declares `"reusable": true` in its handshake runs the next intent for the same
@@ -15,6 +16,25 @@ import NIOConcurrencyHelpers
 final class PooledSessions: SessionSource, Sendable {
     /// How long a wait for a warm plugin's answer reads without sleeping first (PluginConnection.spinNs).
     static let spinNs: UInt64 = 50_000
+
+    /// The intents running through warm pools in this process now (`PluginPool`).
+    static let running = Atomic<Int>(0)
+    static let processors = max(1, ProcessInfo.processInfo.activeProcessorCount)
+    /// How long a warm plugin may read its channel without sleeping after its answer to a
+    /// `session` request (docs/protocol.md §15.1, `pollAfterUs`). While fewer intents run
+    /// here than there are CPUs, one is free for it: the next request (a client's next
+    /// call through `extrun mcp`, say) then finds it awake, where a plugin asleep on an idle
+    /// CPU is woken ~20 µs late on a VM and the whole round trip slows (docs/benchmarks.md,
+    /// "MCP over stdio"). With as many intents as CPUs or more, it sleeps at once: its
+    /// reading would take a CPU the others need.
+    static let pollAfterUs = 200
+    static var pollAfterHint: Int {
+        pollAfterHint(running: running.load(ordering: .relaxed), processors: processors)
+    }
+
+    static func pollAfterHint(running: Int, processors: Int) -> Int {
+        running < processors ? pollAfterUs : 0
+    }
     /// How old a plugin file's identity (`stat`) may be when a warm process is looked up.
     static let fileIdentityMaxAgeNs: UInt64 = 10_000_000
 

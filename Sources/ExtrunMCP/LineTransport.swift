@@ -1,3 +1,4 @@
+import ExtrunHost
 import ExtrunProtocol
 import ExtrunSystem
 import Foundation
@@ -22,6 +23,8 @@ struct LineReader {
     private var scanned = 0
     private var skipping = false
     private var chunk = [UInt8](repeating: 0, count: 64 << 10)
+    /// Polls before each read that would wait (nil: none).
+    var spin: ReadSpin?
 
     init(fd: Int32, maxLineBytes: Int) {
         self.fd = fd
@@ -97,6 +100,7 @@ struct LineReader {
     /// is then `buffered`'s `.end`.
     mutating func fill() {
         var count = 0
+        spin?.wait(fd: fd)
         while true {
             do {
                 count = try SystemCall.read(fd, into: &chunk)
@@ -122,6 +126,42 @@ struct LineReader {
             return
         }
         buffer.append(contentsOf: chunk[0..<count])
+    }
+}
+
+/// A reader's short wait without sleeping: a client that sends its next request within
+/// microseconds of an answer (a script calling tools one after another) finds the
+/// reading thread awake, where a thread asleep on an idle CPU is woken ~20 µs late on a
+/// VM (docs/benchmarks.md, "MCP over stdio"). It polls only while `allowed` says a CPU is
+/// free for it, and stops after `maxFruitless` waits in a row that found nothing (then
+/// polls again only every `probeEvery`th wait, until one finds something): a client that
+/// thinks for seconds between calls costs it nothing.
+struct ReadSpin {
+    static let durationNs: UInt64 = 200_000
+    static let maxFruitless = 16
+    static let probeEvery = 8
+    let allowed: @Sendable () -> Bool
+    private var fruitless = 0
+    private var waits = 0
+
+    init(allowed: @escaping @Sendable () -> Bool) {
+        self.allowed = allowed
+    }
+
+    /// Returns when `fd` is readable, or after `durationNs` of polling (yielding the CPU between tries), or at once when it may not poll.
+    mutating func wait(fd: Int32) {
+        waits &+= 1
+        guard fruitless < Self.maxFruitless || waits % Self.probeEvery == 0, allowed() else { return }
+        let until = MonotonicClock.now() &+ Self.durationNs
+        repeat {
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&ready, 1, 0) != 0 {
+                fruitless = 0
+                return
+            }
+            sched_yield()
+        } while MonotonicClock.now() < until
+        fruitless += 1
     }
 }
 

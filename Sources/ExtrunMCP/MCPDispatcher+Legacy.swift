@@ -166,9 +166,9 @@ final class Peer: Sendable {
     let principal: String
     /// Sends a message outside any request (stdio: the connection's stream); nil over HTTP.
     let notify: (@Sendable (JSONValue) -> Void)?
-    /// Runs a call's job on the thread that read it, once another thread reads on (stdio:
-    /// MCPServer); nil: the service's workers run it (`MCPDispatcher.submit`).
-    let runner: (@Sendable (@escaping @Sendable () -> Void) -> Void)?
+    /// Runs a call on the thread that read it (stdio: MCPServer): its work, then its answer;
+    /// nil: the service's workers run it (`MCPDispatcher.submit`).
+    let runner: (@Sendable (_ work: @escaping @Sendable () -> Void, _ answer: @escaping @Sendable () -> Void) -> Void)?
     private let state = NIOLockedValueBox(PeerState())
 
     struct PeerState {
@@ -184,7 +184,7 @@ final class Peer: Sendable {
 
     init(
         sessionID: String?, principal: String, notify: (@Sendable (JSONValue) -> Void)?,
-        runner: (@Sendable (@escaping @Sendable () -> Void) -> Void)? = nil
+        runner: (@Sendable (_ work: @escaping @Sendable () -> Void, _ answer: @escaping @Sendable () -> Void) -> Void)? = nil
     ) {
         self.sessionID = sessionID
         self.principal = principal

@@ -444,10 +444,19 @@ public final class MCPDispatcher: Sendable {
             completion(report)
             return
         }
-        runner { [self] in
-            completion(service.perform(request, options: options, control: control))
-            state.withLockedValue { $0.runningHere -= 1 }
-        }
+        let report = NIOLockedValueBox<HandleReport?>(nil)
+        runner(
+            { [self] in report.withLockedValue { $0 = service.perform(request, options: options, control: control) } },
+            { [self] in
+                if let done = report.withLockedValue({ $0 }) {
+                    completion(done)
+                } else {
+                    var missing = HandleReport(intent: request.intentName)
+                    missing.error = HostError(.internalError, "the call ended without a report")
+                    completion(missing)
+                }
+                state.withLockedValue { $0.runningHere -= 1 }
+            })
     }
 
     /// Keeps `control` among the calls running until `done`.

@@ -45,7 +45,7 @@ public final class MCPServer: Sendable {
         self.relay = relay
         peer = Peer(
             sessionID: nil, principal: MCPRequestContext.stdio.principal, notify: { message in writer.send(message) },
-            runner: { job in relay.runCall(job) })
+            runner: { work, answer in relay.runCall(work, then: answer) })
         relay.start { [weak self] in self?.readTurn() }
     }
 
@@ -53,6 +53,7 @@ public final class MCPServer: Sendable {
     /// them and ends the warm processes.
     public func run(input: Int32 = STDIN_FILENO) {
         relay.reader = LineReader(fd: input, maxLineBytes: Self.maxLineBytes)
+        relay.reader.spin = ReadSpin { PluginPool.hasSpareCPU }
         relay.watchInput(input)
         relay.serve()
         relay.finished.wait()
@@ -163,12 +164,16 @@ final class ReadRelay: @unchecked Sendable {
         watch = InputWatch(input: input) { [weak self] in self?.inputArrived() }
     }
 
-    /// Runs the call the reader read: on this thread, keeping the reading unless input arrives
-    /// meanwhile (`InputWatch`), or passing it on first when more input was read already.
-    func runCall(_ job: () -> Void) {
+    /// Runs the call the reader read, its `work` then its `answer`: on this thread, keeping the
+    /// reading unless input arrives during the work (`InputWatch`), or passing it on first
+    /// when more input was read already. The watch ends before the answer is written: a
+    /// client that sends its next line at once would otherwise find it still armed, and the
+    /// reading would pass to another thread at every call (two wake-ups in the round trip).
+    func runCall(_ work: () -> Void, then answer: () -> Void) {
         guard let watch, !reader.holdsMore else {
             handOff()
-            job()
+            work()
+            answer()
             return
         }
         let turn = lock.withLock { () -> Int in
@@ -176,7 +181,7 @@ final class ReadRelay: @unchecked Sendable {
             return turns
         }
         watch.arm()
-        job()
+        work()
         // Still holding the turn: the watch saw nothing, and this thread goes on reading. A
         // turn passed on meanwhile (`turns` moved) may belong to another call holding it now,
         // whose watch stays armed.
@@ -186,6 +191,7 @@ final class ReadRelay: @unchecked Sendable {
             return true
         }
         if kept { watch.disarm() }
+        answer()
     }
 
     /// Input arrived while a call held the reading: the reading passes on.

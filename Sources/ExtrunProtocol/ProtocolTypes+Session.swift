@@ -17,12 +17,17 @@ public struct SessionParams: Sendable, Hashable {
     /// Whether to handle after a confirmation of `ready` or `success` (false when a
     /// person must confirm the intent first: the host then sends `handle` itself).
     public var handle: Bool
+    /// How long the plugin may keep reading its channel without sleeping after it has
+    /// answered, in microseconds, for the host's next request (0: sleep at once; nil: the
+    /// plugin's own choice). A hint, which a plugin may ignore (docs/protocol.md §15.1).
+    public var pollAfterUs: Int?
 
-    public init(intent: String, parameters: [String: JSONValue], resolve: [SessionParameter], handle: Bool) {
+    public init(intent: String, parameters: [String: JSONValue], resolve: [SessionParameter], handle: Bool, pollAfterUs: Int? = nil) {
         self.intent = intent
         self.parameters = parameters
         self.resolve = resolve
         self.handle = handle
+        self.pollAfterUs = pollAfterUs
     }
 }
 
@@ -111,12 +116,16 @@ extension SessionParams: JSONValueConvertible {
         let resolve = try fields.objects("resolve", SessionParameter.init(fields:))
         let handle = try fields.optionalBool("handle")
         guard let handle else { throw DecodingError.keyNotFound(JSONPathKey(stringValue: "handle"), DecodingError.Context(codingPath: [], debugDescription: "")) }
-        self.init(intent: try fields.string("intent"), parameters: try fields.members("parameters"), resolve: resolve, handle: handle)
+        self.init(
+            intent: try fields.string("intent"), parameters: try fields.members("parameters"), resolve: resolve, handle: handle,
+            pollAfterUs: try fields.optionalInt("pollAfterUs"))
     }
     public var jsonValue: JSONValue {
-        .object([
+        var object: [String: JSONValue] = [
             "intent": .string(intent), "parameters": .object(parameters), "resolve": .array(resolve.map(\.jsonValue)), "handle": .bool(handle),
-        ])
+        ]
+        if let pollAfterUs { object["pollAfterUs"] = .int(Int64(pollAfterUs)) }
+        return .object(object)
     }
 }
 

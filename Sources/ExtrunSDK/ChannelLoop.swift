@@ -43,6 +43,10 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     /// Spins in a row that found nothing, and the loop's waits (the loop's thread only).
     private nonisolated(unsafe) var fruitlessSpins = 0
     private nonisolated(unsafe) var waits = 0
+    /// Until when (monotonic ns) the waits after an answer read without sleeping, as the
+    /// host asked in its request (`pollAfterUs`); 0: the host asked nothing, the loop's own
+    /// `spinNs` holds. Cleared when the host's next message arrives.
+    private let pollUntil = Atomic<UInt64>(0)
 
     /// - Parameters:
     ///   - onMessage: called with each message and this loop (the executor for its task),
@@ -107,8 +111,8 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
                 if state.jobs.isEmpty { state.sleeping = true }
                 return state.sleeping
             }
-            if sleep, shouldSpin() {
-                if spin() {
+            if sleep, case let until = spinUntil(), until > Self.now(), shouldSpin() {
+                if spin(until: until) {
                     fruitlessSpins = 0
                     queue.withLockedValue { $0.sleeping = false }
                     continue
@@ -139,6 +143,7 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
     /// How long the loop reads without sleeping before it blocks in poll: in a warm
     /// process the host's next request often follows within microseconds, and
     /// sleeping and being woken costs as much again on a VM. Reads yield the CPU between tries.
+    /// A host's `pollAfterUs` (`pollAfter`) replaces it for the waits after that answer.
     static let spinNs: UInt64 = 50_000
 
     /// After this many spins in a row found nothing, the loop blocks at once and spins again
@@ -155,9 +160,27 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
         return fruitlessSpins < Self.maxFruitlessSpins || waits % Self.probeEvery == 0
     }
 
-    /// Reads (and hands over) what arrives within `spinNs`; whether anything did. Stops early when a job is queued.
-    private func spin() -> Bool {
-        let until = Self.now() &+ Self.spinNs
+    /// The longest a host's `pollAfterUs` may make a wait read without sleeping.
+    static let maxPollAfterUs = 1_000
+
+    /// Takes the `pollAfterUs` of the request just answered (nil: none given): until the
+    /// host's next message, the loop reads without sleeping for that long after now (0:
+    /// it sleeps at once; at most `maxPollAfterUs`).
+    func pollAfter(microseconds: Int?) {
+        guard let microseconds else { return }
+        let duration = UInt64(min(max(microseconds, 0), Self.maxPollAfterUs)) * 1_000
+        // 1: a time long past, so that "sleep at once" differs from "no hint" (0).
+        pollUntil.store(duration == 0 ? 1 : Self.now() &+ duration, ordering: .relaxed)
+    }
+
+    /// Until when a wait starting now may read without sleeping: the host's hint, else `spinNs` from now.
+    func spinUntil() -> UInt64 {
+        let hinted = pollUntil.load(ordering: .relaxed)
+        return hinted == 0 ? Self.now() &+ Self.spinNs : hinted
+    }
+
+    /// Reads (and hands over) what arrives until `until` (monotonic ns); whether anything did. Stops early when a job is queued.
+    private func spin(until: UInt64) -> Bool {
         repeat {
             if readAvailable() { return true }
             if queue.withLockedValue({ !$0.jobs.isEmpty }) { return true }
@@ -196,6 +219,8 @@ final class ChannelLoop: TaskExecutor, @unchecked Sendable {
                 }
                 if count == 0 { exit(0) }
                 got = true
+                // The host spoke again: its hint was for the wait that ended here.
+                pollUntil.store(0, ordering: .relaxed)
                 lastInput.store(Self.now(), ordering: .relaxed)
                 readBuffer.withUnsafeBytes { decoder.append(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
                 do {

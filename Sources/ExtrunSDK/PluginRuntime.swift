@@ -92,11 +92,17 @@ final class Server: Sendable {
                 channel.send(.response(id: id, result: .null))
                 exit(0)
             }
+            // The host's hint for the wait after this answer (docs/protocol.md §15.1).
+            var pollAfterUs: Int?
+            if method == Method.session, case .object(let fields)? = params, case .int(let value)? = fields["pollAfterUs"] {
+                pollAfterUs = Int(clamping: value)
+            }
             let task = Task(executorPreference: loop) {
                 let result = await self.answer(method: method, params: params)
                 self.running.withLockedValue { state in
                     if state.tasks.removeValue(forKey: id) == nil { state.finished.insert(id) }
                 }
+                loop.pollAfter(microseconds: pollAfterUs)
                 switch result {
                 case .success(let value): self.channel.send(.response(id: id, result: value))
                 case .failure(let error): self.channel.send(.errorResponse(id: id, error: error))

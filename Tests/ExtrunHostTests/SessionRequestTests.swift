@@ -72,6 +72,8 @@ struct SessionRequestTests {
 
         def session(msg):
             log_method(msg)
+            with open(os.path.join(PLUGIN_DIR, "polls"), "a") as f:
+                f.write(repr(msg["params"].get("pollAfterUs")) + "\n")
             reply(msg, run_session(msg["params"]))
 
         handlers = {"initialize": session_handshake, "resolve": step, "confirm": step, "handle": step, "session": session}
@@ -112,6 +114,11 @@ struct SessionRequestTests {
             #expect(report.response?.properties["echo"] == .string(text))
         }
         #expect(methods(plugin) == ["initialize", "resolve", "resolve", "confirm", "handle", "session", "session"])
+        // Each session request says how long the plugin may poll after its answer: 200 µs
+        // while a CPU is free, 0 when as many intents run in this process as there are CPUs
+        // (other tests' pools count too, so either may be seen here).
+        let polls = (plugin.note("polls") ?? "").split(separator: "\n").map(String.init)
+        #expect(polls.count == 2 && polls.allSatisfy { $0 == "200" || $0 == "0" }, "\(polls)")
         #expect(pool.launches == 1 && pool.reuses == 2)
         // A parent condition is evaluated by the plugin as by the host: `shout` is resolved only when `loud` is true.
         let loud = pool.handle(echo(["text": "a", "loud": true, "shout": "hey"]))

@@ -165,6 +165,14 @@ struct JSONValueConvertibleTests {
                 SessionParameter(parameter: "shout", parent: ParentCondition(parameter: "loud", value: true)),
             ], handle: false)
         #expect(try SessionParams(jsonValue: params.jsonValue) == params)
+        #expect(params.jsonValue["pollAfterUs"] == nil)
+        var polling = params
+        polling.pollAfterUs = 200
+        #expect(polling.jsonValue["pollAfterUs"] == 200)
+        #expect(try SessionParams(jsonValue: polling.jsonValue) == polling)
+        var wrong = polling.jsonValue.objectValue ?? [:]
+        wrong["pollAfterUs"] = "soon"
+        #expect(throws: (any Error).self) { try SessionParams(jsonValue: .object(wrong)) }
         let result = SessionResult(
             resolutions: [
                 SessionResolution(parameter: "text", result: .success("hi")), SessionResolution(parameter: "n", result: .notRequired),

@@ -99,4 +99,36 @@ struct IntentHandlerDefaultTests {
     func notConnected() {
         #expect(!PluginChannel(inputFD: -1, outputFD: -1).isConnected)
     }
+
+    @Test("the host's pollAfterUs sets until when the waits after an answer read without sleeping")
+    func pollAfterHint() throws {
+        var fds: [Int32] = [-1, -1]
+        #expect(pipe(&fds) == 0)
+        defer { for fd in fds { close(fd) } }
+        let loop = ChannelLoop(inputFD: fds[0], onMessage: { _, _ in }, onError: { error in fatalError("\(error)") })
+        func ahead() -> Int64 { Int64(bitPattern: loop.spinUntil() &- MonotonicNow.ns()) }
+        // No hint: the loop's own spinNs.
+        #expect(abs(ahead() - Int64(ChannelLoop.spinNs)) < 5_000_000)
+        loop.pollAfter(microseconds: nil)
+        #expect(abs(ahead() - Int64(ChannelLoop.spinNs)) < 5_000_000)
+        // 0: sleep at once (a time already past).
+        loop.pollAfter(microseconds: 0)
+        #expect(loop.spinUntil() == 1)
+        // A hint counts from the answer, and is capped.
+        loop.pollAfter(microseconds: 200)
+        #expect(ahead() <= 200_000 && ahead() > -5_000_000)
+        loop.pollAfter(microseconds: 1_000_000)
+        #expect(ahead() <= Int64(ChannelLoop.maxPollAfterUs) * 1_000)
+        loop.pollAfter(microseconds: -5)
+        #expect(loop.spinUntil() == 1)
+    }
+}
+
+/// CLOCK_MONOTONIC in ns, as the loop reads it.
+enum MonotonicNow {
+    static func ns() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
 }
