@@ -560,7 +560,7 @@ def main():
             inproc_p50, inproc_p99 = sandboxed["summary"]["p50Us"], sandboxed["summary"]["p99Us"]
             print(f"  MCP: a warm tool call over `extrun mcp`'s stdio, timed by a plain client ({m['count']} calls): "
                   f"p50 {m['p50Us']:.0f} µs, p99 {m['p99Us']:.0f} µs; the warm in-process call above: p50 {inproc_p50:.0f} µs, "
-                  f"p99 {inproc_p99:.0f} µs; the MCP layer (JSON-RPC lines, a thread per call, the client's pipes): "
+                  f"p99 {inproc_p99:.0f} µs; the MCP layer (JSON-RPC lines, the call's dispatch, the client's pipes): "
                   f"+{m['p50Us'] - inproc_p50:.0f} µs at p50")
             floor_path = os.path.join(d, "mcp-floor.json")
             if os.path.exists(floor_path):
