@@ -166,8 +166,9 @@ final class Peer: Sendable {
     let principal: String
     /// Sends a message outside any request (stdio: the connection's stream); nil over HTTP.
     let notify: (@Sendable (JSONValue) -> Void)?
-    /// Runs a call on the thread that read it (stdio: MCPServer): its work, then its answer;
-    /// nil: the service's workers run it (`MCPDispatcher.submit`).
+    /// Runs a call on the thread that read it (stdio: MCPServer): its work, then its answer
+    /// (which must not wait: the input is no longer watched for it; it builds and queues the
+    /// reply); nil: the service's workers run it (`MCPDispatcher.submit`).
     let runner: (@Sendable (_ work: @escaping @Sendable () -> Void, _ answer: @escaping @Sendable () -> Void) -> Void)?
     private let state = NIOLockedValueBox(PeerState())
 
