@@ -32,6 +32,7 @@ import json
 import os
 import select
 import sys
+import time
 
 # base64, random, time and traceback are imported where they are used: every
 # module loaded at start counts against the extension's 30 MiB.
@@ -192,6 +193,18 @@ class Channel:
         self.reader.feed(chunk)
         for body in self.reader.frames():
             self.pending.append(decode(body))
+        return True
+
+    def arrives_within(self, seconds):
+        """Whether input arrives within `seconds`, read for without sleeping (yielding the
+        CPU between tries): the wait after an answer the host gave `pollAfterUs` (§15.1)."""
+        deadline = time.monotonic() + seconds
+        while not self.closed:
+            if select.select([self.read_fd], [], [], 0)[0]:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            os.sched_yield()
         return True
 
     def receive(self):
@@ -536,6 +549,8 @@ class Plugin:
         self.context = Context(self)
         self._next_id = 0
         self._answers = {}
+        self._fruitless_polls = 0
+        self._waits = 0
 
     # -- sending
 
@@ -615,6 +630,28 @@ class Plugin:
                 reply = {"jsonrpc": "2.0", "id": request_id,
                          "error": {"code": INTERNAL_ERROR, "message": "%s: %s" % (type(error).__name__, error)}}
             self.channel.send(reply)
+            if method == "session":
+                self.poll_after(message.get("params"))
+
+    # Polls after a session answer that found nothing, in a row, before polling stops (then
+    # only every PROBE_EVERY-th wait polls, until one finds something), as the Swift SDK does.
+    MAX_FRUITLESS_POLLS = 16
+    PROBE_EVERY = 8
+    MAX_POLL_AFTER_US = 1000
+
+    def poll_after(self, params):
+        """The host's `pollAfterUs` (§15.1): reads for the next request without sleeping for
+        that long (at most MAX_POLL_AFTER_US), while a CPU is free for it, as the host says."""
+        micros = params.get("pollAfterUs") if isinstance(params, dict) else None
+        if not isinstance(micros, int) or isinstance(micros, bool) or micros <= 0 or self.channel.pending:
+            return
+        self._waits += 1
+        if self._fruitless_polls >= self.MAX_FRUITLESS_POLLS and self._waits % self.PROBE_EVERY:
+            return
+        if self.channel.arrives_within(min(micros, self.MAX_POLL_AFTER_US) / 1e6):
+            self._fruitless_polls = 0
+        else:
+            self._fruitless_polls += 1
 
     def answer(self, method, params):
         if params is None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 # Started with a standard descriptor closed (a CI runner may give no standard input), the
@@ -280,6 +281,30 @@ class SessionTests(unittest.TestCase):
                             {"parameter": "note", "result": {"result": "notRequired"}}],
             "confirm": {"code": "ready"},
             "handle": {"code": "success", "properties": {"soup": "tomato", "mode": "extension"}, "dialog": {"full": "Coming up."}}})
+
+    def test_polls_after_a_session_answer_as_the_host_says_and_stops_when_nothing_comes(self):
+        host = Host()
+        self.addCleanup(host.close)
+        host.write(initialize())
+        host.read()
+        params = {"intent": "Order", "parameters": {"soup": "clam"}, "resolve": [{"parameter": "soup"}], "handle": True}
+        # A request that comes at once is found by the poll; the answers are those of any session.
+        for i in range(3):
+            answer = host.call(10 + i, "session", dict(params, pollAfterUs=200))["result"]
+            self.assertEqual(answer["handle"]["properties"]["soup"], "clam")
+        self.assertEqual(host.plugin._fruitless_polls, 0)
+        # No hint, 0, or a wrong type: no poll at all.
+        for i, hint in enumerate([None, 0, "soon", True]):
+            call = dict(params) if hint is None else dict(params, pollAfterUs=hint)
+            self.assertIn("handle", host.call(20 + i, "session", call)["result"])
+        self.assertEqual(host.plugin._waits, 3)
+        # Requests that come later than the poll lasts: after MAX_FRUITLESS_POLLS of them in a
+        # row, only every PROBE_EVERY-th wait polls.
+        for i in range(extrun.Plugin.MAX_FRUITLESS_POLLS + 8):
+            host.call(30 + i, "session", dict(params, pollAfterUs=1))
+            time.sleep(0.005)
+        self.assertGreaterEqual(host.plugin._fruitless_polls, extrun.Plugin.MAX_FRUITLESS_POLLS)
+        self.assertLess(host.plugin._fruitless_polls, extrun.Plugin.MAX_FRUITLESS_POLLS + 8)
 
     def test_stops_where_the_host_must_act(self):
         self.assertEqual(self.session({}, [{"parameter": "soup", "required": True}, {"parameter": "note"}]),
