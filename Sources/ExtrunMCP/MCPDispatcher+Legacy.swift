@@ -166,10 +166,10 @@ final class Peer: Sendable {
     let principal: String
     /// Sends a message outside any request (stdio: the connection's stream); nil over HTTP.
     let notify: (@Sendable (JSONValue) -> Void)?
-    /// Runs a call on the thread that read it (stdio: MCPServer): its work, then its answer
-    /// (which must not wait: the input is no longer watched for it; it builds and queues the
-    /// reply); nil: the service's workers run it (`MCPDispatcher.submit`).
-    let runner: (@Sendable (_ work: @escaping @Sendable () -> Void, _ answer: @escaping @Sendable () -> Void) -> Void)?
+    /// Runs a call's job on the thread that read it (stdio: MCPServer), which calls `release`
+    /// once its work is done and before it answers (what follows must not wait: the input is
+    /// no longer watched for it); nil: the service's workers run it (`MCPDispatcher.submit`).
+    let runner: (@Sendable (@escaping @Sendable (_ release: () -> Void) -> Void) -> Void)?
     private let state = NIOLockedValueBox(PeerState())
 
     struct PeerState {
@@ -185,7 +185,7 @@ final class Peer: Sendable {
 
     init(
         sessionID: String?, principal: String, notify: (@Sendable (JSONValue) -> Void)?,
-        runner: (@Sendable (_ work: @escaping @Sendable () -> Void, _ answer: @escaping @Sendable () -> Void) -> Void)? = nil
+        runner: (@Sendable (@escaping @Sendable (_ release: () -> Void) -> Void) -> Void)? = nil
     ) {
         self.sessionID = sessionID
         self.principal = principal

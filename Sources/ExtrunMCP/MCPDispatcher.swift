@@ -444,19 +444,12 @@ public final class MCPDispatcher: Sendable {
             completion(report)
             return
         }
-        let report = NIOLockedValueBox<HandleReport?>(nil)
-        runner(
-            { [self] in report.withLockedValue { $0 = service.perform(request, options: options, control: control) } },
-            { [self] in
-                if let done = report.withLockedValue({ $0 }) {
-                    completion(done)
-                } else {
-                    var missing = HandleReport(intent: request.intentName)
-                    missing.error = HostError(.internalError, "the call ended without a report")
-                    completion(missing)
-                }
-                state.withLockedValue { $0.runningHere -= 1 }
-            })
+        runner { [self] release in
+            let report = service.perform(request, options: options, control: control)
+            release()
+            completion(report)
+            state.withLockedValue { $0.runningHere -= 1 }
+        }
     }
 
     /// Keeps `control` among the calls running until `done`.

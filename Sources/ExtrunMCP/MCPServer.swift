@@ -45,7 +45,7 @@ public final class MCPServer: Sendable {
         self.relay = relay
         peer = Peer(
             sessionID: nil, principal: MCPRequestContext.stdio.principal, notify: { message in writer.send(message) },
-            runner: { work, answer in relay.runCall(work, then: answer) })
+            runner: { job in relay.runCall(job) })
         relay.start { [weak self] in self?.readTurn() }
     }
 
@@ -164,16 +164,15 @@ final class ReadRelay: @unchecked Sendable {
         watch = InputWatch(input: input) { [weak self] in self?.inputArrived() }
     }
 
-    /// Runs the call the reader read, its `work` then its `answer`: on this thread, keeping the
-    /// reading unless input arrives during the work (`InputWatch`), or passing it on first
-    /// when more input was read already. The watch ends before the answer is written: a
-    /// client that sends its next line at once would otherwise find it still armed, and the
-    /// reading would pass to another thread at every call (two wake-ups in the round trip).
-    func runCall(_ work: () -> Void, then answer: () -> Void) {
+    /// Runs the call the reader read: on this thread, keeping the reading unless input arrives
+    /// before the job calls `release` (`InputWatch`), or passing it on first when more input
+    /// was read already. The job releases before it writes its answer: a client that sends
+    /// its next line at once would otherwise find the watch still armed, and the reading
+    /// would pass to another thread at every call (two wake-ups in the round trip).
+    func runCall(_ job: (_ release: () -> Void) -> Void) {
         guard let watch, !reader.holdsMore else {
             handOff()
-            work()
-            answer()
+            job {}
             return
         }
         let turn = lock.withLock { () -> Int in
@@ -181,17 +180,22 @@ final class ReadRelay: @unchecked Sendable {
             return turns
         }
         watch.arm()
-        work()
+        var released = false
         // Still holding the turn: the watch saw nothing, and this thread goes on reading. A
         // turn passed on meanwhile (`turns` moved) may belong to another call holding it now,
         // whose watch stays armed.
-        let kept = lock.withLock { () -> Bool in
-            guard callHoldsTurn, turns == turn else { return false }
-            callHoldsTurn = false
-            return true
+        func release() {
+            guard !released else { return }
+            released = true
+            let kept = lock.withLock { () -> Bool in
+                guard callHoldsTurn, turns == turn else { return false }
+                callHoldsTurn = false
+                return true
+            }
+            if kept { watch.disarm() }
         }
-        if kept { watch.disarm() }
-        answer()
+        job(release)
+        release()
     }
 
     /// Input arrived while a call held the reading: the reading passes on.
