@@ -189,7 +189,7 @@ final class PluginConnection {
     var spinNs: UInt64 = 0
     /// The waits spinning now, in this process, and the most that may (the CPUs but one).
     static let spinners = Atomic<Int>(0)
-    static let maxSpinners = max(0, ProcessInfo.processInfo.activeProcessorCount - 1)
+    static let maxSpinners = PooledSessions.processors - 1
 
     private func pump(deadline: () -> UInt64, until done: () -> Bool) -> PumpResult {
         var spun = spinNs == 0

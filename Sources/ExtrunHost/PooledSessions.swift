@@ -19,6 +19,7 @@ final class PooledSessions: SessionSource, Sendable {
 
     /// The intents running through warm pools in this process now (`PluginPool`).
     static let running = Atomic<Int>(0)
+    /// The CPUs this process may use (at least 1).
     static let processors = max(1, ProcessInfo.processInfo.activeProcessorCount)
     /// How long a warm plugin may read its channel without sleeping after its answer to a
     /// `session` request (docs/protocol.md §15.1, `pollAfterUs`). While fewer intents run
