@@ -33,8 +33,13 @@ import Testing
         let stop = Atomic<Bool>(false)
         let refusals = Atomic<Int>(0)
         let busy = Atomic<Int>(0)
-        /// Writes acknowledged so far, all writers together.
-        let acknowledged = Atomic<Int>(0)
+        /// Writes acknowledged so far, by writer (owner/name).
+        let acknowledged = Mutex<[String: Int]>([:])
+
+        /// The fewest writes acknowledged by any of `writers` so far.
+        func fewest(of writers: [String]) -> Int {
+            acknowledged.withLock { counts in writers.map { counts[$0, default: 0] }.min() ?? 0 }
+        }
     }
 
     static func increment(_ test: BackendStore, owner: String, name: String, writers: Writers) throws -> Int {
@@ -49,7 +54,7 @@ import Testing
                 }
                 _ = try globals.set(name, to: .int(value + 1), ifVersion: .version(current.version))
                 acknowledged += 1
-                writers.acknowledged.add(1, ordering: .relaxed)
+                writers.acknowledged.withLock { $0[owner + "/" + name, default: 0] += 1 }
             } catch let error as StoreError where error.kind == .versionConflict || error.kind == .storeBusy {
                 // Not acknowledged: another write came first (or the item moved), or the store was busy.
                 if error.kind == .versionConflict { writers.refusals.add(1, ordering: .relaxed) } else { writers.busy.add(1, ordering: .relaxed) }
@@ -84,11 +89,19 @@ import Testing
                 finished.add(1, ordering: .releasing)
             }
         }
-        // Writers first (a few writes each), then the migration in small batches while they run;
-        // they go on for a moment after it.
+        // Writers first (a few writes each: a writer whose thread starts late must not find its
+        // counter already moved), then the migration in small batches while they run; they go on
+        // for a moment after it.
+        let keys = writers.map { $0.0 + "/" + $0.1 }
         let start = Date()
-        while state.acknowledged.load(ordering: .relaxed) < 4 * writers.count, Date().timeIntervalSince(start) < 30 {
+        while state.fewest(of: keys) < 4, Date().timeIntervalSince(start) < 30 {
             Thread.sleep(forTimeInterval: 0.02)
+        }
+        guard state.fewest(of: keys) >= 4 else {
+            state.stop.store(true, ordering: .relaxed)
+            while finished.load(ordering: .acquiring) < writers.count { Thread.sleep(forTimeInterval: 0.01) }
+            Issue.record("a writer did not write 4 times in 30 s: \(state.acknowledged.withLock { $0 }), \(failures.withLock { $0 })")
+            return
         }
         let options = MigrationOptions(removeSource: true, batchSize: 40)
         let first = try test.reopen().migrate(from: "OLD", to: "NEW", options: options)
