@@ -2,6 +2,7 @@ import ExtrunProtocol
 import ExtrunStore
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// The host proves a plugin's owner before it serves it (docs/sandbox.md, "Who a
 /// plugin is"): a plugin folder with a signature file starts only if every file is
@@ -46,21 +47,40 @@ enum PluginVerification {
     /// folder is reused without looking at the files (a pool's 10 ms, as for its
     /// file identities: a change is seen by the intents that start 10 ms after it); 0 looks every time.
     static func running(_ plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64 = 0) throws(HostError) -> (seal: PluginSeal, plugin: DiscoveredPlugin) {
-        // Keyed by the manifest's path, which is kept (a URL's `path` costs microseconds per intent).
-        let now = maxAgeNs > 0 ? MonotonicClock.now() : 0
-        if maxAgeNs > 0, let known = recent.withLockedValue({ $0[plugin.manifestPath] }), now &- known.at <= maxAgeNs,
-            known.home == home, known.manifest == plugin.manifest
-        {
-            return (known.seal, known.plugin)
-        }
+        guard maxAgeNs > 0 else { return try verify(plugin, home: home, pin: true) }
+        if let known = recentAnswer(for: plugin, home: home, maxAgeNs: maxAgeNs) { return known }
+        // One check of a folder at a time in this process: the threads that find the last answer
+        // too old while another thread looks at the files wait for its answer instead of checking
+        // (and, for a new home, copying) the same files at the same moment. A pool's 8 callers
+        // made the first copy of a plugin 8 times over, and checked a folder twice per 10 ms
+        // (docs/benchmarks.md, "Warm dispatch in process").
+        let lock = checking[Int(UInt(bitPattern: plugin.manifestPath.hashValue) % UInt(checking.count))]
+        lock.lock()
+        defer { lock.unlock() }
+        if let known = recentAnswer(for: plugin, home: home, maxAgeNs: maxAgeNs) { return known }
+        let now = MonotonicClock.now()
+        checksMade.add(1, ordering: .relaxed)
         let found = try verify(plugin, home: home, pin: true)
-        if maxAgeNs > 0 {
-            recent.withLockedValue { recent in
-                if recent.count > 256 { recent.removeAll() }
-                recent[plugin.manifestPath] = (found.seal, found.plugin, plugin.manifest, home, now)
-            }
+        recent.withLockedValue { recent in
+            if recent.count > 256 { recent.removeAll() }
+            recent[plugin.manifestPath] = (found.seal, found.plugin, plugin.manifest, home, now)
         }
         return found
+    }
+
+    /// Locks for `running`'s checks, a folder's chosen by its manifest's path.
+    private static let checking = (0..<16).map { _ in NIOLock() }
+    /// How many times `running` looked at a folder's files for a pool (tests).
+    static let checksMade = Atomic<Int>(0)
+
+    /// The answer found for `plugin`'s folder in this home less than `maxAgeNs` ago (when its
+    /// check began), if any. Keyed by the manifest's path, which is kept (a URL's `path` costs
+    /// microseconds per intent).
+    private static func recentAnswer(for plugin: DiscoveredPlugin, home: URL, maxAgeNs: UInt64) -> (seal: PluginSeal, plugin: DiscoveredPlugin)? {
+        guard let known = recent.withLockedValue({ $0[plugin.manifestPath] }) else { return nil }
+        let now = MonotonicClock.now()
+        guard now >= known.at, now - known.at <= maxAgeNs, known.home == home, known.manifest == plugin.manifest else { return nil }
+        return (known.seal, known.plugin)
     }
 
     /// `argument` with a path in the plugin's folder (as written or its real path; the whole
