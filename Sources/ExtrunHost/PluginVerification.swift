@@ -52,9 +52,16 @@ enum PluginVerification {
         // One check of a folder at a time in this process: the threads that find the last answer
         // too old while another thread looks at the files wait for its answer instead of checking
         // (and, for a new home, copying) the same files at the same moment. A pool's 8 callers
-        // made the first copy of a plugin 8 times over, and checked a folder twice per 10 ms
-        // (docs/benchmarks.md, "Warm dispatch in process").
-        let lock = checking[Int(UInt(bitPattern: plugin.manifestPath.hashValue) % UInt(checking.count))]
+        // made the first copy of a plugin up to 8 times over, and checked a folder twice per 10 ms
+        // (docs/benchmarks.md, "Warm dispatch in process"). A lock per folder: a slow check (the
+        // first copy of a large plugin) holds up only the callers of that plugin.
+        let lock = checking.withLockedValue { locks in
+            if let known = locks[plugin.manifestPath] { return known }
+            if locks.count >= 256 { locks.removeAll() }
+            let made = NIOLock()
+            locks[plugin.manifestPath] = made
+            return made
+        }
         lock.lock()
         defer { lock.unlock() }
         if let known = recentAnswer(for: plugin, home: home, maxAgeNs: maxAgeNs) { return known }
@@ -68,8 +75,9 @@ enum PluginVerification {
         return found
     }
 
-    /// Locks for `running`'s checks, a folder's chosen by its manifest's path.
-    private static let checking = (0..<16).map { _ in NIOLock() }
+    /// The lock of each folder's check in `running`, by its manifest's path. (Forgetting them
+    /// all at 256 folders costs at most a second check of a folder at that moment.)
+    private static let checking = NIOLockedValueBox<[String: NIOLock]>([:])
     /// How many times `running` looked at a folder's files for a pool (tests).
     static let checksMade = Atomic<Int>(0)
 
