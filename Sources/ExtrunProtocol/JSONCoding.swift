@@ -39,8 +39,8 @@ public enum JSONCoding {
         if let convertible = T.self as? any JSONValueDecodable.Type, let typed = try convertible.init(jsonValue: value) as? T {
             return typed
         }
-        // JSONWriter's bytes, not JSONEncoder's: no Codable walk over the JSONValue.
-        return try sharedDecoder.decode(type, from: Data(JSONWriter.bytes(value)))
+        // Straight from the value, as JSONDecoder would read it written out (JSONValueDecoder).
+        return try JSONValueDecoder.decode(type, from: value)
     }
 
     /// Turns an `Encodable` value into a JSON value.
@@ -69,7 +69,6 @@ public enum JSONCoding {
     // JSONEncoder and JSONDecoder are Sendable: their configuration is never changed
     // after this point, so one of each serves every thread.
     private static let sharedEncoder = encoder()
-    private static let sharedDecoder = decoder()
 
     /// A readable reason for a `DecodingError` or a JSON syntax error:
     /// the path of the field and what was wrong with it.
