@@ -65,15 +65,15 @@ private struct Node: Decoder, SingleValueDecodingContainer {
     }
 
     func decode(_ type: Float.Type) throws -> Float {
-        let number: Double
         switch try present(type) {
-        case .int(let whole): number = Double(whole)
-        case .double(let fraction): number = fraction
+        case .int(let whole): return Float(whole)
+        case .double(let number):
+            // JSONDecoder refuses a number beyond Float's range (as not valid JSON, at the top).
+            guard number.magnitude <= Double(Float.greatestFiniteMagnitude) else { throw Self.notValidJSON }
+            // From the digits as written, as JSONDecoder reads them (rounding the double again could differ).
+            return Float(text) ?? Float(number)
         default: throw mismatch(type)
         }
-        // JSONDecoder refuses a number beyond Float's range (as not valid JSON, at the top).
-        guard number.magnitude <= Double(Float.greatestFiniteMagnitude) else { throw Self.notValidJSON }
-        return Float(number)
     }
 
     func decode(_ type: Int.Type) throws -> Int { try integer(type) }
@@ -119,7 +119,7 @@ private struct Node: Decoder, SingleValueDecodingContainer {
             switch try present(type) {
             case .int, .double:
                 // From the number as written, as JSONDecoder reads it.
-                guard let decimal = Decimal(string: String(decoding: JSONWriter.bytes(value), as: UTF8.self)) as? T else { throw Self.notValidJSON }
+                guard let decimal = Decimal(string: text) as? T else { throw Self.notValidJSON }
                 return decimal
             default:
                 throw DecodingError.typeMismatch(type, DecodingError.Context(codingPath: codingPath, debugDescription: ""))
@@ -129,6 +129,9 @@ private struct Node: Decoder, SingleValueDecodingContainer {
     }
 
     // MARK: Helpers
+
+    /// The value as JSONWriter writes it.
+    var text: String { String(decoding: JSONWriter.bytes(value), as: UTF8.self) }
 
     /// Whether the value is written as `null` (JSONWriter writes a number that is not finite so).
     var isNull: Bool {
@@ -155,7 +158,13 @@ private struct Node: Decoder, SingleValueDecodingContainer {
             return exact
         case .double(let number):
             // A whole number written with a fraction or an exponent (1.0, 1e2) is taken, as JSONDecoder takes it.
-            guard let exact = T(exactly: number) else { throw Self.notValidJSON }
+            // Beyond 2^53 JSONDecoder reads the digits as written (1.8446744071854776e+19 is
+            // 18446744071854776000, not the double's 18446744071854776320): so does this.
+            if number.magnitude < 0x1p53 {
+                guard let exact = T(exactly: number) else { throw Self.notValidJSON }
+                return exact
+            }
+            guard let decimal = Decimal(string: text), let exact = T(decimal.description) else { throw Self.notValidJSON }
             return exact
         default:
             throw mismatch(type)
