@@ -90,30 +90,13 @@ private struct Node: Decoder, SingleValueDecodingContainer {
     func decode<T: Decodable>(_ type: T.Type) throws -> T {
         // The types JSONDecoder decodes its own way, as JSONCoding.decoder() configures it.
         if type == Date.self {
-            _ = try present(type)
-            let text = try decode(String.self)
-            guard let date = ISODate.parse(text) as? T else {
-                throw DecodingError.dataCorrupted(
-                    DecodingError.Context(
-                        codingPath: codingPath, debugDescription: "'\(text)' is not an ISO 8601 date (e.g. 2026-11-22 or 2026-11-22T10:30:00Z)"))
-            }
-            return date
+            return try fromText(type, { "'\($0)' is not an ISO 8601 date (e.g. 2026-11-22 or 2026-11-22T10:30:00Z)" }) { ISODate.parse($0) as? T }
         }
         if type == Data.self {
-            _ = try present(type)
-            let text = try decode(String.self)
-            guard let data = Data(base64Encoded: text) as? T else {
-                throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: codingPath, debugDescription: "Encountered Data is not valid Base64."))
-            }
-            return data
+            return try fromText(type, { _ in "Encountered Data is not valid Base64." }) { Data(base64Encoded: $0) as? T }
         }
         if type == URL.self {
-            _ = try present(type)
-            let text = try decode(String.self)
-            guard let url = URL(string: text) as? T else {
-                throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: codingPath, debugDescription: "Invalid URL string."))
-            }
-            return url
+            return try fromText(type, { _ in "Invalid URL string." }) { URL(string: $0) as? T }
         }
         if type == Decimal.self {
             switch try present(type) {
@@ -129,6 +112,16 @@ private struct Node: Decoder, SingleValueDecodingContainer {
     }
 
     // MARK: Helpers
+
+    /// A `type` JSONDecoder reads from a string: `make`'s, or `dataCorrupted` with `failure`'s words.
+    func fromText<T>(_ type: Any.Type, _ failure: (String) -> String, _ make: (String) -> T?) throws -> T {
+        _ = try present(type)
+        let text = try decode(String.self)
+        guard let made = make(text) else {
+            throw DecodingError.dataCorrupted(DecodingError.Context(codingPath: codingPath, debugDescription: failure(text)))
+        }
+        return made
+    }
 
     /// The value as JSONWriter writes it.
     var text: String { String(decoding: JSONWriter.bytes(value), as: UTF8.self) }
