@@ -2,7 +2,6 @@ import ExtrunProtocol
 import ExtrunStore
 import Foundation
 import NIOConcurrencyHelpers
-import Synchronization
 
 /// The host proves a plugin's owner before it serves it (docs/sandbox.md, "Who a
 /// plugin is"): a plugin folder with a signature file starts only if every file is
@@ -66,7 +65,10 @@ enum PluginVerification {
         defer { lock.unlock() }
         if let known = recentAnswer(for: plugin, home: home, maxAgeNs: maxAgeNs) { return known }
         let now = MonotonicClock.now()
-        checksMade.add(1, ordering: .relaxed)
+        checksMade.withLockedValue { counts in
+            if counts.count >= 256 { counts.removeAll() }
+            counts[plugin.manifestPath, default: 0] += 1
+        }
         let found = try verify(plugin, home: home, pin: true)
         recent.withLockedValue { recent in
             if recent.count > 256 { recent.removeAll() }
@@ -78,8 +80,9 @@ enum PluginVerification {
     /// The lock of each folder's check in `running`, by its manifest's path. (Forgetting them
     /// all at 256 folders costs at most a second check of a folder at that moment.)
     private static let checking = NIOLockedValueBox<[String: NIOLock]>([:])
-    /// How many times `running` looked at a folder's files for a pool (tests).
-    static let checksMade = Atomic<Int>(0)
+    /// How many times `running` looked at each folder's files for a pool, by its manifest's path
+    /// (tests: other tests of the process check other folders meanwhile).
+    static let checksMade = NIOLockedValueBox<[String: Int]>([:])
 
     /// The answer found for `plugin`'s folder in this home less than `maxAgeNs` ago (when its
     /// check began), if any. Keyed by the manifest's path, which is kept (a URL's `path` costs
