@@ -2,6 +2,7 @@ import ExtrunProtocol
 import ExtrunStore
 import Foundation
 import NIOConcurrencyHelpers
+import Synchronization
 
 /// The host proves a plugin's owner before it serves it (docs/sandbox.md, "Who a
 /// plugin is"): a plugin folder with a signature file starts only if every file is
@@ -54,21 +55,18 @@ enum PluginVerification {
         // made the first copy of a plugin up to 8 times over, and checked a folder twice per 10 ms
         // (docs/benchmarks.md, "Warm dispatch in process"). A lock per folder: a slow check (the
         // first copy of a large plugin) holds up only the callers of that plugin.
-        let lock = checking.withLockedValue { locks in
-            if let known = locks[plugin.manifestPath] { return known }
-            if locks.count >= 256 { locks.removeAll() }
-            let made = NIOLock()
-            locks[plugin.manifestPath] = made
+        let check = checking.withLockedValue { checks in
+            if let known = checks[plugin.manifestPath] { return known }
+            if checks.count >= 256 { checks.removeAll() }
+            let made = FolderCheck()
+            checks[plugin.manifestPath] = made
             return made
         }
-        lock.lock()
-        defer { lock.unlock() }
+        check.lock.lock()
+        defer { check.lock.unlock() }
         if let known = recentAnswer(for: plugin, home: home, maxAgeNs: maxAgeNs) { return known }
         let now = MonotonicClock.now()
-        checksMade.withLockedValue { counts in
-            if counts.count >= 256 { counts.removeAll() }
-            counts[plugin.manifestPath, default: 0] += 1
-        }
+        check.made.add(1, ordering: .relaxed)
         let found = try verify(plugin, home: home, pin: true)
         recent.withLockedValue { recent in
             if recent.count > 256 { recent.removeAll() }
@@ -77,12 +75,20 @@ enum PluginVerification {
         return found
     }
 
-    /// The lock of each folder's check in `running`, by its manifest's path. (Forgetting them
-    /// all at 256 folders costs at most a second check of a folder at that moment.)
-    private static let checking = NIOLockedValueBox<[String: NIOLock]>([:])
-    /// How many times `running` looked at each folder's files for a pool, by its manifest's path
-    /// (tests: other tests of the process check other folders meanwhile).
-    static let checksMade = NIOLockedValueBox<[String: Int]>([:])
+    /// One folder's check in `running`: its lock, and how many times it looked at the files (tests).
+    final class FolderCheck: Sendable {
+        let lock = NIOLock()
+        let made = Atomic<Int>(0)
+    }
+
+    /// Each folder's check, by its manifest's path. (Forgetting them all at 256 folders costs at
+    /// most a second check of a folder at that moment.)
+    private static let checking = NIOLockedValueBox<[String: FolderCheck]>([:])
+
+    /// How many times `running` looked at the files of the folder whose manifest is at `manifestPath` (tests).
+    static func checksMade(manifestPath: String) -> Int {
+        checking.withLockedValue { $0[manifestPath]?.made.load(ordering: .relaxed) ?? 0 }
+    }
 
     /// The answer found for `plugin`'s folder in this home less than `maxAgeNs` ago (when its
     /// check began), if any. Keyed by the manifest's path, which is kept (a URL's `path` costs

@@ -33,7 +33,7 @@ struct PluginCheckOnceTests {
         let ready = Atomic<Int>(0)
         let finished = Atomic<Int>(0)
         let answers = Mutex<[String]>([])
-        let before = PluginVerification.checksMade.withLockedValue { $0[discovered.manifestPath, default: 0] }
+        let before = PluginVerification.checksMade(manifestPath: discovered.manifestPath)
         for _ in 0..<callers {
             Thread.detachNewThread {
                 ready.add(1, ordering: .relaxed)
@@ -50,7 +50,7 @@ struct PluginCheckOnceTests {
             }
         }
         while finished.load(ordering: .acquiring) < callers { Thread.sleep(forTimeInterval: 0.005) }
-        let checks = PluginVerification.checksMade.withLockedValue { $0[discovered.manifestPath, default: 0] } - before
+        let checks = PluginVerification.checksMade(manifestPath: discovered.manifestPath) - before
         let all = answers.withLock { $0 }
         #expect(checks == 1, "\(checks) checks of one folder for \(callers) callers arriving together")
         #expect(Set(all).count == 1 && all.count == callers, "\(all)")
